@@ -1,0 +1,186 @@
+"""Where shard tasks run: in this process (`local`) or in a pool of worker processes (`processes`).
+
+A backend only runs tasks and reports outcomes; retries, fencing and checkpoints live in the executor.
+The process pool is hand-rolled rather than `concurrent.futures`: when a worker dies, we must know
+exactly which task it held (to retry that shard as an infrastructure loss) and replace only that worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import signal
+import sys
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import cloudpickle
+
+from zephyr.engine.errors import UserCodeError
+from zephyr.engine.worker import ShardResult, ShardTask, run_task
+
+__all__ = ["Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
+
+
+@dataclass
+class Outcome:
+    task: ShardTask
+    result: ShardResult | None = None
+    error: BaseException | None = None
+    lost: bool = False  # the worker died (infrastructure), as opposed to the task raising
+    detail: str = ""
+
+
+class Backend(Protocol):
+    capacity: int
+
+    def submit(self, task: ShardTask) -> None: ...
+
+    def wait(self, timeout: float) -> list[Outcome]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalBackend:
+    """Runs each task in this process as it is submitted: for debugging (breakpoints, profilers)."""
+
+    capacity = 1
+
+    def __init__(self) -> None:
+        self._done: deque[Outcome] = deque()
+
+    def submit(self, task: ShardTask) -> None:
+        try:
+            self._done.append(Outcome(task, result=run_task(task)))
+        except Exception as error:  # noqa: BLE001 - reported to the executor, which decides
+            self._done.append(Outcome(task, error=error))
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        done = list(self._done)
+        self._done.clear()
+        return done
+
+    def close(self) -> None:
+        pass
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str]) -> None:
+    sys.path[:] = sys_path
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
+    while True:
+        try:
+            payload = conn.recv_bytes()
+        except (EOFError, OSError):
+            return  # the driver is gone
+        task = cloudpickle.loads(payload)
+        try:
+            message = ("ok", run_task(task))
+        except Exception as error:  # noqa: BLE001
+            message = ("error", _portable(error))
+        try:
+            conn.send_bytes(cloudpickle.dumps(message))
+        except (BrokenPipeError, OSError):
+            return
+
+
+def _portable(error: Exception) -> Exception:
+    """The error itself when it survives pickling, else a UserCodeError with its text and traceback."""
+    try:
+        cloudpickle.loads(cloudpickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001
+        return UserCodeError(f"{type(error).__name__}: {error}", traceback_text=traceback.format_exc())
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: multiprocessing.connection.Connection
+    task: ShardTask | None = None
+
+
+class ProcessBackend:
+    """A pool of `workers` processes (forkserver), one task each at a time."""
+
+    def __init__(self, workers: int) -> None:
+        self.capacity = workers
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["zephyr.engine.worker"])
+        self._workers = [self._start() for _ in range(workers)]
+
+    def _start(self) -> _Worker:
+        parent, child = self._ctx.Pipe()
+        process = self._ctx.Process(target=_worker_main, args=(child, list(sys.path)), daemon=True)
+        process.start()
+        child.close()
+        return _Worker(process, parent)
+
+    def submit(self, task: ShardTask) -> None:
+        worker = next((w for w in self._workers if w.task is None), None)
+        if worker is None:
+            raise RuntimeError("submit() called with every worker busy: check capacity first")
+        worker.task = task
+        worker.conn.send_bytes(cloudpickle.dumps(task))
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        busy = [w for w in self._workers if w.task is not None]
+        if not busy:
+            return []
+        waitables = [w.conn for w in busy] + [w.process.sentinel for w in busy]
+        ready = set(multiprocessing.connection.wait(waitables, timeout))
+        outcomes = []
+        for index, worker in enumerate(self._workers):
+            if worker.task is None or (worker.conn not in ready and worker.process.sentinel not in ready):
+                continue
+            task = worker.task
+            try:
+                kind, value = cloudpickle.loads(worker.conn.recv_bytes())
+            except (EOFError, OSError):
+                code = worker.process.exitcode
+                worker.process.join(timeout=1)
+                code = worker.process.exitcode if code is None else code
+                detail = f"worker pid {worker.process.pid} died (exit code {code}{_signal_name(code)})"
+                outcomes.append(Outcome(task, lost=True, detail=detail))
+                worker.conn.close()
+                self._workers[index] = self._start()
+                continue
+            worker.task = None
+            outcomes.append(Outcome(task, result=value) if kind == "ok" else Outcome(task, error=value))
+        return outcomes
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.conn.close()
+        for worker in self._workers:
+            worker.process.join(timeout=2)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(timeout=2)
+
+
+def _signal_name(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f", killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return ""
+    return ""
+
+
+def make_backend(config: Any) -> Backend:
+    if config.backend == "local":
+        return LocalBackend()
+    if config.backend == "processes":
+        return ProcessBackend(config.num_workers)
+    if config.backend == "ray":
+        try:
+            from zephyr.engine.ray_backend import RayBackend
+        except ImportError as error:
+            raise ImportError(
+                f"the ray backend needs Ray: pip install 'zephyr[ray]' ({error})"
+            ) from error
+        return RayBackend(config)
+    raise ValueError(f"unknown backend {config.backend!r}")
+

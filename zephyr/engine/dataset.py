@@ -1,0 +1,263 @@
+"""The lazy, immutable `Dataset`: every method returns a new Dataset with one more logical op.
+
+Nothing runs until a terminal call (`collect`, `count`, `write_*`, `execute`), which plans the ops into
+stages and runs them on the backend of the current `execution(...)` config.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from zephyr.engine import ops as O
+
+if TYPE_CHECKING:
+    from zephyr.engine.executor import RunResult
+
+__all__ = ["Dataset"]
+
+_FORMATS = ("jsonl", "parquet", "vortex")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A lazy pipeline: a source and the ops applied to it, in order.
+
+    Example:
+        >>> from zephyr import Dataset, execution
+        >>> with execution(backend="local"):
+        ...     Dataset.from_list(["a b", "c"]).flat_map(str.split).collect()
+        ['a', 'b', 'c']
+
+    Order: narrow ops keep the order of records within a shard and shards keep their order, so
+    `collect()` after narrow ops returns records in input order. After a shuffle (`group_by`, `join`,
+    `reshard`) output shards hold groups in an unspecified but deterministic order.
+    """
+
+    source: O.Source
+    ops: tuple[Any, ...] = ()
+
+    # ------------------------------------------------------------------------------- sources
+    @staticmethod
+    def from_list(records: Iterable[Any], *, num_shards: int | None = None) -> Dataset:
+        """In-memory records split into `num_shards` contiguous shards (default: one per worker)."""
+        records = tuple(records)
+        if num_shards is not None and num_shards < 1:
+            raise ValueError(f"num_shards must be at least 1, got {num_shards}")
+        return Dataset(O.ListSource(records, num_shards))
+
+    @staticmethod
+    def from_iterable(shard_fn: Callable[[int], Iterable[Any]], *, num_shards: int = 1) -> Dataset:
+        """`shard_fn(i)` yields shard i's records; it runs inside the worker (generate data lazily)."""
+        if not callable(shard_fn):
+            raise TypeError(
+                "from_iterable expects a function shard_index -> iterable, so the records are produced "
+                f"inside the workers; got {type(shard_fn).__name__}. For an in-memory list use from_list."
+            )
+        return Dataset(O.IterableSource(shard_fn, num_shards))
+
+    @staticmethod
+    def from_files(
+        patterns: str | Sequence[str],
+        *,
+        format: str | None = None,
+        columns: Sequence[str] | None = None,
+        on_bad_record: str = "raise",
+    ) -> Dataset:
+        """One shard per file matching the glob(s): jsonl(.gz/.zst/.bz2), parquet or vortex.
+
+        on_bad_record="skip" counts and skips invalid records and unreadable files instead of failing.
+        """
+        if on_bad_record not in ("raise", "skip"):
+            raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
+        patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
+        cols = tuple(columns) if columns is not None else None
+        return Dataset(O.FilesSource(patterns, format, cols, None, on_bad_record))
+
+    # ---------------------------------------------------------------------------- narrow ops
+    def _then(self, op: Any) -> Dataset:
+        return replace(self, ops=(*self.ops, op))
+
+    def map(self, fn: Callable[[Any], Any]) -> Dataset:
+        """Apply `fn` to every record."""
+        return self._then(O.Map(fn))
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
+        """Replace every record by the records `fn` returns or yields (zero or more)."""
+        return self._then(O.FlatMap(fn))
+
+    def filter(self, predicate: Any) -> Dataset:
+        """Keep records for which `predicate` is true: a callable, or an expression like
+        `col("lang") == "en"` (pushed down into parquet/vortex scans when it follows the source)."""
+        return self._then(O.Filter(predicate))
+
+    def select(self, *columns: str) -> Dataset:
+        """Keep only these fields of every (dict) record; pushed into columnar readers."""
+        if not columns:
+            raise ValueError("select() needs at least one column name")
+        return self._then(O.Select(tuple(columns)))
+
+    def map_batches(self, fn: Callable[[Any], Any], *, batch_size: int = 1024) -> Dataset:
+        """Apply `fn` to pyarrow RecordBatches of up to `batch_size` records (the fast columnar path)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        return self._then(O.MapBatches(fn, batch_size))
+
+    def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]]) -> Dataset:
+        """`fn(records)` gets a whole shard's iterator and yields its output: for per-shard state."""
+        return self._then(O.MapShard(fn))
+
+    def take_per_shard(self, n: int) -> Dataset:
+        """The first `n` records of every shard."""
+        if n < 0:
+            raise ValueError(f"take_per_shard needs n >= 0, got {n}")
+        return self._then(O.TakePerShard(n))
+
+    # ------------------------------------------------------------------------------ wide ops
+    def reshard(self, num_shards: int) -> Dataset:
+        """Redistribute records round-robin into `num_shards` shards (a shuffle)."""
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be at least 1, got {num_shards}")
+        return self._then(O.Reshard(num_shards))
+
+    def group_by(
+        self,
+        key: Callable[[Any], Any],
+        reducer: Callable[[Any, Iterable[Any]], Any],
+        *,
+        sort_by: Callable[[Any], Any] | None = None,
+        combiner: Callable[[Any, Iterable[Any]], Any] | None = None,
+        num_shards: int | None = None,
+    ) -> Dataset:
+        """Group records by `key(record)` and call `reducer(key, items)` once per key.
+
+        items is an iterator ordered by `sort_by(record)` (ties keep input order), streamed from disk,
+        so a group may be larger than memory. A reducer returns one value, or is a generator (or returns
+        an iterator) whose items all become records; returning None emits nothing. `combiner(key, items)`
+        has the same contract and pre-aggregates on the map side; its outputs are what the reducer sees.
+        Keys and sort keys must be None/bool/int/float/str/bytes or tuples of them to be ordered; any
+        picklable key groups correctly.
+        """
+        return self._then(O.GroupBy(key, reducer, sort_by, combiner, num_shards))
+
+    def deduplicate(self, key: Callable[[Any], Any], *, num_shards: int | None = None) -> Dataset:
+        """Keep the first record (in input order) of every `key(record)`."""
+        return self.group_by(key, _first_of_group, combiner=_first_of_group, num_shards=num_shards)
+
+    def sorted_merge_join(
+        self,
+        right: Dataset,
+        *,
+        left_key: Callable[[Any], Any],
+        right_key: Callable[[Any], Any],
+        how: str = "inner",
+        combine: Callable[[Any, Any], Any] | None = None,
+        num_shards: int | None = None,
+    ) -> Dataset:
+        """Join with `right` on equal keys: both sides are shuffled by key and merged in key order.
+
+        `combine(left, right)` builds the output record (default `{**left, **right}`); with how="left",
+        a left record without match is combined with None (default: the left record as is).
+        Every pair of matching records is emitted (many-to-many joins multiply).
+        """
+        if how not in ("inner", "left"):
+            raise ValueError(f"how must be 'inner' or 'left', got {how!r}")
+        if not isinstance(right, Dataset):
+            raise TypeError(f"sorted_merge_join expects a Dataset on the right, got {type(right).__name__}")
+        return self._then(O.Join(right, left_key, right_key, how, combine, num_shards))
+
+    # ----------------------------------------------------------------------------- terminals
+    def execute(self) -> RunResult:
+        """Run the pipeline; returns outputs (records or written paths), counters and stage stats."""
+        from zephyr.engine.executor import execute
+
+        return execute(self)
+
+    def collect(self) -> list[Any]:
+        """Run the pipeline and return all records, shard by shard."""
+        return self.execute().outputs
+
+    def count(self) -> int:
+        """Run the pipeline and return the number of records."""
+        return sum(self.map_shard(_count_shard).collect())
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> Any:
+        """Fold all records with an associative `fn(a, b)`: per shard in the workers, then across shards.
+
+        Raises ValueError on an empty dataset (as `functools.reduce` without an initial value does).
+        """
+        partials = [p for p in self.map_shard(_ShardFold(fn)).collect() if p is not _EMPTY]
+        if not partials:
+            raise ValueError("reduce() of an empty dataset")
+        return functools.reduce(fn, partials)
+
+    def write_jsonl(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst)."""
+        return self._write(pattern, "jsonl", skip_existing)
+
+    def write_parquet(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` as parquet (zstd)."""
+        return self._write(pattern, "parquet", skip_existing)
+
+    def write_vortex(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` as vortex."""
+        return self._write(pattern, "vortex", skip_existing)
+
+    def _write(self, pattern: str, format: str, skip_existing: bool) -> list[str]:
+        if "{shard" not in pattern:
+            raise ValueError(
+                f"output pattern {pattern!r} has no {{shard}} placeholder, so every shard would write the "
+                "same file; use e.g. 'out/part-{shard:05d}-of-{total:05d}.jsonl.zst'"
+            )
+        return self._then(O.Sink(pattern, format, skip_existing)).execute().outputs
+
+    def explain(self) -> str:
+        """The physical plan: stages, the ops fused into each, shard counts."""
+        from zephyr.engine.context import current_config
+        from zephyr.engine.plan import plan
+
+        return plan(self, current_config()).describe()
+
+    def __repr__(self) -> str:
+        names = [type(self.source).__name__] + [O.op_name(op) for op in self.ops]
+        return f"Dataset({' -> '.join(names)})"
+
+
+def _first_of_group(key: Any, items: Iterable[Any]) -> Any:
+    return next(iter(items))
+
+
+def _count_shard(records: Iterable[Any]) -> Iterable[int]:
+    count = 0
+    for count, _ in enumerate(records, 1):
+        pass
+    yield count
+
+
+class _Empty:
+    """Marks a shard with no records (None could be a legitimate fold result)."""
+
+    def __reduce__(self):
+        return (_empty, ())
+
+
+def _empty() -> _Empty:
+    return _EMPTY
+
+
+_EMPTY = _Empty()
+
+
+@dataclass(frozen=True)
+class _ShardFold:
+    fn: Callable[[Any, Any], Any]
+
+    def __call__(self, records: Iterable[Any]) -> Iterable[Any]:
+        iterator = iter(records)
+        accumulator = next(iterator, _EMPTY)
+        if accumulator is not _EMPTY:
+            for record in iterator:
+                accumulator = self.fn(accumulator, record)
+        yield accumulator

@@ -1,0 +1,269 @@
+"""The driver: runs a plan's stages shard by shard on a backend, with retries and checkpoints.
+
+Scheduling, fencing and resume live here; reading and writing shards lives in `worker`, running tasks in
+`backends`. Layout under the scratch URL, per plan fingerprint:
+
+    <scratch>/<plan>/stage-<i>.pkl                      the pickled stage, read once per worker
+    <scratch>/<plan>/stage-<i>/shard-<j>/attempt-<a>/   one attempt's private outputs (fencing)
+    <scratch>/<plan>/stage-<i>/shard-<j>.done           the committed attempt's result (the checkpoint)
+
+A shard is committed by atomically writing its `.done` file, once, for the first attempt that succeeds;
+outputs of any other attempt are ignored and removed. A rerun of the same plan finds the `.done` files
+and skips those shards, so a killed run resumes without losing or duplicating records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from zephyr.engine import ops as O
+from zephyr.engine.backends import Backend, Outcome, make_backend
+from zephyr.engine.context import ExecutionConfig, current_config
+from zephyr.engine.counters import merge
+from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
+from zephyr.engine.fs import atomic_write, join, url_to_fs
+from zephyr.engine.plan import Plan, Stage, plan
+from zephyr.engine.progress import ProgressDisplay
+from zephyr.engine.worker import ShardResult, ShardTask, read_results
+
+__all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
+
+
+@dataclass
+class StageStats:
+    index: int
+    name: str
+    shards: int
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    resumed_shards: int = 0
+    retries: list[str] = field(default_factory=list)
+    peak_rss: int = 0
+
+    def add(self, result: ShardResult) -> None:
+        self.records_in += result.records_in
+        self.records_out += result.records_out
+        self.bytes_in += result.bytes_in
+        self.bytes_out += result.bytes_out
+        self.peak_rss = max(self.peak_rss, result.peak_rss)
+
+
+@dataclass
+class RunResult:
+    """What a run produced: `outputs` are the collected records or the written paths."""
+
+    outputs: list[Any]
+    counters: dict[str, int]
+    stages: list[StageStats]
+    seconds: float = 0.0
+    plan: Plan | None = None
+
+
+def execute(dataset: Any, config: ExecutionConfig | None = None) -> RunResult:
+    config = config or current_config()
+    physical = plan(dataset, config)
+    return execute_plan(physical, config)
+
+
+def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
+    if config.dry_run:
+        print(physical.describe())
+        return RunResult([], {}, [], plan=physical)
+    started = time.perf_counter()
+    run_url = join(config.scratch_url, physical.fingerprint[:16])
+    stage_results: dict[int, list[ShardResult]] = {}
+    stats: list[StageStats] = []
+    counters: dict[str, int] = {}
+    progress = ProgressDisplay(enabled=config.progress)
+    backend = make_backend(config)
+    try:
+        with progress:
+            for stage in physical.stages:
+                stage_stats = StageStats(stage.index, stage.name, stage.num_shards)
+                stats.append(stage_stats)
+                results = _run_stage(stage, stage_results, backend, run_url, config, progress, stage_stats)
+                stage_results[stage.index] = results
+                for result in results:
+                    merge(counters, result.counters)
+                    stage_stats.add(result)
+                for upstream in _finished_upstreams(physical, stage.index):
+                    _remove_stage_outputs(run_url, upstream, config)
+    finally:
+        backend.close()
+    final = physical.stages[-1]
+    results = stage_results[final.index]
+    if isinstance(final.output, O.Sink):
+        outputs: list[Any] = [path for r in results for path in r.paths]
+    else:
+        outputs = [record for r in results if r.result_url for record in read_results(r.result_url)]
+    if not config.keep_scratch:
+        _remove(run_url)
+    run = RunResult(outputs, counters, stats, time.perf_counter() - started, physical)
+    if config.summary:
+        progress.summary(run)
+    return run
+
+
+def _finished_upstreams(physical: Plan, index: int) -> list[int]:
+    """Stages whose shuffle output no later stage reads any more."""
+    done = []
+    for stage in physical.stages[: index + 1]:
+        readers = [s.index for s in physical.stages if s.shuffle_input and stage.index in s.shuffle_input.upstream]
+        if readers and max(readers) <= index:
+            done.append(stage.index)
+    return done
+
+
+def _remove_stage_outputs(run_url: str, stage_index: int, config: ExecutionConfig) -> None:
+    if not config.keep_scratch:
+        # keep .done files (resume needs them only until the run ends), drop the bulky shuffle runs
+        fs, path = url_to_fs(join(run_url, f"stage-{stage_index}"))
+        with contextlib.suppress(FileNotFoundError):
+            for entry in fs.ls(path, detail=False):
+                if not entry.endswith(".done"):
+                    with contextlib.suppress(FileNotFoundError):
+                        fs.rm(entry, recursive=True)
+
+
+def _remove(url: str) -> None:
+    fs, path = url_to_fs(url)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(path, recursive=True)
+
+
+# ------------------------------------------------------------------------------------------ stage
+@dataclass
+class _Pending:
+    shard: int
+    attempt: int = 0
+    user_failures: int = 0
+    infra_failures: int = 0
+    not_before: float = 0.0
+
+
+def _run_stage(
+    stage: Stage,
+    stage_results: dict[int, list[ShardResult]],
+    backend: Backend,
+    run_url: str,
+    config: ExecutionConfig,
+    progress: ProgressDisplay,
+    stats: StageStats,
+) -> list[ShardResult]:
+    stage_url = join(run_url, f"stage-{stage.index}")
+    stage_pickle = join(run_url, f"stage-{stage.index}.pkl")
+    with atomic_write(stage_pickle, "wb", compression=None) as handle:
+        try:
+            cloudpickle.dump(stage, handle)
+        except Exception as error:  # noqa: BLE001
+            raise PlanError(
+                f"stage {stage.index} ({stage.name}) cannot be shipped to workers: {type(error).__name__}: "
+                f"{error}. Functions and the objects they hold must be picklable with cloudpickle; create "
+                "clients, models and open files inside the function (e.g. in map_shard) instead."
+            ) from error
+    upstream_runs = tuple(
+        tuple(run for result in stage_results[i] for run in result.runs)
+        for i in (stage.shuffle_input.upstream if stage.shuffle_input else ())
+    )
+    done: dict[int, ShardResult] = {}
+    for shard in range(stage.num_shards):
+        committed = _load_done(stage_url, shard)
+        if committed is not None:
+            done[shard] = committed
+    stats.resumed_shards = len(done)
+    progress.start_stage(stage, resumed=len(done))
+    started = time.perf_counter()
+    pending = [_Pending(shard) for shard in range(stage.num_shards) if shard not in done]
+    in_flight: dict[int, _Pending] = {}
+    make_task: Callable[[_Pending], ShardTask] = lambda p: ShardTask(  # noqa: E731
+        stage_pickle,
+        stage.index,
+        p.shard,
+        p.attempt,
+        join(stage_url, f"shard-{p.shard:05d}", f"attempt-{p.attempt}"),
+        upstream_runs,
+        config.memory_per_worker,
+    )
+    try:
+        while pending or in_flight:
+            now = time.monotonic()
+            while len(in_flight) < backend.capacity:
+                ready = next((p for p in pending if p.not_before <= now), None)
+                if ready is None:
+                    break
+                pending.remove(ready)
+                in_flight[ready.shard] = ready
+                backend.submit(make_task(ready))
+            for outcome in backend.wait(timeout=0.2):
+                entry = in_flight.get(outcome.task.shard)
+                if entry is None or entry.attempt != outcome.task.attempt or outcome.task.shard in done:
+                    continue  # a stale attempt (fenced): its outputs are ignored
+                del in_flight[outcome.task.shard]
+                if outcome.result is not None:
+                    _commit(stage_url, outcome.result)
+                    done[outcome.task.shard] = outcome.result
+                    progress.shard_done(stage, outcome.result)
+                    continue
+                retry = _retry_or_raise(stage, entry, outcome, config, stats)
+                pending.append(retry)
+    except BaseException:
+        progress.stop_stage(stage, failed=True)
+        raise
+    stats.seconds = time.perf_counter() - started
+    progress.stop_stage(stage, failed=False)
+    return [done[shard] for shard in range(stage.num_shards)]
+
+
+def _retry_or_raise(
+    stage: Stage, entry: _Pending, outcome: Outcome, config: ExecutionConfig, stats: StageStats
+) -> _Pending:
+    where = f"stage {stage.index} ({stage.name}), shard {entry.shard}"
+    if outcome.lost:
+        entry.infra_failures += 1
+        reason = f"{where}: lost worker ({outcome.detail}), attempt {entry.attempt}"
+        if entry.infra_failures > config.max_infra_retries:
+            raise ZephyrError(f"{reason}; gave up after {config.max_infra_retries} infrastructure retries")
+    else:
+        error = outcome.error
+        if isinstance(error, BadInputError | PlanError):
+            raise error  # deterministic: a retry would fail the same way
+        entry.user_failures += 1
+        reason = f"{where}: {type(error).__name__}: {str(error).splitlines()[0]}"
+        if entry.user_failures > config.max_user_retries:
+            if isinstance(error, UserCodeError):
+                raise error
+            raise UserCodeError(f"{where} failed: {type(error).__name__}: {error}") from error
+    stats.retries.append(reason)
+    failures = entry.infra_failures + entry.user_failures
+    entry.attempt += 1
+    entry.not_before = time.monotonic() + min(config.retry_backoff_s * 2 ** (failures - 1), 30.0)
+    return entry
+
+
+def _done_url(stage_url: str, shard: int) -> str:
+    return join(stage_url, f"shard-{shard:05d}.done")
+
+
+def _load_done(stage_url: str, shard: int) -> ShardResult | None:
+    fs, path = url_to_fs(_done_url(stage_url, shard))
+    try:
+        with fs.open(path, "rb") as handle:
+            return pickle.load(handle)
+    except FileNotFoundError:
+        return None
+
+
+def _commit(stage_url: str, result: ShardResult) -> None:
+    with atomic_write(_done_url(stage_url, result.shard), "wb", compression=None) as handle:
+        pickle.dump(result, handle, protocol=5)
+

@@ -1,0 +1,105 @@
+"""Order-preserving byte encoding of keys, so shuffles sort and compare plain bytes.
+
+`encode(a) < encode(b)` exactly when `a < b`, for values of the same type among None, bool, int (64-bit),
+float, str, bytes and tuples/lists of those (lists come back as tuples). Values of other types are
+pickled: still usable as group keys (equality), but their order is arbitrary. Different types order by
+type tag (None < bool < int < float < str < bytes < tuple < other).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+from typing import Any
+
+__all__ = ["encode", "decode"]
+
+_NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE, _BIGINT = range(1, 10)
+_INT_OFFSET = 1 << 63
+_END = b"\x00\x00"
+
+
+def _escape(data: bytes) -> bytes:
+    # 0x00 is the terminator, so a literal 0x00 becomes 0x00 0xFF (still sorts below any other byte).
+    return data.replace(b"\x00", b"\x00\xff") + _END
+
+
+def encode(value: Any) -> bytes:
+    """Encode `value` so that byte order equals value order (see module docstring)."""
+    if value is None:
+        return b"\x01"
+    if value is True or value is False:
+        return b"\x02\x01" if value else b"\x02\x00"
+    kind = type(value)
+    if kind is int:
+        if -_INT_OFFSET <= value < _INT_OFFSET:
+            return b"\x03" + struct.pack(">Q", value + _INT_OFFSET)
+        return bytes([_BIGINT]) + pickle.dumps(value, protocol=5)
+    if kind is str:
+        return b"\x05" + _escape(value.encode("utf-8", "surrogatepass"))
+    if kind is float:
+        (bits,) = struct.unpack(">Q", struct.pack(">d", value))
+        bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
+        return b"\x04" + struct.pack(">Q", bits)
+    if kind is bytes:
+        return b"\x06" + _escape(value)
+    if kind is tuple or kind is list:
+        return b"\x07" + b"".join(encode(v) for v in value) + b"\x00"
+    if isinstance(value, int):  # int subclasses such as numpy-free enums
+        return encode(int(value))
+    if isinstance(value, str):
+        return encode(str(value))
+    return bytes([_PICKLE]) + pickle.dumps(value, protocol=5)
+
+
+def decode(data: bytes) -> Any:
+    """Inverse of `encode` (lists come back as tuples)."""
+    value, end = _decode_at(data, 0)
+    if end != len(data):
+        raise ValueError(f"trailing bytes after encoded key at offset {end} of {len(data)}")
+    return value
+
+
+def _unescape_at(data: bytes, pos: int) -> tuple[bytes, int]:
+    out = bytearray()
+    while True:
+        nul = data.index(b"\x00", pos)
+        out += data[pos:nul]
+        if data[nul + 1] == 0xFF:
+            out.append(0)
+            pos = nul + 2
+        else:  # 0x00 0x00 terminator
+            return bytes(out), nul + 2
+
+
+def _decode_at(data: bytes, pos: int) -> tuple[Any, int]:
+    tag = data[pos]
+    pos += 1
+    if tag == _NONE:
+        return None, pos
+    if tag == _BOOL:
+        return bool(data[pos]), pos + 1
+    if tag == _INT:
+        return struct.unpack_from(">Q", data, pos)[0] - _INT_OFFSET, pos + 8
+    if tag == _FLOAT:
+        (bits,) = struct.unpack_from(">Q", data, pos)
+        bits = bits ^ (1 << 63) if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
+        return struct.unpack(">d", struct.pack(">Q", bits))[0], pos + 8
+    if tag == _STR:
+        raw, pos = _unescape_at(data, pos)
+        return raw.decode("utf-8", "surrogatepass"), pos
+    if tag == _BYTES:
+        return _unescape_at(data, pos)
+    if tag == _TUPLE:
+        items = []
+        while data[pos] != 0:
+            item, pos = _decode_at(data, pos)
+            items.append(item)
+        return tuple(items), pos + 1
+    if tag in (_PICKLE, _BIGINT):
+        stream = io.BytesIO(data)
+        stream.seek(pos)
+        value = pickle.load(stream)
+        return value, stream.tell()
+    raise ValueError(f"unknown key tag {tag} at offset {pos - 1}")

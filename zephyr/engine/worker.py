@@ -1,0 +1,362 @@
+"""What a worker does for one shard of one stage: read, run the fused ops, write; on any backend.
+
+Narrow ops run as one chain of generators. Each user call is wrapped so an exception is re-raised as a
+`UserCodeError` naming the op, stage, shard (its file), the record's position and a preview of it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import resource
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+import cloudpickle
+import pyarrow as pa
+
+from zephyr.engine import counters
+from zephyr.engine import ops as O
+from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
+from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
+from zephyr.engine.plan import SourceShard, Stage, is_expression
+from zephyr.engine.shuffle import RunFile, ScatterWriter, ShuffleSpec, _as_records, iter_groups, iter_values, merged_rows
+
+__all__ = ["ShardTask", "ShardResult", "run_task", "load_stage"]
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    stage_url: str  # the pickled Stage, written once by the driver and cached per worker
+    stage_index: int
+    shard: int
+    attempt: int
+    out_dir: str  # this attempt's private directory: fenced outputs
+    upstream_runs: tuple[tuple[RunFile, ...], ...] = ()  # per upstream stage, all of its run files
+    memory_per_worker: int = 1 << 30
+
+
+@dataclass
+class ShardResult:
+    shard: int
+    attempt: int
+    runs: list[RunFile] = field(default_factory=list)  # shuffle output
+    paths: list[str] = field(default_factory=list)  # sink output
+    result_url: str | None = None  # collected records
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    peak_rss: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+    skipped_existing: bool = False
+
+
+_stage_cache: dict[str, Stage] = {}
+
+
+def load_stage(url: str) -> Stage:
+    """The stage pickled at `url`, loaded once per worker process (large objects ship once)."""
+    stage = _stage_cache.get(url)
+    if stage is None:
+        with open_url(url, "rb", compression=None) as handle:
+            stage = cloudpickle.load(handle)
+        _stage_cache.clear()  # one stage at a time: release the previous stage's objects
+        _stage_cache[url] = stage
+    return stage
+
+
+def run_task(task: ShardTask) -> ShardResult:
+    """Run one shard; user exceptions come out as UserCodeError with the shard and record named."""
+    started = time.perf_counter()
+    counters.reset()
+    stage = load_stage(task.stage_url)
+    result = ShardResult(task.shard, task.attempt)
+    shard_name = _shard_name(stage, task.shard)
+    where = f"stage {stage.index} ({stage.name}), shard {task.shard} ({shard_name})"
+    try:
+        if isinstance(stage.output, O.Sink) and stage.output.skip_existing:
+            path = stage.output.pattern.format(shard=task.shard, total=stage.num_shards)
+            fs, fspath = url_to_fs(path)
+            if fs.exists(fspath):
+                result.paths = [path]
+                result.skipped_existing = True
+                return _finish(result, started)
+        records = _read_input(stage, task, result)
+        records = _apply_ops(stage.ops, records, where, result)
+        _write_output(stage, task, records, result)
+    except (UserCodeError, BadInputError):
+        raise
+    except ZephyrError as error:
+        raise type(error)(f"{where}: {error}") from error
+    except Exception as error:  # noqa: BLE001 - an error outside user calls: still name the shard
+        raise UserCodeError(
+            f"{where} failed: {type(error).__name__}: {error}", traceback_text=traceback.format_exc()
+        ) from None
+    return _finish(result, started)
+
+
+def _finish(result: ShardResult, started: float) -> ShardResult:
+    result.seconds = time.perf_counter() - started
+    result.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result.counters = counters.reset()
+    return result
+
+
+def _shard_name(stage: Stage, shard: int) -> str:
+    if stage.shards:
+        return stage.shards[shard].name
+    return f"shuffle target {shard}"
+
+
+# ------------------------------------------------------------------------------------------ input
+def _read_input(stage: Stage, task: ShardTask, result: ShardResult) -> Iterator[Any]:
+    if stage.shuffle_input is None:
+        shard = stage.shards[task.shard]
+        result.bytes_in = shard.size
+        return _counted(_read_source(stage.source, shard), result)
+    shuffle = stage.shuffle_input
+    budget = task.memory_per_worker // 2
+    spill = join(task.out_dir, "spill")
+    upstream_runs = [run for runs in task.upstream_runs for run in runs]
+    result.bytes_in = sum(run.segments[task.shard][3] for run in upstream_runs if task.shard in run.segments)
+    rows = merged_rows(
+        upstream_runs, task.shard, memory_budget=budget, spill_dir=spill, ordered=shuffle.kind != "reshard"
+    )
+    rows = _counted(rows, result)
+    if shuffle.kind == "reshard":
+        return iter_values(rows)
+    if shuffle.kind == "group":
+        return _reduce_groups(iter_groups(rows), shuffle.reducer, stage, task.shard)
+    return _join_groups(iter_groups(rows), shuffle.join)
+
+
+def _counted(items: Iterable[Any], result: ShardResult) -> Iterator[Any]:
+    for item in items:
+        result.records_in += 1
+        yield item
+
+
+def _read_source(source: O.Source, shard: SourceShard) -> Iterator[Any]:
+    if isinstance(source, O.ListSource):
+        return iter(shard.records)
+    if isinstance(source, O.IterableSource):
+        return iter(source.shard_fn(shard.index))
+    from zephyr.engine.formats import read_records
+
+    return read_records(
+        shard.path,
+        format=source.format,
+        columns=source.columns,
+        filter=source.filter,
+        on_bad_record=source.on_bad_record,
+    )
+
+
+def _reduce_groups(groups: Iterator[tuple[Any, Iterator[Any]]], reducer: Any, stage: Stage, shard: int) -> Iterator[Any]:
+    for key, items in groups:
+        try:
+            yield from _as_records(reducer(key, items))
+        except Exception as error:  # noqa: BLE001
+            raise UserCodeError(
+                f"reducer {getattr(reducer, '__qualname__', reducer)!s} failed in stage {stage.index}, shard "
+                f"{shard}, for key {_preview(key)}: {type(error).__name__}: {error}",
+                traceback_text=traceback.format_exc(),
+            ) from None
+
+
+def _join_groups(groups: Iterator[tuple[Any, Iterator[Any]]], join_op: O.Join) -> Iterator[Any]:
+    combine = join_op.combine or _merge_records
+    for _, items in groups:
+        lefts: list[Any] = []
+        matched = False
+        for side, record in items:
+            if side == 0:
+                lefts.append(record)
+                continue
+            matched = True
+            for left in lefts:
+                yield combine(left, record)
+        if not matched and join_op.how == "left":
+            for left in lefts:
+                yield combine(left, None) if join_op.combine else left
+
+
+def _merge_records(left: Any, right: Any) -> Any:
+    if right is None:
+        return left
+    return {**left, **right}
+
+
+# -------------------------------------------------------------------------------------------- ops
+def _apply_ops(ops: tuple[Any, ...], records: Iterator[Any], where: str, result: ShardResult) -> Iterator[Any]:
+    for op in ops:
+        records = _apply(op, records, where)
+    return records
+
+
+def _apply(op: Any, records: Iterator[Any], where: str) -> Iterator[Any]:
+    if isinstance(op, O.Map):
+        return _guarded_map(op, records, where)
+    if isinstance(op, O.FlatMap):
+        return _guarded_flat_map(op, records, where)
+    if isinstance(op, O.Filter):
+        predicate = op.predicate.evaluate if is_expression(op.predicate) else op.predicate
+        return _guarded_filter(op, predicate, records, where)
+    if isinstance(op, O.Select):
+        columns = op.columns
+        return ({c: r.get(c) for c in columns} for r in records)
+    if isinstance(op, O.TakePerShard):
+        return islice(records, op.n)
+    if isinstance(op, O.MapBatches):
+        return _map_batches(op, records, where)
+    if isinstance(op, O.MapShard):
+        return _guarded_shard(op, records, where)
+    raise ZephyrError(f"unknown op {type(op).__name__}")
+
+
+def _preview(record: Any, limit: int = 300) -> str:
+    text = repr(record)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+def _user_error(op: Any, where: str, index: int, record: Any, error: Exception) -> UserCodeError:
+    return UserCodeError(
+        f"{O.op_name(op)} failed in {where}, on record #{index}: {type(error).__name__}: {error}\n"
+        f"  record: {_preview(record)}",
+        traceback_text=traceback.format_exc(),
+    )
+
+
+def _guarded_map(op: O.Map, records: Iterator[Any], where: str) -> Iterator[Any]:
+    fn = op.fn
+    for index, record in enumerate(records):
+        try:
+            out = fn(record)
+        except Exception as error:  # noqa: BLE001
+            raise _user_error(op, where, index, record, error) from None
+        yield out
+
+
+def _guarded_filter(op: O.Filter, predicate: Any, records: Iterator[Any], where: str) -> Iterator[Any]:
+    for index, record in enumerate(records):
+        try:
+            keep = predicate(record)
+        except Exception as error:  # noqa: BLE001
+            raise _user_error(op, where, index, record, error) from None
+        if keep:
+            yield record
+
+
+def _guarded_flat_map(op: O.FlatMap, records: Iterator[Any], where: str) -> Iterator[Any]:
+    fn = op.fn
+    for index, record in enumerate(records):
+        try:
+            outputs = iter(fn(record))
+            while True:  # step by hand so an error inside a generator is still tied to its record
+                try:
+                    out = next(outputs)
+                except StopIteration:
+                    break
+                yield out
+        except Exception as error:  # noqa: BLE001
+            raise _user_error(op, where, index, record, error) from None
+
+
+def _guarded_shard(op: O.MapShard, records: Iterator[Any], where: str) -> Iterator[Any]:
+    try:
+        yield from op.fn(records)
+    except (UserCodeError, BadInputError):
+        raise
+    except Exception as error:  # noqa: BLE001
+        raise UserCodeError(
+            f"{O.op_name(op)} failed in {where}: {type(error).__name__}: {error}",
+            traceback_text=traceback.format_exc(),
+        ) from None
+
+
+def _map_batches(op: O.MapBatches, records: Iterator[Any], where: str) -> Iterator[Any]:
+    index = 0
+    while True:
+        chunk = list(islice(records, op.batch_size))
+        if not chunk:
+            return
+        try:
+            batch = pa.RecordBatch.from_pylist(chunk)
+            out = op.fn(batch)
+        except Exception as error:  # noqa: BLE001
+            raise UserCodeError(
+                f"{O.op_name(op)} failed in {where}, on the batch of records #{index}..#{index + len(chunk) - 1}: "
+                f"{type(error).__name__}: {error}\n  first record: {_preview(chunk[0])}",
+                traceback_text=traceback.format_exc(),
+            ) from None
+        index += len(chunk)
+        if out is None:
+            continue
+        if isinstance(out, pa.Table | pa.RecordBatch):
+            yield from out.to_pylist()
+        else:
+            raise UserCodeError(
+                f"{O.op_name(op)} in {where} returned {type(out).__name__}; map_batches functions must return "
+                "a pyarrow.RecordBatch or pyarrow.Table (build one with pyarrow.RecordBatch.from_pydict)"
+            )
+
+
+# ----------------------------------------------------------------------------------------- output
+def _write_output(stage: Stage, task: ShardTask, records: Iterator[Any], result: ShardResult) -> None:
+    output = stage.output
+    if isinstance(output, ShuffleSpec):
+        writer = ScatterWriter(
+            output, join(task.out_dir, "runs"), shard=task.shard, flush_bytes=task.memory_per_worker // 4
+        )
+        for record in records:
+            writer.add(record)
+        result.runs = writer.close()
+        result.records_out = writer.records
+        result.bytes_out = sum(run.bytes for run in result.runs)
+        return
+    if isinstance(output, O.Sink):
+        from zephyr.engine.formats import write_records
+
+        path = output.pattern.format(shard=task.shard, total=stage.num_shards)
+        stats = write_records(_count_out(records, result), path, format=output.format)
+        if stats.records:
+            result.paths = [path]
+            result.bytes_out = stats.bytes
+        return
+    # collect: pickle the records in chunks into this attempt's directory
+    url = join(task.out_dir, "result.pkl")
+    with atomic_write(url, "wb", compression=None) as handle:
+        chunk: list[Any] = []
+        for record in records:
+            chunk.append(record)
+            result.records_out += 1
+            if len(chunk) >= 4096:
+                pickle.dump(chunk, handle, protocol=5)
+                chunk = []
+        if chunk:
+            pickle.dump(chunk, handle, protocol=5)
+        result.bytes_out = handle.tell() if hasattr(handle, "tell") else 0
+    result.result_url = url
+
+
+def _count_out(records: Iterator[Any], result: ShardResult) -> Iterator[Any]:
+    for record in records:
+        result.records_out += 1
+        yield record
+
+
+def read_results(url: str) -> Iterator[Any]:
+    """The records a collect stage pickled for one shard."""
+    with open_url(url, "rb", compression=None) as handle:
+        while True:
+            try:
+                chunk = pickle.load(handle)
+            except EOFError:
+                return
+            yield from chunk
+
