@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/zephyr run recipes/nemotron_cc.py
+	$(VENV)/bin/zephyr run $(if $(wildcard recipes/nemotron_cc.py),recipes/nemotron_cc.py,recipes/word_count.py)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
