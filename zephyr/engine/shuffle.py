@@ -37,12 +37,12 @@ _SCHEMA = pa.schema(
     [
         ("target", pa.int32()),
         ("khash", pa.uint64()),
-        ("key", pa.binary()),
-        ("sort", pa.binary()),
-        ("value", pa.binary()),
+        ("key", pa.large_binary()),
+        ("sort", pa.large_binary()),
+        ("value", pa.large_binary()),
     ]
 )
-_ROW_OVERHEAD = 160  # Python bytes/tuple bookkeeping per buffered row, beyond the payload
+_ROW_OVERHEAD = 200  # Python object headers and list slots per buffered row, beyond the payload
 _BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -87,41 +87,60 @@ class ScatterWriter:
         self.flush_bytes = flush_bytes
         self.runs: list[RunFile] = []
         self.records = 0
-        self._rows: list[tuple[int, int, bytes, bytes, bytes]] = []
-        self._buffered = 0
+        self._reset()
         self._tag = b"" if spec.tag is None else encode(spec.tag)
 
     def add(self, record: Any) -> None:
         spec = self.spec
         value = pickle.dumps(record if spec.tag is None else (spec.tag, record), protocol=5)
         if spec.key is None:
-            target = (self.shard + self.records) % spec.num_targets
-            row = (target, 0, b"", encode(self.records), value)
+            target, khash, key, sort = (self.shard + self.records) % spec.num_targets, 0, b"", b""
         else:
             key = encode(spec.key(record))
             khash = _key_hash(key)
+            target = khash % spec.num_targets
             sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
-            row = (khash % spec.num_targets, khash, key, sort, value)
-        self._rows.append(row)
+        self._append(target, khash, key, sort, value)
         self.records += 1
-        self._buffered += len(row[2]) + len(row[3]) + len(value) + _ROW_OVERHEAD
         if self._buffered >= self.flush_bytes:
             self.flush()
 
+    def _append(self, target: int, khash: int, key: bytes, sort: bytes, value: bytes) -> None:
+        self._targets.append(target)
+        self._khashes.append(khash)
+        self._keys.append(key)
+        self._sorts.append(sort)
+        self._values.append(value)
+        self._buffered += len(key) + len(sort) + len(value) + _ROW_OVERHEAD
+
+    def _reset(self) -> None:
+        self._targets: list[int] = []
+        self._khashes: list[int] = []
+        self._keys: list[bytes] = []
+        self._sorts: list[bytes] = []
+        self._values: list[bytes] = []
+        self._buffered = 0
+
     def flush(self) -> None:
-        if not self._rows:
+        if not self._targets:
             return
-        rows, self._rows, self._buffered = self._rows, [], 0
-        columns = list(zip(*rows))
-        del rows
-        table = pa.table([pa.array(c, type=t.type) for c, t in zip(columns, _SCHEMA)], schema=_SCHEMA)
-        del columns
+        table = pa.table(
+            [
+                pa.array(np.fromiter(self._targets, np.int32, len(self._targets))),
+                pa.array(np.fromiter(self._khashes, np.uint64, len(self._khashes))),
+                _binary_column(self._keys),
+                _binary_column(self._sorts),
+                _binary_column(self._values),
+            ],
+            schema=_SCHEMA,
+        )
+        self._reset()
         # Arrow's sort is stable: equal keys keep their input order. A reshard sorts by target only.
         names = ("target",) if self.spec.key is None else ("target", "khash", "key", "sort")
-        table = table.take(pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names]))
+        order = pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names]).to_numpy()
         if self.spec.combiner is not None:
-            table = self._combine(table)
-        self.runs.append(_write_run(table, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
+            table, order = self._combine(table.take(order)), None
+        self.runs.append(_write_run(table, order, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
 
     def close(self) -> list[RunFile]:
         self.flush()
@@ -129,35 +148,55 @@ class ScatterWriter:
 
     def _combine(self, table: pa.Table) -> pa.Table:
         spec = self.spec
-        out: list[tuple[int, int, bytes, bytes, bytes]] = []
         rows = zip(*(table.column(n).to_pylist() for n in ("target", "khash", "key", "sort", "value")))
         for (target, khash, key), group in itertools.groupby(rows, key=lambda r: r[:3]):
-            results = _as_records(spec.combiner(decode(key), (pickle.loads(r[4]) for r in group)))
             combined = []
-            for record in results:
+            for record in _as_records(spec.combiner(decode(key), (pickle.loads(r[4]) for r in group))):
                 sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
-                combined.append((target, khash, key, sort, pickle.dumps(record, protocol=5)))
-            combined.sort(key=lambda r: r[3])
-            out.extend(combined)
-        columns = list(zip(*out)) if out else [[] for _ in _SCHEMA]
-        return pa.table([pa.array(c, type=t.type) for c, t in zip(columns, _SCHEMA)], schema=_SCHEMA)
+                combined.append((sort, pickle.dumps(record, protocol=5)))
+            combined.sort(key=lambda r: r[0])
+            for sort, value in combined:
+                self._append(target, khash, key, sort, value)
+        out = pa.table(
+            [
+                pa.array(self._targets, pa.int32()),
+                pa.array(self._khashes, pa.uint64()),
+                _binary_column(self._keys),
+                _binary_column(self._sorts),
+                _binary_column(self._values),
+            ],
+            schema=_SCHEMA,
+        )
+        self._reset()
+        return out
 
 
-def _write_run(table: pa.Table, url: str) -> RunFile:
-    """Write `table` (sorted by target) as batches that each hold one target and ~_BATCH_BYTES."""
+def _binary_column(items: list[bytes]) -> pa.Array:
+    """A large_binary array built at its exact size (the generic builder over-allocates by doubling)."""
+    offsets = np.zeros(len(items) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=offsets[1:])
+    data = b"".join(items)
+    return pa.Array.from_buffers(pa.large_binary(), len(items), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
+    """Write `table` in `order` (sorted by target) as batches that each hold one target and ~_BATCH_BYTES.
+
+    Rows are taken batch by batch, so the sorted copy never exists whole in memory.
+    """
     fs, path = url_to_fs(url)
     fs.makedirs(os.path.dirname(path), exist_ok=True)
+    if order is None:
+        order = np.arange(table.num_rows)
     segments: dict[int, tuple[int, int, int, int]] = {}
-    targets = table.column("target").to_numpy()
-    sizes = pc.add(pc.binary_length(table.column("value")), pc.binary_length(table.column("key"))).to_numpy()
+    targets = table.column("target").to_numpy()[order]
+    sizes = pc.add(pc.binary_length(table.column("value")), pc.binary_length(table.column("key"))).to_numpy()[order]
     bounds = np.flatnonzero(np.diff(targets)) + 1
     starts = np.concatenate([[0], bounds]).astype(np.int64)
     ends = np.concatenate([bounds, [len(targets)]]).astype(np.int64)
     with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA, options=_IPC_OPTIONS) as writer:
         batch_index = 0
         for start, end in zip(starts.tolist(), ends.tolist()):
-            if start == end:
-                continue
             cumulative = np.cumsum(sizes[start:end])
             total = int(cumulative[-1])
             # cut the segment where its running byte count crosses each multiple of _BATCH_BYTES
@@ -166,7 +205,8 @@ def _write_run(table: pa.Table, url: str) -> RunFile:
             first = batch_index
             for lo, hi in zip(edges[:-1], edges[1:]):
                 if hi > lo:
-                    writer.write_batch(table.slice(start + lo, hi - lo).combine_chunks().to_batches()[0])
+                    batch = table.take(pa.array(order[start + lo : start + hi])).combine_chunks()
+                    writer.write_batch(batch.to_batches()[0])
                     batch_index += 1
             segments[int(targets[start])] = (first, batch_index, end - start, total)
     return RunFile(url, segments)
@@ -256,9 +296,9 @@ def _spill(rows: Iterator[tuple[int, bytes, bytes, bytes]], target: int, url: st
             arrays = [
                 pa.array([target] * len(chunk), pa.int32()),
                 pa.array(khash, pa.uint64()),
-                pa.array(key, pa.binary()),
-                pa.array(sort, pa.binary()),
-                pa.array(value, pa.binary()),
+                _binary_column(list(key)),
+                _binary_column(list(sort)),
+                _binary_column(list(value)),
             ]
             writer.write_batch(pa.record_batch(arrays, schema=_SCHEMA))
             batches += 1
