@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
 import os
 import sys
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -82,7 +82,9 @@ def run_script(script: str, args: Sequence[str]) -> int:
 def _import_script(path: Path):
     import cloudpickle
 
-    name = f"zephyr_script_{path.stem}_{uuid.uuid4().hex[:8]}"
+    # a stable name: plan fingerprints include function modules, and resume needs equal fingerprints
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+    name = f"zephyr_script_{path.stem}_{digest}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
