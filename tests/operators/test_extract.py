@@ -1,0 +1,128 @@
+"""Main-content extraction on real pages (aeb-dev with hand-labeled bodies, multilingual web-pages)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from zephyr.engine import counters
+from zephyr.operators.charset import decode_html
+from zephyr.operators.extract import ExtractConfig, ExtractText, extract_page, html_to_markdown, html_to_text
+
+_TOKEN = re.compile(r"\w+")
+
+
+def _f1(truth: str, pred: str) -> float:
+    t, p = Counter(_TOKEN.findall(truth.lower())), Counter(_TOKEN.findall(pred.lower()))
+    tp = sum((t & p).values())
+    if not tp:
+        return 0.0
+    precision, recall = tp / sum(p.values()), tp / sum(t.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def test_token_f1_on_labeled_articles(shared_data):
+    root = shared_data / "aeb-dev"
+    truth = json.loads((root / "ground-truth.json").read_text())
+    ids = sorted(truth)[::5]  # 12 pages spread over the set
+    scores = [_f1(truth[i]["articleBody"], html_to_text(gzip.open(root / "html" / f"{i}.html.gz").read())) for i in ids]
+    assert sum(scores) / len(scores) >= 0.90, scores
+    assert sum(s >= 0.8 for s in scores) >= 10, scores
+
+
+def test_boilerplate_is_removed_from_a_real_article(shared_data):
+    root = shared_data / "aeb-dev"
+    truth = json.loads((root / "ground-truth.json").read_text())
+    page_id = next(k for k, v in truth.items() if "latimes.com" in v["url"])
+    raw = gzip.open(root / "html" / f"{page_id}.html.gz").read()
+    text = html_to_text(raw)
+    body_text = decode_html(raw)
+    assert "Gannett" in text and len(text) > 0.7 * len(truth[page_id]["articleBody"])
+    assert "<script" in body_text and "function(" not in text and "{" not in text
+
+
+def test_every_multilingual_page_extracts(shared_data):
+    pages = sorted((shared_data / "web-pages").glob("*.html.gz"))
+    assert len(pages) > 100
+    lengths = {p.name: len(html_to_text(gzip.open(p).read())) for p in pages}
+    assert sum(n >= 200 for n in lengths.values()) >= 0.9 * len(pages), sorted(lengths.items(), key=lambda kv: kv[1])[:15]
+
+
+MARKUP = """<html><head><title>Guide</title></head><body>
+<nav><a href="/">Home</a> <a href="/about">About</a></nav>
+<div class="sidebar"><p>Subscribe to our newsletter, it is great, really, truly, honestly.</p></div>
+<article>
+<h1>Guide</h1>
+<p>This guide explains, step by step, how to install the tool, configure it, and run it on real data.</p>
+<h2>Installing</h2>
+<p>First, install the package with pip, then check that the command is on your path, as shown below.</p>
+<pre><code>pip install tool
+tool --version</code></pre>
+<ul><li>Fast, because it streams.</li><li>Small, because it has few dependencies.
+<ol><li>nested one</li><li>nested two</li></ol></li></ul>
+<table><tr><th>Option</th><th>Meaning</th></tr><tr><td>-v</td><td>verbose output</td></tr></table>
+<blockquote><p>Simple things should be simple, complex things should be possible, always.</p></blockquote>
+<p>Use <code>tool run</code> to process files; results land in the output folder you chose.</p>
+</article>
+<footer>Copyright 2024, all rights reserved, terms, privacy, cookies, imprint.</footer>
+</body></html>"""
+
+
+def test_markdown_keeps_structure():
+    md = html_to_markdown(MARKUP)
+    assert "## Installing" in md
+    assert "```\npip install tool\ntool --version\n```" in md
+    assert "- Fast, because it streams." in md
+    assert "  1. nested one" in md and "  2. nested two" in md
+    assert "| Option | Meaning |\n|---|---|\n| -v | verbose output |" in md
+    assert "> Simple things should be simple" in md
+    assert "`tool run`" in md
+    assert "Home" not in md and "newsletter" not in md and "Copyright" not in md
+    assert "# Guide" not in md  # the title heading is metadata, not body
+
+
+def test_plain_text_has_no_markup():
+    page = extract_page(MARKUP)
+    assert page.title == "Guide"
+    assert "```" not in page.text and "##" not in page.text and "| -v |" not in page.text
+    assert "pip install tool\ntool --version" in page.text
+    assert "Installing" in page.text and "-v | verbose output" in page.text
+
+
+def test_charset_detection(shared_data):
+    raw = gzip.open(shared_data / "web-pages" / "adac.de.kindersitze.html.gz").read()
+    text = raw.decode("utf-8")
+    assert any(ch in text for ch in "äöüß")
+    # the same page served as windows-1252 with a matching declaration, then without any declaration
+    latin = re.sub(r'(?i)charset=["\']?utf-8', "charset=windows-1252", text).encode("cp1252", errors="replace")
+    assert "Kindersitz" in decode_html(latin) and any(ch in decode_html(latin) for ch in "äöü")
+    assert decode_html(latin, content_type="text/html; charset=windows-1252") == latin.decode("cp1252")
+    undeclared = re.sub(r'(?i)charset=["\']?windows-1252', "", latin.decode("cp1252")).encode("cp1252")
+    assert any(ch in decode_html(undeclared) for ch in "äöü")
+    # UTF-8 bytes wrongly declared as latin-1: valid UTF-8 wins
+    assert decode_html(text.encode("utf-8"), content_type="text/html; charset=iso-8859-1") == text
+    assert decode_html(b"\xef\xbb\xbfhello") == "hello"
+
+
+def test_extract_text_operator_records_fields():
+    counters.reset()
+    doc = ExtractText()({"id": "a", "html": MARKUP, "source": "s", "metadata": {}})
+    assert "html" not in doc and doc["metadata"]["title"] == "Guide" and "step by step" in doc["text"]
+    empty = ExtractText()({"id": "b", "html": "<html><body><nav>menu</nav></body></html>", "metadata": {}})
+    assert empty["text"] == "" and empty["filter_reason"] == "extract_empty"
+    assert counters.reset() == {"extract/documents": 2, "extract/empty": 1}
+    with pytest.raises(KeyError, match="html_field"):
+        ExtractText()({"id": "c", "text": "x"})
+    with pytest.raises(ValueError, match="link_density_max"):
+        ExtractConfig(link_density_max=0)
+
+
+def test_hostile_markup_does_not_crash():
+    deep = "<div>" * 5000 + "<p>" + "deep text, " * 30 + "</p>" + "</div>" * 5000
+    assert "deep text" in html_to_text(deep)
+    assert html_to_text("") == "" and html_to_text(b"\x00\xff\xfe garbage") is not None
+    assert html_to_text("<p>unclosed <b>bold <i>italic") is not None

@@ -1,0 +1,56 @@
+"""PII redaction: what must be caught, and the look-alikes that must be left alone."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from zephyr.engine import counters
+from zephyr.operators.extract import html_to_text
+from zephyr.operators.pii import PiiRedactor, redact_pii
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Write to john.doe@example.com or jane+news@mail.co.uk.", "Write to <EMAIL> or <EMAIL>."),
+        ("Server 192.168.1.10 answered; 8.8.8.8 too.", "Server <IP> answered; <IP> too."),
+        ("v6: 2001:db8::ff00:42:8329 and fe80:0:0:0:202:b3ff:fe1e:8329.", "v6: <IP> and <IP>."),
+        ("Call (555) 123-4567 or 555-123-4567.", "Call <PHONE> or <PHONE>."),
+        ("Ring +1 555 123 4567, +49 30 1234 5678 or +44 20 7946 0958.", "Ring <PHONE>, <PHONE> or <PHONE>."),
+    ],
+)
+def test_redacts(text, expected):
+    assert redact_pii(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The icon logo@2x.png is retina.",
+        "Release 1.2.3.4.5 and 10.0.0.256 are not addresses.",
+        "On 2019-11-19 it cost 1,234,567 dollars; ISBN 978-3-16-148410-0; order 20191119123456.",
+        "The match ended 3-2 at 12:30:45 on 12.05.2019 (+3 points).",
+        "C++ and x::y::z are code, not IPv6.",
+    ],
+)
+def test_leaves_look_alikes_alone(text):
+    assert redact_pii(text) == text
+
+
+def test_real_page_text_is_unchanged_without_pii(shared_data):
+    text = html_to_text(gzip.open(shared_data / "web-pages" / "heise.de.lithium.html.gz").read())
+    assert redact_pii(text) == text  # a real German news article: dates, numbers, no PII
+
+
+def test_operator_counts_and_toggles():
+    counters.reset()
+    doc = {"id": "1", "text": "Mail a@b.org from 10.1.2.3 or call 555-123-4567."}
+    out = PiiRedactor()(doc)
+    assert out["text"] == "Mail <EMAIL> from <IP> or call <PHONE>."
+    assert out["pii_counts"] == {"email": 1, "ip": 1, "phone": 1}
+    assert counters.reset() == {"pii/email": 1, "pii/ip": 1, "pii/phone": 1}
+    only_mail = PiiRedactor(ips=False, phones=False, email_token="[mail]")(doc)
+    assert only_mail["text"] == "Mail [mail] from 10.1.2.3 or call 555-123-4567."
+    assert doc["text"].startswith("Mail a@b.org")  # input not mutated

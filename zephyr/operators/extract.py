@@ -1,0 +1,694 @@
+"""HTML -> main-content text or Markdown, with a fast DOM-based boilerplate remover.
+
+Why our own extractor: trafilatura is accurate but slow (tens of pages/s on one core); resiliparse is fast
+but keeps more boilerplate. This module keeps trafilatura-level accuracy at several times its speed by
+doing the heavy lifting in lexbor (selectolax's C parser: CSS selection, subtree removal, text
+concatenation) and running a readability-style scorer in Python only over paragraph-like nodes.
+
+The algorithm is general (no per-site rules); it follows the well-known readability recipe:
+
+1. Parse; drop never-content elements (scripts, styles, forms controls, nav/aside/footer, hidden
+   elements) and elements whose class/id says boilerplate (menu, comment, share, related, ...) unless
+   it also says content (article, body, content, main, ...).
+2. Score paragraph-like nodes (p, pre, td, blockquote, and divs holding only inline content) by length
+   and commas; propagate the score to their ancestors with decay; weight by tag and class/id hints;
+   scale by (1 - link density). The best-scoring node is the article container; its siblings join it
+   when they score well or look like prose.
+3. Clean the container conditionally: drop sub-blocks that are link-dense, list- or image-heavy without
+   prose, or carry boilerplate hints.
+4. Serialize blocks to plain text or Markdown (headings, lists, tables, code blocks, quotes kept).
+5. When the result is implausibly short, retry with the hint-based steps switched off.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from zephyr.engine import counters
+from zephyr.operators.charset import decode_html
+
+__all__ = [
+    "ExtractConfig",
+    "ExtractedPage",
+    "extract_page",
+    "html_to_text",
+    "html_to_markdown",
+    "ExtractText",
+]
+
+
+def _require_selectolax():
+    try:
+        from selectolax.lexbor import LexborHTMLParser
+    except ImportError as exc:  # pragma: no cover - selectolax is in the operators extra
+        raise ImportError(
+            "zephyr.operators.extract needs selectolax>=1.0 (lexbor backend); "
+            "install it with: pip install 'zephyr[operators]'  (or: pip install 'selectolax>=1.0')"
+        ) from exc
+    return LexborHTMLParser
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """Knobs of the main-content extractor; defaults are readability's published constants.
+
+    min_paragraph_chars: paragraphs shorter than this do not vote for a container (readability: 25).
+    min_text_chars: a result shorter than this triggers a retry with less aggressive cleaning (500).
+    link_density_max: blocks whose linked-text share exceeds this are navigation (0.5 with strong
+        content hints, 0.2 without, as in readability's cleanConditionally).
+    include_tables, include_lists: keep data tables / lists found inside the article container.
+    fallback_to_body: when no container scores at all, return the whole cleaned body rather than "".
+    """
+
+    min_paragraph_chars: int = 25
+    min_text_chars: int = 500
+    link_density_max: float = 0.5
+    include_tables: bool = True
+    include_lists: bool = True
+    fallback_to_body: bool = True
+
+    def __post_init__(self) -> None:
+        if self.min_paragraph_chars < 0 or self.min_text_chars < 0:
+            raise ValueError(
+                f"ExtractConfig: min_paragraph_chars and min_text_chars must be >= 0, got "
+                f"{self.min_paragraph_chars} and {self.min_text_chars}"
+            )
+        if not 0.0 < self.link_density_max <= 1.0:
+            raise ValueError(f"ExtractConfig.link_density_max must be in (0, 1], got {self.link_density_max}")
+
+
+@dataclass(frozen=True)
+class ExtractedPage:
+    """What the extractor found: the title, main text (plain) and the same content as Markdown."""
+
+    title: str
+    text: str
+    markdown: str
+
+
+# --- step 1: cleaning --------------------------------------------------------------------------------
+
+_NEVER_CONTENT = (
+    "script, style, noscript, template, svg, math, canvas, iframe, object, embed, video, audio, "
+    "button, select, input, textarea, option, label, nav, aside, footer, header, dialog, menu, "
+    "link, meta, [hidden], [aria-hidden=true], [role=navigation], [role=banner], [role=contentinfo], "
+    "[role=complementary], [role=dialog], [role=alert], [role=menu], [role=menubar]"
+)
+_UNLIKELY = re.compile(
+    r"-ad-|\bads?\b|advert|ai2html|banner|breadcrumb|byline|combx|comment|community|cookie|consent|"
+    r"cover-wrap|disqus|extra|footer|gdpr|header|legends|menu|modal|newsletter|outbrain|taboola|"
+    r"pagination|pager|popup|promo|related|remark|replies|rss|share|sharing|shoutbox|sidebar|"
+    r"skyscraper|social|sponsor|subscri|supplemental|tags?\b|teaser|toolbar|tooltip|widget|"
+    r"yom-remote|signup|sign-up|paywall|recommend|trending|most-?popular|author-?bio|caption|credit",
+    re.IGNORECASE,
+)
+_MAYBE_CANDIDATE = re.compile(r"and|article|body|column|content|main|shadow|story|entry|post|text", re.I)
+_POSITIVE = re.compile(
+    r"article|body|content|entry|hentry|h-entry|main|page|pagination|post|text|blog|story|prose", re.I
+)
+_NEGATIVE = re.compile(
+    r"-ad-|hidden|^hid$| hid$| hid |^hid |banner|combx|comment|com-|contact|foot|footer|footnote|gdpr|"
+    r"masthead|media|meta|outbrain|promo|related|scroll|share|shoutbox|sidebar|skyscraper|sponsor|"
+    r"shopping|tags|tool|widget|caption|credit|newsletter|subscribe|social|byline|author",
+    re.I,
+)
+_HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+_PROTECTED_TAGS = frozenset({"html", "body", "article", "main", "a", "table", "tbody", "tr", "td", "th", "code", "pre"})
+
+
+@functools.lru_cache(maxsize=65536)
+def _is_unlikely(hint: str) -> bool:
+    # Class names repeat heavily within and across pages, so the regex verdict is cached per string.
+    return _UNLIKELY.search(hint) is not None and _MAYBE_CANDIDATE.search(hint) is None
+
+
+@functools.lru_cache(maxsize=65536)
+def _hint_weight(value: str) -> int:
+    weight = 0
+    if _NEGATIVE.search(value):
+        weight -= 25
+    if _POSITIVE.search(value):
+        weight += 25
+    return weight
+
+
+def _class_weight(node) -> int:
+    attrs = node.attributes
+    weight = 0
+    for value in (attrs.get("class"), attrs.get("id")):
+        if value:
+            weight += _hint_weight(value)
+    return weight
+
+
+def _remove_all(nodes: list) -> None:
+    # Reverse document order: a descendant is always removed before its ancestor, so no removal ever
+    # touches a node that an earlier removal already freed.
+    for node in reversed(nodes):
+        node.decompose()
+
+
+def _clean(body, strip_unlikely: bool) -> None:
+    # Three passes, each over a fresh selection in document order, so no pass holds a node that an
+    # earlier pass freed.
+    _remove_all(body.css(_NEVER_CONTENT))
+    _remove_all([n for n in body.css("[style]") if _HIDDEN_STYLE.search(n.attributes.get("style") or "")])
+    if strip_unlikely:
+        doomed = []
+        for node in body.css("[class], [id]"):
+            attrs = node.attributes
+            if _is_unlikely(f"{attrs.get('class') or ''} {attrs.get('id') or ''}") and node.tag not in _PROTECTED_TAGS:
+                doomed.append(node)
+        _remove_all(doomed)
+
+
+# --- step 2: scoring ---------------------------------------------------------------------------------
+
+_BLOCK_CHILD_TAGS = frozenset(
+    {"p", "div", "section", "article", "main", "ul", "ol", "dl", "table", "pre", "blockquote", "h1", "h2",
+     "h3", "h4", "h5", "h6", "figure", "form", "hr", "header", "footer", "address", "fieldset"}
+)
+_WS = re.compile(r"\s+")
+
+
+def _text(node) -> str:
+    return _WS.sub(" ", node.text(deep=True)).strip()
+
+
+def _visible_len(text: str) -> int:
+    """Characters that are not whitespace: a length measure immune to source indentation, and cheap."""
+    return len(text) - text.count(" ") - text.count("\n") - text.count("\t") - text.count("\r")
+
+
+def _link_density(node, text_len: int) -> float:
+    """Share of the node's visible characters that sit inside links (text_len from `_visible_len`)."""
+    if text_len == 0:
+        return 0.0
+    link_len = 0
+    for a in node.css("a"):
+        link_len += _visible_len(a.text(deep=True))
+    return min(1.0, link_len / text_len)
+
+
+def _initial_score(node, use_weights: bool) -> float:
+    tag = node.tag
+    score = 0.0
+    if tag == "div":
+        score = 5
+    elif tag in ("pre", "td", "blockquote"):
+        score = 3
+    elif tag in ("address", "ol", "ul", "dl", "dd", "dt", "li", "form"):
+        score = -3
+    elif tag in ("h1", "h2", "h3", "h4", "h5", "h6", "th"):
+        score = -5
+    if use_weights:
+        score += _class_weight(node)
+    return score
+
+
+def _has_block_child(node) -> bool:
+    child = node.child
+    while child is not None:
+        if child.tag in _BLOCK_CHILD_TAGS:
+            return True
+        child = child.next
+    return False
+
+
+def _paragraph_nodes(body) -> list:
+    nodes = body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6")
+    for div in body.css("div"):
+        if not _has_block_child(div):
+            nodes.append(div)
+    return nodes
+
+
+def _find_candidates(body, config: ExtractConfig, use_weights: bool):
+    """Readability's scoring: returns {mem_id: [node, score]} for every container that got votes."""
+    scores: dict[int, list] = {}
+    for para in _paragraph_nodes(body):
+        text = para.text(deep=True)
+        length = _visible_len(text)
+        if length < config.min_paragraph_chars:
+            continue
+        content_score = 1.0 + text.count(",") + text.count("，") + min(length // 100, 3)
+        ancestor = para.parent
+        level = 0
+        while ancestor is not None and level < 5:
+            tag = ancestor.tag
+            if tag in ("html", "-document", "#document") or tag is None:
+                break
+            key = ancestor.mem_id
+            entry = scores.get(key)
+            if entry is None:
+                entry = scores[key] = [ancestor, _initial_score(ancestor, use_weights)]
+            divider = 1 if level == 0 else (2 if level == 1 else level * 3)
+            entry[1] += content_score / divider
+            ancestor = ancestor.parent
+            level += 1
+    for entry in scores.values():
+        node = entry[0]
+        entry[1] *= 1.0 - _link_density(node, _visible_len(node.text(deep=True)))
+    return scores
+
+
+def _is_ancestor(ancestor, node) -> bool:
+    key = ancestor.mem_id
+    cur = node.parent
+    while cur is not None:
+        if cur.mem_id == key:
+            return True
+        cur = cur.parent
+    return False
+
+
+def _pick_top(body, scores: dict[int, list]):
+    if not scores:
+        return None, 0.0
+    ranked = sorted(scores.values(), key=lambda e: e[1], reverse=True)
+    top, top_score = ranked[0]
+    if top.tag == "body":
+        return top, top_score
+    # When several strong candidates share an ancestor, the article is that ancestor (readability).
+    alternatives = [node for node, score in ranked[1:5] if top_score > 0 and score / top_score >= 0.75]
+    if len(alternatives) >= 3:
+        parent = top.parent
+        while parent is not None and parent.tag not in ("body", "html"):
+            if sum(1 for alt in alternatives if _is_ancestor(parent, alt)) >= 3:
+                top = parent
+                break
+            parent = parent.parent
+        top_score = scores.get(top.mem_id, [top, top_score])[1]
+    # Climb while the parent scores comparably: the container may be split into scored halves.
+    parent = top.parent
+    last_score = top_score
+    threshold = last_score / 3
+    while parent is not None and parent.tag not in ("body", "html"):
+        entry = scores.get(parent.mem_id)
+        if entry is None:
+            parent = parent.parent
+            continue
+        if entry[1] < threshold:
+            break
+        if entry[1] > last_score:
+            top, top_score = parent, entry[1]
+            break
+        last_score = entry[1]
+        parent = parent.parent
+    # An only child carries no information of its own: use its parent.
+    while top.parent is not None and top.parent.tag not in ("body", "html") and _only_element_child(top):
+        top = top.parent
+        top_score = scores.get(top.mem_id, [top, top_score])[1]
+    return top, top_score
+
+
+def _only_element_child(node) -> bool:
+    parent = node.parent
+    child = parent.child
+    count = 0
+    while child is not None:
+        tag = child.tag
+        if tag == "-text":
+            if (child.text_content or "").strip():
+                return False
+        elif tag != "-comment":
+            count += 1
+            if count > 1:
+                return False
+        child = child.next
+    return True
+
+
+def _select_content(top, top_score: float, scores: dict[int, list], use_weights: bool) -> list:
+    """The top container plus the siblings that look like part of the article (readability)."""
+    parent = top.parent
+    if parent is None or top.tag == "body":
+        return [top]
+    threshold = max(10.0, top_score * 0.2)
+    top_class = top.attributes.get("class") or ""
+    selected = []
+    child = parent.child
+    top_key = top.mem_id
+    while child is not None:
+        if child.tag in ("-text", "-comment"):
+            child = child.next
+            continue
+        if child.mem_id == top_key:
+            selected.append(child)
+        else:
+            bonus = top_score * 0.2 if top_class and (child.attributes.get("class") or "") == top_class else 0.0
+            entry = scores.get(child.mem_id)
+            if entry is not None and entry[1] + bonus >= threshold:
+                selected.append(child)
+            elif child.tag == "p":
+                text = _text(child)
+                density = _link_density(child, _visible_len(text))
+                if len(text) > 80 and density < 0.25:
+                    selected.append(child)
+                elif 0 < len(text) <= 80 and density == 0 and re.search(r"\.( |$)", text):
+                    selected.append(child)
+        child = child.next
+    return selected
+
+
+# --- step 3: conditional cleaning --------------------------------------------------------------------
+
+
+def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None:
+    doomed = []
+    own = root.mem_id
+    for node in root.css("div, section, ul, ol, table, form, dl, figure"):
+        if node.mem_id == own:
+            continue  # the container itself was chosen by scoring; lexbor's css() includes it
+        tag = node.tag
+        if tag == "table" and not config.include_tables:
+            doomed.append(node)
+            continue
+        if tag in ("ul", "ol") and not config.include_lists:
+            doomed.append(node)
+            continue
+        if node.css_first("pre, code") is not None and tag not in ("ul", "ol"):
+            continue  # code samples are content even when they are short and link-free
+        weight = _class_weight(node) if use_weights else 0
+        if weight < 0:
+            doomed.append(node)
+            continue
+        text = node.text(deep=True)
+        if text.count(",") >= 10:
+            continue
+        text_len = _visible_len(text)
+        paragraphs = len(node.css("p"))
+        images = len(node.css("img"))
+        list_items = len(node.css("li")) - 100
+        inputs = len(node.css("input"))
+        density = _link_density(node, text_len)
+        is_list = tag in ("ul", "ol")
+        if tag == "figure":
+            doomed.append(node)  # captions and credits: not article prose
+        elif images > 1 and paragraphs / images < 0.5 and text_len < 200:
+            doomed.append(node)
+        elif not is_list and list_items > paragraphs:
+            doomed.append(node)
+        elif inputs > paragraphs // 3:
+            doomed.append(node)
+        elif not is_list and tag != "table" and text_len < 25 and (images == 0 or images > 2):
+            doomed.append(node)
+        elif weight < 25 and density > 0.2 + (0.15 if is_list else 0.0) and text_len < 1000:
+            doomed.append(node)
+        elif weight >= 25 and density > config.link_density_max:
+            doomed.append(node)
+    _remove_all(doomed)
+
+
+# --- step 4: serialization ---------------------------------------------------------------------------
+
+_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+_BLOCKS = frozenset(
+    {"p", "div", "section", "article", "main", "header", "footer", "address", "center", "details",
+     "summary", "dl", "dt", "dd", "figure", "figcaption", "caption", "form", "fieldset", "tr", "hgroup"}
+)
+_SKIP = frozenset({"-comment", "img", "picture", "source", "head", "title", "style", "script", "noscript"})
+
+
+class _Writer:
+    """Walks a subtree once and emits blocks; Markdown and plain text share the walk."""
+
+    def __init__(self, markdown: bool) -> None:
+        self.markdown = markdown
+        self.blocks: list[str] = []
+        self.inline: list[str] = []
+        self.prefix = ""
+        self.list_stack: list[list] = []  # [kind, counter]
+        self.quote_starts: list[int] = []  # index of the first block of each open <blockquote>
+
+    def flush(self) -> None:
+        if not self.inline:
+            return
+        text = _WS.sub(" ", "".join(self.inline)).strip()
+        self.inline = []
+        if text:
+            self.blocks.append(self.prefix + text)
+            self.prefix = ""
+        # a prefix set for an empty block (e.g. an empty <li>) is dropped with it
+
+    def emit_block(self, text: str) -> None:
+        self.flush()
+        if text.strip():
+            self.blocks.append(text)
+
+    def walk(self, root) -> None:
+        # Iterative walk (deep DOMs exceed Python's recursion limit); "exit" events close blocks.
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, leaving = stack.pop()
+            tag = node.tag
+            if leaving:
+                self._leave(node, tag)
+                continue
+            if tag == "-text":
+                content = node.text_content
+                if content:
+                    self.inline.append(content)
+                continue
+            if tag in _SKIP:
+                continue
+            if tag == "br":
+                self._line_break()
+                continue
+            if tag == "hr":
+                self.flush()
+                continue
+            if tag == "pre":
+                self._pre(node)
+                continue
+            if tag == "table":
+                if self._data_table(node):
+                    continue
+            if tag in _HEADINGS:
+                self.flush()
+                heading = _text(node)
+                if heading:
+                    self.blocks.append(("#" * _HEADINGS[tag] + " " + heading) if self.markdown else heading)
+                continue
+            if tag in ("ul", "ol"):
+                self.flush()
+                self.list_stack.append([tag, 0])
+            elif tag == "li":
+                self.flush()
+                indent = "  " * max(0, len(self.list_stack) - 1)
+                if self.list_stack:
+                    self.list_stack[-1][1] += 1
+                    kind, count = self.list_stack[-1]
+                else:
+                    kind, count = "ul", 1
+                if self.markdown:
+                    self.prefix = indent + (f"{count}. " if kind == "ol" else "- ")
+            elif tag == "blockquote":
+                self.flush()
+                self.quote_starts.append(len(self.blocks))
+            elif tag in _BLOCKS or tag in ("td", "th"):
+                self.flush()
+            elif tag == "code" and self.markdown:
+                self.inline.append("`")
+            stack.append((node, True))
+            children = []
+            child = node.child
+            while child is not None:
+                children.append(child)
+                child = child.next
+            for child in reversed(children):
+                stack.append((child, False))
+
+    def _leave(self, node, tag: str) -> None:
+        if tag in ("ul", "ol"):
+            self.flush()
+            if self.list_stack:
+                self.list_stack.pop()
+        elif tag == "blockquote":
+            self.flush()
+            start = self.quote_starts.pop() if self.quote_starts else len(self.blocks)
+            if self.markdown:
+                # Quote every block emitted since the blockquote opened (nested quotes nest "> ").
+                for i in range(start, len(self.blocks)):
+                    self.blocks[i] = "\n".join("> " + line for line in self.blocks[i].split("\n"))
+        elif tag == "code" and self.markdown:
+            self.inline.append("`")
+        elif tag in _BLOCKS or tag in ("li", "td", "th"):
+            self.flush()
+
+    def _line_break(self) -> None:
+        if self.inline:
+            self.inline.append("\n")
+            # a line break inside a block: keep it as a separate line
+            text = _WS.sub(" ", "".join(self.inline[:-1])).strip()
+            self.inline = []
+            if text:
+                self.blocks.append(self.prefix + text)
+                self.prefix = ""
+
+    def _pre(self, node) -> None:
+        self.flush()
+        raw = node.text(deep=True).strip("\n")
+        if not raw.strip():
+            return
+        if self.markdown:
+            self.blocks.append("```\n" + raw.rstrip() + "\n```")
+        else:
+            self.blocks.append(raw.rstrip())
+
+    def _data_table(self, table) -> bool:
+        """Render a data table; return False for layout tables (nested tables or block content)."""
+        own = table.mem_id  # lexbor's css() matches the node itself too
+        if any(n.mem_id != own for n in table.css("table, p, div, ul, ol, pre, h1, h2, h3, h4, h5, h6")):
+            return False
+        rows = []
+        for tr in table.css("tr"):
+            cells = [_text(cell).replace("|", "\\|" if self.markdown else "|") for cell in tr.css("th, td")]
+            if any(cells):
+                rows.append(cells)
+        if not rows:
+            return True
+        self.flush()
+        if not self.markdown:
+            self.blocks.append("\n".join(" | ".join(c for c in row if c) for row in rows))
+            return True
+        width = max(len(r) for r in rows)
+        rows = [r + [""] * (width - len(r)) for r in rows]
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * width]
+        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+        self.blocks.append("\n".join(lines))
+        return True
+
+    def result(self) -> str:
+        self.flush()
+        return "\n\n".join(self.blocks) if self.markdown else "\n".join(self.blocks)
+
+
+def _serialize(nodes: list, markdown: bool) -> str:
+    writer = _Writer(markdown)
+    for node in nodes:
+        writer.walk(node)
+        writer.flush()
+    return writer.result()
+
+
+# --- entry points -------------------------------------------------------------------------------------
+
+
+def _title(tree) -> str:
+    node = tree.css_first("meta[property='og:title']")
+    if node is not None and (node.attributes.get("content") or "").strip():
+        return _WS.sub(" ", node.attributes["content"]).strip()
+    node = tree.css_first("title")
+    if node is not None:
+        return _text(node)
+    node = tree.css_first("h1")
+    return _text(node) if node is not None else ""
+
+
+def _drop_title_heading(nodes: list, title: str) -> None:
+    if not title:
+        return
+    norm_title = re.sub(r"\W+", " ", title.lower()).strip()
+    doomed = []
+    for node in nodes:
+        for heading in node.css("h1, h2"):
+            text = re.sub(r"\W+", " ", _text(heading).lower()).strip()
+            if text and (text == norm_title or (len(text) > 15 and text in norm_title)):
+                doomed.append(heading)
+    _remove_all(doomed)
+
+
+def _extract_once(html: str, config: ExtractConfig, strip_unlikely: bool, use_weights: bool, clean_cond: bool):
+    parser_cls = _require_selectolax()
+    tree = parser_cls(html)
+    title = _title(tree)
+    body = tree.body
+    if body is None:
+        return title, [], tree
+    _clean(body, strip_unlikely)
+    scores = _find_candidates(body, config, use_weights)
+    top, top_score = _pick_top(body, scores)
+    if top is None:
+        return title, ([body] if config.fallback_to_body else []), tree
+    nodes = _select_content(top, top_score, scores, use_weights)
+    if clean_cond:
+        for node in nodes:
+            _clean_conditionally(node, config, use_weights)
+    _drop_title_heading(nodes, title)
+    return title, nodes, tree
+
+
+def extract_page(html: str | bytes, config: ExtractConfig = ExtractConfig(), *, content_type: str | None = None) -> ExtractedPage:
+    """Extract the main content of one page as plain text and Markdown.
+
+    `html` may be bytes (the charset is detected, see `zephyr.operators.charset`) or str.
+    Never raises on bad markup: a page with no recognizable content yields empty strings.
+
+    >>> extract_page("<html><body><nav>Home</nav><article><p>" + "Real prose, here. " * 20 + "</p></article></body></html>").text[:10]
+    'Real prose'
+    """
+    text_html = decode_html(html, content_type)
+    attempts = ((True, True, True), (False, True, True), (False, False, True), (False, False, False))
+    best: tuple[str, str, str] | None = None
+    for strip_unlikely, use_weights, clean_cond in attempts:
+        title, nodes, tree = _extract_once(text_html, config, strip_unlikely, use_weights, clean_cond)
+        text = _serialize(nodes, markdown=False)
+        if best is None or len(text) > len(best[1]):
+            markdown = _serialize(nodes, markdown=True)
+            best = (title, text, markdown)
+        del tree
+        if len(text) >= config.min_text_chars:
+            break
+    assert best is not None
+    return ExtractedPage(title=best[0], text=best[1], markdown=best[2])
+
+
+def html_to_text(html: str | bytes, config: ExtractConfig = ExtractConfig()) -> str:
+    """Main-content plain text of a page (one block per line)."""
+    return extract_page(html, config).text
+
+
+def html_to_markdown(html: str | bytes, config: ExtractConfig = ExtractConfig()) -> str:
+    """Main content of a page as Markdown: headings, lists, tables and code blocks kept."""
+    return extract_page(html, config).markdown
+
+
+@dataclass(frozen=True)
+class ExtractText:
+    """Document operator: `html` field -> `text` (and optionally `markdown`), for `Dataset.map`.
+
+    Adds `title` to metadata. Pages whose extraction is empty keep `text=""` and get
+    `filter_reason="extract_empty"` so a later filter drops them with a stable reason; counters:
+    `extract/documents`, `extract/empty`.
+    """
+
+    config: ExtractConfig = ExtractConfig()
+    html_field: str = "html"
+    markdown: bool = False
+    keep_html: bool = False
+
+    def __call__(self, doc: dict) -> dict:
+        raw = doc.get(self.html_field)
+        if raw is None:
+            raise KeyError(
+                f"ExtractText expected an HTML field {self.html_field!r} in document "
+                f"{doc.get('id')!r}, got fields {sorted(doc)}; set ExtractText(html_field=...) to the field "
+                "that holds the page"
+            )
+        content_type = (doc.get("metadata") or {}).get("content_type")
+        page = extract_page(raw, self.config, content_type=content_type)
+        out = {k: v for k, v in doc.items() if k != self.html_field or self.keep_html}
+        out["text"] = page.markdown if self.markdown else page.text
+        metadata = dict(out.get("metadata") or {})
+        metadata["title"] = page.title
+        out["metadata"] = metadata
+        counters.increment("extract/documents")
+        if not out["text"].strip():
+            counters.increment("extract/empty")
+            out.setdefault("filter_reason", "extract_empty")
+        return out
+

@@ -1,0 +1,343 @@
+"""Heuristic quality rules: Gopher quality + repetition, C4, FineWeb, with their published thresholds.
+
+Every signal any rule needs is computed once per document by `quality_signals(text)` (one split into
+words, lines and paragraphs; one pass per n-gram size) and stored on the document as `quality_signals`,
+so thresholds can be re-tuned later from the stored signals without recomputing anything. Rules are
+frozen dataclasses whose fields are the thresholds (defaults = the paper's numbers) and whose `check`
+returns the stable reason string of the first threshold violated, or None:
+
+- Gopher (Rae et al. 2021, "Scaling Language Models: Methods, Analysis & Insights from Training
+  Gopher", https://arxiv.org/abs/2112.11446, appendix A, Table A1): `gopher_rep_*`, `gopher_*`.
+- C4 (Raffel et al. 2020, https://jmlr.org/papers/volume21/20-074/20-074.pdf, section 2.2, and the
+  TFDS c4_utils reference): `c4_*`. The bad-words list is not applied (it needs a download).
+- FineWeb (Penedo et al. 2024, https://arxiv.org/abs/2406.17557, section 3.4): `fineweb_*`.
+
+`QualityFilter` runs a tuple of rules, records the first failing rule's reason in `filter_reason`
+(never overwriting an earlier stage's reason) and counts `quality/dropped/<reason>`; a later
+`filter` step drops by that field.
+
+Words are whitespace tokens, as in the papers; languages written without spaces (zh, ja, th) get
+meaningless word statistics, so run these rules after language id on space-delimited languages only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from zephyr.engine import counters
+
+__all__ = [
+    "quality_signals",
+    "GopherRepetition",
+    "GopherQuality",
+    "C4Quality",
+    "FineWebQuality",
+    "QualityFilter",
+    "QualityRule",
+]
+
+_TERMINAL = (".", "!", "?", '"', "'", "\u201d", "\u2019", "\u3002", "\uff01", "\uff1f", "\u2026")
+_C4_TERMINAL = (".", "?", "!", '"', "'")
+_BULLETS = ("\u2022", "\u2023", "\u25cf", "\u25cb", "\u25aa", "\u25e6", "-", "*", "\u2013", "\u2014", "\u00b7")
+_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+_ALPHA = re.compile(r"[^\W\d_]")
+_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
+_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f]+(?=\s|$)")
+_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+_PUNCT_STRIP = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~\u201c\u201d\u2018\u2019\u00ab\u00bb"
+
+
+def _duplicate_stats(items: list[str]) -> tuple[int, int]:
+    """(count, characters) of items that repeat an earlier item: Gopher's duplicate line/paragraph measure."""
+    seen: set[str] = set()
+    dup_count = dup_chars = 0
+    for item in items:
+        if item in seen:
+            dup_count += 1
+            dup_chars += len(item)
+        else:
+            seen.add(item)
+    return dup_count, dup_chars
+
+
+def _top_ngram_char_fraction(words: list[str], n: int, total_chars: int) -> float:
+    """Characters covered by the most frequent n-gram (count x its length) over all word characters."""
+    if len(words) < n or total_chars == 0:
+        return 0.0
+    grams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+    gram, count = grams.most_common(1)[0]
+    if count <= 1:
+        return 0.0
+    return min(1.0, sum(len(w) for w in gram) * count / total_chars)
+
+
+def _dup_ngram_char_fraction(words: list[str], n: int, total_chars: int) -> float:
+    """Characters of words inside any n-gram that occurs more than once, each character counted once."""
+    if len(words) < n or total_chars == 0:
+        return 0.0
+    first_seen: dict[tuple[str, ...], int] = {}
+    covered = bytearray(len(words))
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i : i + n])
+        j = first_seen.get(gram)
+        if j is None:
+            first_seen[gram] = i
+            continue
+        covered[i : i + n] = b"\x01" * n
+        covered[j : j + n] = b"\x01" * n
+    return sum(len(w) for w, c in zip(words, covered) if c) / total_chars
+
+
+def quality_signals(text: str) -> dict[str, float | int]:
+    """All signals the Gopher, C4 and FineWeb rules read, computed in one go."""
+    words = text.split()
+    n_words = len(words)
+    word_chars = sum(len(w) for w in words)
+    raw_lines = text.split("\n")
+    lines = [ln.strip() for ln in raw_lines if ln.strip()]
+    n_lines = len(lines)
+    paragraphs = [p.strip() for p in re.split(r"\n{2,}", text) if p.strip()]
+    lowered_words = [w.lower().strip(_PUNCT_STRIP) for w in words]
+    stripped_lengths = [len(w) for w in lowered_words if w]
+
+    dup_lines, dup_line_chars = _duplicate_stats(lines)
+    dup_paras, dup_para_chars = _duplicate_stats(paragraphs)
+    text_chars = max(1, len(text))
+    signals: dict[str, float | int] = {
+        "chars": len(text),
+        "words": n_words,
+        "lines": n_lines,
+        "paragraphs": len(paragraphs),
+        "mean_word_length": (sum(stripped_lengths) / len(stripped_lengths)) if stripped_lengths else 0.0,
+        "hash_word_ratio": text.count("#") / n_words if n_words else 0.0,
+        "ellipsis_word_ratio": (text.count("...") + text.count("\u2026")) / n_words if n_words else 0.0,
+        "bullet_lines_ratio": sum(1 for ln in lines if ln.startswith(_BULLETS)) / n_lines if n_lines else 0.0,
+        "ellipsis_lines_ratio": (
+            sum(1 for ln in lines if ln.endswith(("...", "\u2026"))) / n_lines if n_lines else 0.0
+        ),
+        "alpha_words_ratio": sum(1 for w in words if _ALPHA.search(w)) / n_words if n_words else 0.0,
+        "stop_words": sum(1 for w in lowered_words if w in _STOP_WORDS),
+        "dup_line_frac": dup_lines / n_lines if n_lines else 0.0,
+        "dup_line_char_frac": dup_line_chars / text_chars,
+        "dup_para_frac": dup_paras / len(paragraphs) if paragraphs else 0.0,
+        "dup_para_char_frac": dup_para_chars / text_chars,
+        # FineWeb
+        "terminal_punct_lines_ratio": sum(1 for ln in lines if ln.endswith(_TERMINAL)) / n_lines if n_lines else 0.0,
+        "short_lines_ratio": sum(1 for ln in lines if len(ln) <= 30) / n_lines if n_lines else 0.0,
+        "newline_word_ratio": text.count("\n") / n_words if n_words else 0.0,
+    }
+    for n in (2, 3, 4):
+        signals[f"top_{n}gram_char_frac"] = _top_ngram_char_fraction(lowered_words, n, word_chars)
+    for n in range(5, 11):
+        signals[f"dup_{n}gram_char_frac"] = _dup_ngram_char_fraction(lowered_words, n, word_chars)
+    signals.update(_c4_signals(raw_lines))
+    return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in signals.items()}
+
+
+def _c4_signals(raw_lines: list[str]) -> dict[str, float | int]:
+    """C4's line filter, recorded as signals: what it keeps, how many sentences that has, and the
+    document-level triggers (lorem ipsum, curly bracket) found on kept-candidate lines."""
+    kept = sentences = 0
+    lorem = curly = 0
+    for raw in raw_lines:
+        line = raw.strip()
+        if not line:
+            continue
+        words = line.split()
+        if any(len(w) > 1000 for w in words):
+            continue
+        line = _CITATION.sub("", line)
+        if not line.endswith(_C4_TERMINAL) or line.endswith("..."):
+            continue
+        if len(words) < 3:
+            continue
+        lower = line.lower()
+        if "lorem ipsum" in lower:
+            lorem = 1
+        if "javascript" in lower:
+            continue
+        if "{" in line:
+            curly = 1
+        if any(p in lower for p in _POLICY):
+            continue
+        kept += 1
+        sentences += max(1, len(_SENTENCE_END.findall(line)))
+    return {"c4_kept_lines": kept, "c4_sentences": sentences, "c4_lorem_ipsum": lorem, "c4_curly_bracket": curly}
+
+
+class QualityRule(Protocol):
+    def check(self, signals: dict[str, float | int]) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class GopherRepetition:
+    """Gopher repetition removal (Rae et al. 2021, Table A1, https://arxiv.org/abs/2112.11446)."""
+
+    dup_line_frac: float = 0.30
+    dup_para_frac: float = 0.30
+    dup_line_char_frac: float = 0.20
+    dup_para_char_frac: float = 0.20
+    top_ngram_char_frac: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
+    dup_ngram_char_frac: tuple[tuple[int, float], ...] = (
+        (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10),
+    )
+
+    def __post_init__(self) -> None:
+        for n, _ in self.top_ngram_char_frac:
+            if n not in (2, 3, 4):
+                raise ValueError(f"GopherRepetition.top_ngram_char_frac supports n in 2..4 (signals computed), got n={n}")
+        for n, _ in self.dup_ngram_char_frac:
+            if not 5 <= n <= 10:
+                raise ValueError(f"GopherRepetition.dup_ngram_char_frac supports n in 5..10 (signals computed), got n={n}")
+
+    def check(self, s: dict[str, float | int]) -> str | None:
+        if s["dup_line_frac"] > self.dup_line_frac:
+            return "gopher_rep_dup_line_frac"
+        if s["dup_para_frac"] > self.dup_para_frac:
+            return "gopher_rep_dup_para_frac"
+        if s["dup_line_char_frac"] > self.dup_line_char_frac:
+            return "gopher_rep_dup_line_char_frac"
+        if s["dup_para_char_frac"] > self.dup_para_char_frac:
+            return "gopher_rep_dup_para_char_frac"
+        for n, limit in self.top_ngram_char_frac:
+            if s[f"top_{n}gram_char_frac"] > limit:
+                return f"gopher_rep_top_{n}gram"
+        for n, limit in self.dup_ngram_char_frac:
+            if s[f"dup_{n}gram_char_frac"] > limit:
+                return f"gopher_rep_dup_{n}gram"
+        return None
+
+
+@dataclass(frozen=True)
+class GopherQuality:
+    """Gopher quality filter (Rae et al. 2021, appendix A.1.1, https://arxiv.org/abs/2112.11446).
+
+    `min_alpha_words_ratio`: at least 80% of words must contain an alphabetic character.
+    `min_stop_words`: at least 2 of the English stop words {the, be, to, of, and, that, have, with}
+    (English-only: disable with None for other languages).
+    """
+
+    min_words: int = 50
+    max_words: int = 100_000
+    min_mean_word_length: float = 3.0
+    max_mean_word_length: float = 10.0
+    max_symbol_word_ratio: float = 0.1
+    max_bullet_lines_ratio: float = 0.9
+    max_ellipsis_lines_ratio: float = 0.3
+    min_alpha_words_ratio: float = 0.8
+    min_stop_words: int | None = 2
+
+    def check(self, s: dict[str, float | int]) -> str | None:
+        if s["words"] < self.min_words:
+            return "gopher_too_few_words"
+        if s["words"] > self.max_words:
+            return "gopher_too_many_words"
+        if s["mean_word_length"] < self.min_mean_word_length:
+            return "gopher_short_mean_word_length"
+        if s["mean_word_length"] > self.max_mean_word_length:
+            return "gopher_long_mean_word_length"
+        if s["hash_word_ratio"] > self.max_symbol_word_ratio:
+            return "gopher_hash_ratio"
+        if s["ellipsis_word_ratio"] > self.max_symbol_word_ratio:
+            return "gopher_ellipsis_ratio"
+        if s["bullet_lines_ratio"] > self.max_bullet_lines_ratio:
+            return "gopher_bullet_lines"
+        if s["ellipsis_lines_ratio"] > self.max_ellipsis_lines_ratio:
+            return "gopher_ellipsis_lines"
+        if s["alpha_words_ratio"] < self.min_alpha_words_ratio:
+            return "gopher_alpha_words"
+        if self.min_stop_words is not None and s["stop_words"] < self.min_stop_words:
+            return "gopher_stop_words"
+        return None
+
+
+@dataclass(frozen=True)
+class C4Quality:
+    """C4 document rules (Raffel et al. 2020, section 2.2): after C4's line filter (terminal
+    punctuation, >= 3 words, no "javascript", no policy boilerplate), at least `min_sentences`
+    sentences must remain; pages with "lorem ipsum" or a curly bracket are dropped."""
+
+    min_sentences: int = 5
+    drop_lorem_ipsum: bool = True
+    drop_curly_bracket: bool = True
+
+    def check(self, s: dict[str, float | int]) -> str | None:
+        if self.drop_lorem_ipsum and s["c4_lorem_ipsum"]:
+            return "c4_lorem_ipsum"
+        if self.drop_curly_bracket and s["c4_curly_bracket"]:
+            return "c4_curly_bracket"
+        if s["c4_sentences"] < self.min_sentences:
+            return "c4_too_few_sentences"
+        return None
+
+
+@dataclass(frozen=True)
+class FineWebQuality:
+    """FineWeb's own rules (Penedo et al. 2024, section 3.4, https://arxiv.org/abs/2406.17557):
+    lines ending in punctuation >= 12%, lines of <= 30 chars <= 67%, characters in duplicated lines
+    <= 1%, newlines per word <= 0.3."""
+
+    min_terminal_punct_lines_ratio: float = 0.12
+    max_short_lines_ratio: float = 0.67
+    max_dup_line_char_frac: float = 0.01
+    max_newline_word_ratio: float = 0.3
+
+    def check(self, s: dict[str, float | int]) -> str | None:
+        if s["lines"] == 0:
+            return "fineweb_empty"
+        if s["terminal_punct_lines_ratio"] < self.min_terminal_punct_lines_ratio:
+            return "fineweb_line_punct_ratio"
+        if s["short_lines_ratio"] > self.max_short_lines_ratio:
+            return "fineweb_short_line_ratio"
+        if s["dup_line_char_frac"] > self.max_dup_line_char_frac:
+            return "fineweb_char_dup_ratio"
+        if s["newline_word_ratio"] > self.max_newline_word_ratio:
+            return "fineweb_list_ratio"
+        return None
+
+
+def _default_rules() -> tuple:
+    return (GopherRepetition(), GopherQuality(), C4Quality(), FineWebQuality())
+
+
+@dataclass(frozen=True)
+class QualityFilter:
+    """Document operator: adds `quality_signals` and, when a rule fails, `filter_reason`.
+
+    Rules run in order and the first failure is recorded (the FineWeb pipeline order: Gopher
+    repetition, Gopher quality, C4, FineWeb). Signals already on the document are reused, so
+    re-running with other thresholds costs nothing. `all_reasons=True` also stores every failing
+    rule in `quality_reasons` (for threshold studies).
+    """
+
+    rules: Sequence[QualityRule] = field(default_factory=_default_rules)
+    text_field: str = "text"
+    all_reasons: bool = False
+
+    def __call__(self, doc: dict) -> dict:
+        out = dict(doc)
+        signals = out.get("quality_signals")
+        if not signals:
+            signals = quality_signals(out.get(self.text_field) or "")
+            out["quality_signals"] = signals
+        reasons = []
+        for rule in self.rules:
+            reason = rule.check(signals)
+            if reason:
+                reasons.append(reason)
+                if not self.all_reasons:
+                    break
+        if self.all_reasons:
+            out["quality_reasons"] = reasons
+        if reasons:
+            counters.increment(f"quality/failed/{reasons[0]}")
+            if not out.get("filter_reason"):
+                out["filter_reason"] = reasons[0]
+                counters.increment(f"quality/dropped/{reasons[0]}")
+        else:
+            counters.increment("quality/passed")
+        return out

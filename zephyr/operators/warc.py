@@ -1,0 +1,242 @@
+"""Read Common Crawl WARC / WET (and legacy ARC) files into Zephyr documents.
+
+WARC `response` records become `{id, url, html, source, metadata}` (the page decoded to str with the
+charset of the HTTP header, the page's `<meta>`, or detection); WET `conversion` records become
+`{id, url, text, source, metadata}`. Everything skipped is counted, never silent:
+
+    warc/records          records seen (any type)
+    warc/documents        documents yielded
+    warc/skipped_type     request / metadata / warcinfo / revisit / resource ... records
+    warc/skipped_status   HTTP status not in `allowed_statuses` (redirects, errors)
+    warc/skipped_non_html content type not HTML (images, JSON, PDFs ...)
+    warc/skipped_too_large  payload larger than `max_payload_bytes`
+    warc/malformed        a record that could not be parsed; the rest of that file cannot be located
+                          reliably, so reading stops there with a warning naming the file and offset
+
+A malformed or truncated file never fails the pipeline: real crawls contain them.
+
+Why fastwarc: it parses several times faster than warcio and decodes chunked / gzip HTTP payloads
+in C. ARC files (pre-2008 crawls) go through warcio, which is the one reader that still speaks ARC.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from zephyr.engine import counters
+from zephyr.engine.fs import open_url
+from zephyr.operators.charset import decode_html
+
+__all__ = ["WarcReadConfig", "read_warc", "ReadWarc"]
+
+log = logging.getLogger(__name__)
+
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+@dataclass(frozen=True)
+class WarcReadConfig:
+    """What to keep from a WARC/WET file.
+
+    allowed_statuses: HTTP statuses whose pages are kept (Common Crawl pipelines keep 200 only).
+    html_only: keep only HTML responses (by HTTP Content-Type; a missing type is sniffed from the bytes).
+    max_payload_bytes: larger payloads are skipped (Common Crawl truncates at 1 MiB; 0 would skip all,
+        so the bound must be positive).
+    """
+
+    allowed_statuses: tuple[int, ...] = (200,)
+    html_only: bool = True
+    max_payload_bytes: int = 5 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_payload_bytes <= 0:
+            raise ValueError(
+                f"WarcReadConfig.max_payload_bytes must be positive, got {self.max_payload_bytes}; "
+                "use a large number to keep everything"
+            )
+
+
+def _is_html(content_type: str | None, payload: bytes) -> bool:
+    if content_type:
+        return content_type.split(";", 1)[0].strip().lower() in _HTML_TYPES
+    head = payload[:512].lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html")) or b"<html" in head
+
+
+def _is_arc(url: str) -> bool:
+    name = url.lower()
+    return name.endswith(".arc") or name.endswith(".arc.gz")
+
+
+def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[dict]:
+    """Yield the documents of one WARC, WET or ARC file (local path or any fsspec URL), in file order."""
+    if _is_arc(url):
+        yield from _read_arc(url, config)
+        return
+    try:
+        from fastwarc.warc import ArchiveIterator, WarcRecordType
+    except ImportError as exc:  # pragma: no cover - fastwarc is in the operators extra
+        raise ImportError("reading WARC files needs fastwarc: pip install 'fastwarc>=0.14'") from exc
+
+    wanted = WarcRecordType.response | WarcRecordType.conversion
+    offset = 0
+    with open_url(url, "rb", compression=None) as stream:
+        iterator = ArchiveIterator(
+            stream, parse_http=True, record_types=WarcRecordType.any_type, auto_decode="all", fsspec_args=False
+        )
+        records = iter(iterator)
+        while True:
+            try:
+                record = next(records)
+            except StopIteration:
+                return
+            except Exception as exc:  # fastwarc raises OSError / ValueError on broken framing
+                counters.increment("warc/malformed")
+                log.warning(
+                    "%s: malformed WARC record after byte %d (%s); skipping the rest of this file", url, offset, exc
+                )
+                return
+            offset = record.stream_pos
+            counters.increment("warc/records")
+            if not (record.record_type & wanted):
+                counters.increment("warc/skipped_type")
+                continue
+            try:
+                doc = _document_from_fastwarc(record, url, config)
+            except Exception as exc:
+                counters.increment("warc/malformed")
+                log.warning("%s: malformed WARC record at byte %d (%s); skipped", url, offset, exc)
+                continue
+            if doc is not None:
+                counters.increment("warc/documents")
+                yield doc
+
+
+def _document_from_fastwarc(record, url: str, config: WarcReadConfig) -> dict | None:
+    from fastwarc.warc import WarcRecordType
+
+    headers = record.headers
+    target = (headers.get("WARC-Target-URI") or "").strip().strip("<>")
+    metadata = {
+        "warc_date": headers.get("WARC-Date"),
+        "warc_file": url,
+        "offset": record.stream_pos,
+    }
+    if record.record_type == WarcRecordType.conversion:  # WET: already plain text
+        if record.content_length > config.max_payload_bytes:
+            counters.increment("warc/skipped_too_large")
+            return None
+        text = record.reader.read().decode("utf-8", errors="replace")
+        metadata["refers_to"] = headers.get("WARC-Refers-To")
+        metadata["identified_language"] = headers.get("WARC-Identified-Content-Language")
+        return {"id": record.record_id, "url": target, "text": text, "source": url, "metadata": metadata}
+
+    http = record.http_headers
+    if http is None or not http.status_code:
+        counters.increment("warc/malformed")  # a response record without a parseable HTTP message
+        log.warning("%s: response record at byte %d has no parseable HTTP status line; skipped", url, record.stream_pos)
+        return None
+    status = http.status_code
+    if status not in config.allowed_statuses:
+        counters.increment("warc/skipped_status")
+        return None
+    if record.content_length > config.max_payload_bytes:
+        counters.increment("warc/skipped_too_large")
+        return None
+    content_type = record.http_content_type or http.get("Content-Type")
+    payload = record.reader.read()
+    if config.html_only and not _is_html(content_type, payload):
+        counters.increment("warc/skipped_non_html")
+        return None
+    metadata.update({"http_status": status, "content_type": http.get("Content-Type")})
+    html = decode_html(payload, http.get("Content-Type"))
+    return {"id": record.record_id, "url": target, "html": html, "source": url, "metadata": metadata}
+
+
+def _read_arc(url: str, config: WarcReadConfig) -> Iterator[dict]:
+    try:
+        from warcio.archiveiterator import ArchiveIterator
+    except ImportError as exc:  # pragma: no cover - warcio is in the operators extra
+        raise ImportError("reading ARC files needs warcio: pip install 'warcio>=1.7'") from exc
+    offset = 0
+    with open_url(url, "rb", compression=None) as stream:
+        records = iter(ArchiveIterator(stream, arc2warc=True))
+        while True:
+            try:
+                record = next(records)
+                offset = records.get_record_offset() if hasattr(records, "get_record_offset") else offset
+            except StopIteration:
+                return
+            except Exception as exc:  # warcio: ArchiveLoadFailed, ValueError on broken ARC headers
+                counters.increment("warc/malformed")
+                log.warning("%s: malformed ARC record after byte %d (%s); skipping the rest of this file", url, offset, exc)
+                return
+            counters.increment("warc/records")
+            if record.rec_type != "response":
+                counters.increment("warc/skipped_type")
+                continue
+            try:
+                doc = _document_from_warcio(record, url, config)
+            except Exception as exc:
+                counters.increment("warc/malformed")
+                log.warning("%s: malformed ARC record at byte %d (%s); skipped", url, offset, exc)
+                continue
+            if doc is not None:
+                counters.increment("warc/documents")
+                yield doc
+
+
+def _document_from_warcio(record, url: str, config: WarcReadConfig) -> dict | None:
+    http = record.http_headers
+    code = http.get_statuscode() if http is not None else None
+    if not code or not code.isdigit():
+        counters.increment("warc/malformed")  # e.g. an ARC record with a broken length or status line
+        log.warning("%s: ARC response for %r has no parseable HTTP status line; skipped", url,
+                    record.rec_headers.get_header("WARC-Target-URI"))
+        return None
+    status = int(code)
+    if status not in config.allowed_statuses:
+        counters.increment("warc/skipped_status")
+        return None
+    payload = record.content_stream().read(config.max_payload_bytes + 1)
+    if len(payload) > config.max_payload_bytes:
+        counters.increment("warc/skipped_too_large")
+        return None
+    content_type = http.get_header("Content-Type") if http is not None else None
+    if config.html_only and not _is_html(content_type, payload):
+        counters.increment("warc/skipped_non_html")
+        return None
+    headers = record.rec_headers
+    target = (headers.get_header("WARC-Target-URI") or "").strip().strip("<>")
+    record_id = headers.get_header("WARC-Record-ID") or f"<arc:{url}#{target}@{headers.get_header('WARC-Date')}>"
+    metadata = {
+        "warc_date": headers.get_header("WARC-Date"),
+        "warc_file": url,
+        "http_status": status,
+        "content_type": content_type,
+    }
+    html = decode_html(payload, content_type)
+    return {"id": record_id, "url": target, "html": html, "source": url, "metadata": metadata}
+
+
+@dataclass(frozen=True)
+class ReadWarc:
+    """`Dataset.flat_map` step: a record naming a file (`{"path": url}` or a plain str) -> its documents.
+
+    >>> # Dataset.from_list([{"path": p} for p in paths]).flat_map(ReadWarc())
+    """
+
+    config: WarcReadConfig = WarcReadConfig()
+    path_field: str = "path"
+
+    def __call__(self, record: dict | str) -> Iterator[dict]:
+        if isinstance(record, str):
+            return read_warc(record, self.config)
+        if self.path_field not in record:
+            raise KeyError(
+                f"ReadWarc expected a record with a {self.path_field!r} field naming a WARC file, got "
+                f"fields {sorted(record)}; pass ReadWarc(path_field=...) or records like {{'path': url}}"
+            )
+        return read_warc(record[self.path_field], self.config)
