@@ -1,0 +1,92 @@
+"""Versioned recipe steps: each step's output lives under a hash of its code, config and inputs.
+
+A recipe is a chain of steps (normalize -> dedup -> tokenize -> ...). Rerunning it skips every step
+whose version already completed, and a changed step (new config, new code, new input) gets a new version,
+so it and only the steps that depend on it rerun. A step is complete when its `_STEP.json` marker exists;
+the marker is written atomically after the step's outputs, and holds the step's summary.
+
+    steps = StepRunner("out/nemotron")
+    docs = steps.run("normalize", normalize, config=NormalizeConfig(...), inputs={"raw": "data/*.jsonl.zst"})
+    dedup = steps.run("exact_dedup", exact_dedup, config=..., inputs={"docs": docs})
+    dedup.path, dedup.summary, dedup.skipped
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import xxhash
+
+from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
+from zephyr.engine.plan import _describe
+
+__all__ = ["StepOutput", "StepRunner"]
+
+MARKER = "_STEP.json"
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """A completed step: where its outputs are, its version and the summary it returned."""
+
+    name: str
+    path: str
+    version: str
+    summary: dict[str, Any]
+    skipped: bool  # True when an earlier run had already completed this version
+    seconds: float
+
+
+@dataclass
+class StepRunner:
+    """Runs steps under `root`, each in `root/<name>-<version>`."""
+
+    root: str
+    force: tuple[str, ...] = ()  # step names to rerun even when complete
+    history: list[StepOutput] = dataclasses.field(default_factory=list)
+
+    def run(
+        self,
+        name: str,
+        fn: Callable[..., Mapping[str, Any] | None],
+        *,
+        config: Any = None,
+        inputs: Mapping[str, StepOutput | str | list[str]] | None = None,
+    ) -> StepOutput:
+        """Run `fn(output_path, config=config, **inputs)` unless this version already completed.
+
+        Step inputs are passed as their output paths; plain strings (paths, globs) as given. `fn` returns
+        a JSON-serialisable summary (counts, figures) that later reruns read back from the marker.
+        """
+        inputs = dict(inputs or {})
+        version = _version(name, fn, config, inputs)
+        path = join(self.root, f"{name}-{version[:10]}")
+        marker = join(path, MARKER)
+        fs, marker_path = url_to_fs(marker)
+        if name not in self.force and fs.exists(marker_path):
+            with open_url(marker, "rb", compression=None) as handle:
+                recorded = json.load(handle)
+            output = StepOutput(name, path, version, recorded["summary"], True, recorded.get("seconds", 0.0))
+        else:
+            started = time.perf_counter()
+            args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
+            summary = dict(fn(path, config=config, **args) or {})
+            seconds = time.perf_counter() - started
+            with atomic_write(marker, "w", compression=None) as handle:
+                json.dump({"name": name, "version": version, "summary": summary, "seconds": seconds}, handle, indent=1)
+            output = StepOutput(name, path, version, summary, False, seconds)
+        self.history.append(output)
+        return output
+
+
+def _version(name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str, Any]) -> str:
+    parts = [name, _describe(fn), _describe(config)]
+    for key in sorted(inputs):
+        value = inputs[key]
+        parts.append([key, value.version if isinstance(value, StepOutput) else _describe(value)])
+    return xxhash.xxh3_128_hexdigest(repr(parts).encode())
