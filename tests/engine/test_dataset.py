@@ -238,3 +238,28 @@ def test_plan_fingerprint_changes_with_code():
     c = plan(Dataset.from_list(range(5)).map(lambda x: x + 2), config).fingerprint
     d = plan(Dataset.from_list(range(6)).map(lambda x: x + 1), config).fingerprint
     assert a == b and len({a, c, d}) == 3
+
+
+def test_map_batches_unions_fields_of_all_records(local):
+    out = Dataset.from_list([{"a": 1}, {"b": 2}], num_shards=1).map_batches(lambda b: b).collect()
+    assert out == [{"a": 1, "b": None}, {"a": None, "b": 2}]
+
+
+def test_parquet_batches_flow_straight_into_map_batches(local, tmp_path):
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": list(range(5000)), "s": [str(i) for i in range(5000)]}), tmp_path / "a.parquet")
+    def inc(batch):
+        assert isinstance(batch, pa.RecordBatch)
+        return batch.set_column(0, "x", pa.compute.add(batch.column("x"), 1))
+
+    def halve(batch):
+        return batch.filter(pa.compute.equal(pa.compute.bit_wise_and(batch.column("x"), 1), 0))
+
+    run = (Dataset.from_files(str(tmp_path / "*.parquet")).map_batches(inc, batch_size=1000)
+           .map_batches(halve).execute())
+    assert [r["x"] for r in run.outputs] == list(range(2, 5001, 2))
+    assert run.stages[0].records_in == 5000 and run.stages[0].records_out == 2500
+    written = (Dataset.from_files(str(tmp_path / "*.parquet")).map_batches(inc, batch_size=1000)
+               .write_parquet(str(tmp_path / "out" / "p-{shard}.parquet")))
+    assert pq.read_table(written[0]).column("x").to_pylist() == list(range(1, 5001))

@@ -87,7 +87,11 @@ def run_task(task: ShardTask) -> ShardResult:
                 result.skipped_existing = True
                 return _finish(result, started)
         records = _read_input(stage, task, result)
-        records = _apply_ops(stage.ops, records, where, result)
+        columnar_sink = isinstance(stage.output, O.Sink) and stage.output.format in ("parquet", "vortex")
+        records = _apply_ops(
+            stage.ops, records, where, batched=_reads_batches(stage) if stage.shuffle_input is None else False,
+            keep_batches_at_end=columnar_sink,
+        )
         _write_output(stage, task, records, result)
     except (UserCodeError, BadInputError):
         raise
@@ -118,6 +122,15 @@ def _read_input(stage: Stage, task: ShardTask, result: ShardResult) -> Iterator[
     if stage.shuffle_input is None:
         shard = stage.shards[task.shard]
         result.bytes_in = shard.size
+        if _reads_batches(stage):
+            from zephyr.engine.formats import read_batches
+
+            source = stage.source
+            batches = read_batches(
+                shard.path, format=source.format, columns=source.columns, filter=source.filter,
+                batch_size=stage.ops[0].batch_size, on_bad_record=source.on_bad_record,
+            )
+            return _counted(batches, result)
         return _counted(_read_source(stage.source, shard), result)
     shuffle = stage.shuffle_input
     budget = task.memory_per_worker // 2
@@ -135,9 +148,24 @@ def _read_input(stage: Stage, task: ShardTask, result: ShardResult) -> Iterator[
     return _join_groups(iter_groups(rows), shuffle.join)
 
 
+def _reads_batches(stage: Stage) -> bool:
+    """A columnar file source followed by map_batches: hand the reader's Arrow batches straight over."""
+    from zephyr.engine.formats import infer_format
+
+    if not (isinstance(stage.source, O.FilesSource) and stage.ops and isinstance(stage.ops[0], O.MapBatches)):
+        return False
+    shard = stage.shards[0] if stage.shards else None
+    fmt = stage.source.format or (infer_format(shard.path) if shard else None)
+    return fmt in ("parquet", "vortex")
+
+
+def _rows(item: Any) -> int:
+    return item.num_rows if isinstance(item, pa.RecordBatch | pa.Table) else 1
+
+
 def _counted(items: Iterable[Any], result: ShardResult) -> Iterator[Any]:
     for item in items:
-        result.records_in += 1
+        result.records_in += _rows(item)
         yield item
 
 
@@ -193,10 +221,30 @@ def _merge_records(left: Any, right: Any) -> Any:
 
 
 # -------------------------------------------------------------------------------------------- ops
-def _apply_ops(ops: tuple[Any, ...], records: Iterator[Any], where: str, result: ShardResult) -> Iterator[Any]:
-    for op in ops:
-        records = _apply(op, records, where)
-    return records
+def _apply_ops(
+    ops: tuple[Any, ...], stream: Iterator[Any], where: str, *, batched: bool, keep_batches_at_end: bool
+) -> Iterator[Any]:
+    """Chain the ops; Arrow batches flow between consecutive map_batches (and into a columnar sink)
+    and are turned into records only where an op needs records."""
+    for position, op in enumerate(ops):
+        if isinstance(op, O.MapBatches):
+            last = position == len(ops) - 1
+            emit_batches = (not last and isinstance(ops[position + 1], O.MapBatches)) or (last and keep_batches_at_end)
+            stream = _map_batches(op, stream, where, batched=batched, emit_batches=emit_batches)
+            batched = emit_batches
+            continue
+        if batched:
+            stream = _to_records(stream)
+            batched = False
+        stream = _apply(op, stream, where)
+    if batched and not keep_batches_at_end:
+        stream = _to_records(stream)
+    return stream
+
+
+def _to_records(batches: Iterator[Any]) -> Iterator[Any]:
+    for batch in batches:
+        yield from batch.to_pylist()
 
 
 def _apply(op: Any, records: Iterator[Any], where: str) -> Iterator[Any]:
@@ -279,31 +327,53 @@ def _guarded_shard(op: O.MapShard, records: Iterator[Any], where: str) -> Iterat
         ) from None
 
 
-def _map_batches(op: O.MapBatches, records: Iterator[Any], where: str) -> Iterator[Any]:
+def _map_batches(
+    op: O.MapBatches, stream: Iterator[Any], where: str, *, batched: bool, emit_batches: bool
+) -> Iterator[Any]:
     index = 0
-    while True:
-        chunk = list(islice(records, op.batch_size))
-        if not chunk:
-            return
+    batches = stream if batched else _batches_of(stream, op.batch_size, where)
+    for batch in batches:
         try:
-            batch = pa.RecordBatch.from_pylist(chunk)
             out = op.fn(batch)
         except Exception as error:  # noqa: BLE001
+            first = batch.slice(0, 1).to_pylist()[0] if batch.num_rows else None
             raise UserCodeError(
-                f"{O.op_name(op)} failed in {where}, on the batch of records #{index}..#{index + len(chunk) - 1}: "
-                f"{type(error).__name__}: {error}\n  first record: {_preview(chunk[0])}",
+                f"{O.op_name(op)} failed in {where}, on the batch of records #{index}..#{index + batch.num_rows - 1}: "
+                f"{type(error).__name__}: {error}\n  first record: {_preview(first)}",
                 traceback_text=traceback.format_exc(),
             ) from None
-        index += len(chunk)
+        index += batch.num_rows
         if out is None:
             continue
-        if isinstance(out, pa.Table | pa.RecordBatch):
-            yield from out.to_pylist()
+        if isinstance(out, pa.Table):
+            out = out.combine_chunks().to_batches()
+            if emit_batches:
+                yield from out
+            else:
+                for part in out:
+                    yield from part.to_pylist()
+        elif isinstance(out, pa.RecordBatch):
+            if emit_batches:
+                yield out
+            else:
+                yield from out.to_pylist()
         else:
             raise UserCodeError(
                 f"{O.op_name(op)} in {where} returned {type(out).__name__}; map_batches functions must return "
                 "a pyarrow.RecordBatch or pyarrow.Table (build one with pyarrow.RecordBatch.from_pydict)"
             )
+
+
+def _batches_of(records: Iterator[Any], size: int, where: str) -> Iterator[pa.RecordBatch]:
+    from zephyr.engine.formats import _batch_from_dicts  # unions the fields of all rows
+
+    start = 0
+    while True:
+        chunk = list(islice(records, size))
+        if not chunk:
+            return
+        yield _batch_from_dicts(chunk, where=f"{where}, records #{start}..#{start + len(chunk) - 1}", error=UserCodeError)
+        start += len(chunk)
 
 
 # ----------------------------------------------------------------------------------------- output
@@ -346,7 +416,7 @@ def _write_output(stage: Stage, task: ShardTask, records: Iterator[Any], result:
 
 def _count_out(records: Iterator[Any], result: ShardResult) -> Iterator[Any]:
     for record in records:
-        result.records_out += 1
+        result.records_out += _rows(record)
         yield record
 
 
