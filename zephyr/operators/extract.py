@@ -12,10 +12,12 @@ The algorithm is general (no per-site rules); it follows the well-known readabil
    it also says content (article, body, content, main, ...).
 2. Score paragraph-like nodes (p, pre, td, blockquote, and divs holding only inline content) by length
    and commas; propagate the score to their ancestors with decay; weight by tag and class/id hints;
-   scale by (1 - link density). The best-scoring node is the article container; its siblings join it
-   when they score well or look like prose.
+   scale by (1 - link density). Loose text directly inside a div that also holds blocks counts as a
+   paragraph of that div. The best-scoring node is the article container; when an ancestor a few
+   levels up holds clearly more prose at low link density (articles split into chunks between ads),
+   that ancestor is used instead; siblings join the container when they score well or look like prose.
 3. Clean the container conditionally: drop sub-blocks that are link-dense, list- or image-heavy without
-   prose, or carry boilerplate hints.
+   prose, or carry boilerplate hints, and paragraphs that are almost entirely link text.
 4. Serialize blocks to plain text or Markdown (headings, lists, tables, code blocks, quotes kept).
 5. When the result is implausibly short, retry with the hint-based steps switched off.
 """
@@ -102,7 +104,7 @@ _UNLIKELY = re.compile(
     r"cover-wrap|disqus|extra|footer|gdpr|header|legends|menu|modal|newsletter|outbrain|taboola|"
     r"pagination|pager|popup|promo|related|remark|replies|rss|share|sharing|shoutbox|sidebar|"
     r"skyscraper|social|sponsor|subscri|supplemental|tags?\b|teaser|toolbar|tooltip|widget|"
-    r"yom-remote|signup|sign-up|paywall|recommend|trending|most-?popular|author-?bio|caption|credit",
+    r"yom-remote|signup|sign-up|recommend|trending|most-?popular|author-?bio|caption|credit",
     re.IGNORECASE,
 )
 _MAYBE_CANDIDATE = re.compile(r"and|article|body|column|content|main|shadow|story|entry|post|text", re.I)
@@ -218,24 +220,46 @@ def _has_block_child(node) -> bool:
     return False
 
 
-def _paragraph_nodes(body) -> list:
-    nodes = body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6")
+def _inline_text(node) -> str:
+    """Text of a node's own phrasing content: direct text nodes and inline children, not block children."""
+    parts = []
+    child = node.child
+    while child is not None:
+        tag = child.tag
+        if tag == "-text":
+            parts.append(child.text_content or "")
+        elif tag not in _BLOCK_CHILD_TAGS and tag != "-comment":
+            parts.append(child.text(deep=True))
+        child = child.next
+    return " ".join(parts)
+
+
+def _paragraph_nodes(body) -> list[tuple[Any, str, Any]]:
+    """(voter, text, first ancestor to credit) for every paragraph-like piece of the page.
+
+    Like readability, a div with only inline content counts as a paragraph, and the loose text of a
+    div that also holds blocks counts as a paragraph of its own inside that div (articles written as
+    bare text + <br> inside a layout div are common on older sites).
+    """
+    out = [(node, node.text(deep=True), node.parent) for node in body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6")]
     for div in body.css("div"):
         if not _has_block_child(div):
-            nodes.append(div)
-    return nodes
+            out.append((div, div.text(deep=True), div.parent))
+        else:
+            loose = _inline_text(div)
+            if len(loose) >= 25:
+                out.append((div, loose, div))
+    return out
 
 
 def _find_candidates(body, config: ExtractConfig, use_weights: bool):
     """Readability's scoring: returns {mem_id: [node, score]} for every container that got votes."""
     scores: dict[int, list] = {}
-    for para in _paragraph_nodes(body):
-        text = para.text(deep=True)
+    for _para, text, ancestor in _paragraph_nodes(body):
         length = _visible_len(text)
         if length < config.min_paragraph_chars:
             continue
         content_score = 1.0 + text.count(",") + text.count("，") + min(length // 100, 3)
-        ancestor = para.parent
         level = 0
         while ancestor is not None and level < 5:
             tag = ancestor.tag
@@ -303,6 +327,42 @@ def _pick_top(body, scores: dict[int, list]):
         top = top.parent
         top_score = scores.get(top.mem_id, [top, top_score])[1]
     return top, top_score
+
+
+_WIDEN_GAIN = 1.5  # an ancestor must hold 50% more prose than the winner to replace it
+_WIDEN_LINK_DENSITY = 0.3
+_WIDEN_LEVELS = 3
+
+
+def _prose_mass(node) -> int:
+    """Visible characters in the node's prose paragraphs (>= 25 chars, mostly not links)."""
+    mass = 0
+    for para in node.css("p"):
+        text = para.text(deep=True)
+        length = _visible_len(text)
+        if length >= 25 and _link_density(para, length) < 0.5:
+            mass += length
+    return mass
+
+
+def _widen_to_split_article(top, top_score: float, scores: dict[int, list]):
+    """Articles split into chunks (body, ad, body, ad ...) make one chunk win; readability's sibling
+    pass only sees the winner's siblings, not cousins. Climb a few levels when an ancestor holds
+    clearly more prose (gain) while staying prose, not navigation (link density)."""
+    best, best_mass = top, _prose_mass(top)
+    if best_mass == 0:
+        return top, top_score
+    ancestor = top.parent
+    for _ in range(_WIDEN_LEVELS):
+        if ancestor is None or ancestor.tag in ("body", "html"):
+            break
+        mass = _prose_mass(ancestor)
+        if mass >= best_mass * _WIDEN_GAIN and _link_density(ancestor, _visible_len(ancestor.text(deep=True))) <= _WIDEN_LINK_DENSITY:
+            best, best_mass = ancestor, mass
+        ancestor = ancestor.parent
+    if best is top:
+        return top, top_score
+    return best, scores.get(best.mem_id, [best, top_score])[1]
 
 
 def _only_element_child(node) -> bool:
@@ -401,6 +461,19 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
         elif weight >= 25 and density > config.link_density_max:
             doomed.append(node)
     _remove_all(doomed)
+    # A paragraph that is almost all link text is a "read more" / related-story line, not prose.
+    _remove_all(
+        [
+            para
+            for para in root.css("p")
+            if para.mem_id != own
+            and (length := _visible_len(para.text(deep=True)))
+            and _link_density(para, length) > _PARAGRAPH_LINK_DENSITY_MAX
+        ]
+    )
+
+
+_PARAGRAPH_LINK_DENSITY_MAX = 0.8
 
 
 # --- step 4: serialization ---------------------------------------------------------------------------
@@ -614,6 +687,7 @@ def _extract_once(html: str, config: ExtractConfig, strip_unlikely: bool, use_we
     top, top_score = _pick_top(body, scores)
     if top is None:
         return title, ([body] if config.fallback_to_body else []), tree
+    top, top_score = _widen_to_split_article(top, top_score, scores)
     nodes = _select_content(top, top_score, scores, use_weights)
     if clean_cond:
         for node in nodes:
