@@ -82,3 +82,16 @@ def test_config_errors_and_helper():
     with pytest.raises(ValueError, match="min_score"):
         LanguageId(min_score=2)
     assert detect_language("Das ist ein ganz normaler deutscher Satz über das Wetter.")[0] == "de"
+
+
+def test_arrow_batches_on_the_engine(texts, scratch):
+    from zephyr import Dataset, execution
+
+    docs = [{"id": str(i), "text": texts[n]} for i, n in enumerate(PAGES)]
+    lid = LanguageId(languages=("en", "de"))
+    with execution(backend="local", scratch=scratch, summary=False):
+        result = Dataset.from_list(docs, num_shards=2).map_batches(lid.map_batch, batch_size=4).execute()
+    out = sorted(result.outputs, key=lambda d: int(d["id"]))
+    assert [d["lang"] for d in out] == list(PAGES.values())
+    assert [d.get("filter_reason") for d in out] == [None if v in ("en", "de") else "lang_not_allowed" for v in PAGES.values()]
+    assert result.counters["langid/fr"] == 2

@@ -6,9 +6,9 @@ on `Dataset.group_by`, whose shuffle spills to disk, so they scale past one mach
 
 Document level (`dedup_documents`): the key is a 128-bit xxh3 hash of the normalized text (NFKC,
 case-folded, punctuation removed, whitespace collapsed), so trivially re-formatted copies collide.
-Each document gets `dup_cluster` (the hash), `dup_count` (cluster size) and `dup_keep`; the others of a
-cluster get `filter_reason="exact_duplicate"` (unless an earlier stage set one). `drop=True` emits
-only the kept documents.
+Each document gets `dup_cluster` (the hash) and `dup_keep`; the kept one also `dup_count` (cluster
+size, for FineWeb-2-style re-hydration); the others get `filter_reason="exact_duplicate"` (unless an
+earlier stage set one). `drop=True` emits only the kept documents. Memory per cluster is O(1).
 
 Paragraph level (`dedup_paragraphs`, CCNet-style): text is split on `separator`; every normalized
 paragraph seen earlier in the corpus order (doc order, then position) is removed from later documents.
@@ -89,24 +89,31 @@ class _MarkDocs:
     drop: bool
 
     def __call__(self, key: str, docs: Iterable[dict]) -> Iterator[dict]:
-        # Items arrive sorted by the order key, so the first one is the earliest by corpus order. The
-        # cluster size is only known at the end, so the group is buffered: exact-duplicate clusters are
-        # small in practice (boilerplate pages), and only the cluster, not the corpus, is in memory.
-        group = list(docs)
-        for i, doc in enumerate(group):
-            keep = i == 0
-            if self.drop and not keep:
+        # Items arrive sorted by the order key, so the first one is the earliest by corpus order. Only
+        # that first document is held back (to learn the cluster size); the duplicates stream through,
+        # so a cluster of millions of identical boilerplate pages needs no memory.
+        iterator = iter(docs)
+        first = next(iterator, None)
+        if first is None:
+            return
+        size = 1
+        for doc in iterator:
+            size += 1
+            if self.drop:
                 counters.increment("dedup/exact_documents_dropped")
                 continue
+            counters.increment("dedup/exact_documents_duplicate")
             out = dict(doc)
             out["dup_cluster"] = key
-            out["dup_count"] = len(group)
-            out["dup_keep"] = keep
-            if not keep:
-                counters.increment("dedup/exact_documents_duplicate")
-                if not out.get("filter_reason"):
-                    out["filter_reason"] = "exact_duplicate"
+            out["dup_keep"] = False
+            if not out.get("filter_reason"):
+                out["filter_reason"] = "exact_duplicate"
             yield out
+        kept = dict(first)
+        kept["dup_cluster"] = key
+        kept["dup_count"] = size
+        kept["dup_keep"] = True
+        yield kept
 
 
 def dedup_documents(

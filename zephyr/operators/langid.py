@@ -143,6 +143,35 @@ class LanguageId:
         results = self.predict([d.get(self.text_field) or "" for d in docs])
         return [self._decide(d, lang, score) for d, (lang, score) in zip(docs, results)]
 
+    def map_batch(self, batch):
+        """`Dataset.map_batches` step: a pyarrow RecordBatch in, the same batch plus `lang`,
+        `lang_score` (and `filter_reason` where a rule fires and none was set) out."""
+        import pyarrow as pa
+
+        results = self.predict(batch.column(self.text_field).to_pylist())
+        langs = [lang for lang, _ in results]
+        scores = [round(score, 4) for _, score in results]
+        names = batch.schema.names
+        previous = batch.column("filter_reason").to_pylist() if "filter_reason" in names else [None] * len(langs)
+        reasons = []
+        for lang, score, before in zip(langs, scores, previous):
+            counters.increment(f"langid/{lang}")
+            reason = before
+            if not before:
+                if self.languages is not None and lang not in self.languages:
+                    reason = "lang_not_allowed"
+                elif self.min_score is not None and score < self.min_score:
+                    reason = "lang_low_score"
+                if reason:
+                    counters.increment(f"langid/dropped/{reason}")
+            reasons.append(reason)
+        columns = {n: batch.column(n) for n in names if n not in ("lang", "lang_score", "filter_reason")}
+        columns["lang"] = pa.array(langs, pa.string())
+        columns["lang_score"] = pa.array(scores, pa.float64())
+        if "filter_reason" in names or any(reasons):
+            columns["filter_reason"] = pa.array(reasons, pa.string())
+        return pa.RecordBatch.from_pydict(columns)
+
     def map_shard(self, docs):
         """`Dataset.map_shard` step: classify in batches of 256 while streaming."""
         buffer: list[dict] = []
