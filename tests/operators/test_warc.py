@@ -101,3 +101,19 @@ def test_read_warc_step_validates_its_input(shared_data):
         step({"file": "x.warc.gz"})
     with pytest.raises(ValueError, match="max_payload_bytes"):
         WarcReadConfig(max_payload_bytes=0)
+
+
+def test_resynchronises_at_next_gzip_member_after_corruption(shared_data, tmp_path):
+    good = (shared_data / "warc" / "example.warc.gz").read_bytes()
+    other = (shared_data / "warc" / "example-wget-bad-target-uri.warc.gz").read_bytes()
+    garbage = b"\x1f\x8b\x08\x00" + bytes(range(256)) * 3  # a gzip header followed by junk
+    spliced = tmp_path / "spliced.warc.gz"
+    spliced.write_bytes(good + garbage + other)
+    docs, seen = _read(spliced)
+    assert [d["url"] for d in docs] == ["http://example.com/", "http://example.com/"]
+    assert docs[1]["metadata"]["offset"] > len(good)  # offsets stay file-absolute after the resync
+    assert seen["warc/malformed"] == 1 and seen["warc/documents"] == 2
+    truncated = tmp_path / "truncated.warc.gz"
+    truncated.write_bytes(good[: len(good) // 2] + other)  # a record cut in the middle of its member
+    docs, seen = _read(truncated)
+    assert len(docs) == 1 and seen["warc/malformed"] == 1

@@ -97,7 +97,9 @@ _NEVER_CONTENT = (
     "script, style, noscript, template, svg, math, canvas, iframe, object, embed, video, audio, "
     "button, select, input, textarea, option, label, nav, aside, footer, header, dialog, menu, "
     "link, meta, [hidden], [aria-hidden=true], [role=navigation], [role=banner], [role=contentinfo], "
-    "[role=complementary], [role=dialog], [role=alert], [role=menu], [role=menubar]"
+    "[role=complementary], [role=dialog], [role=alert], [role=menu], [role=menubar], "
+    # text only screen readers get ("Skip to content", "Opens in a new window")
+    "[class*=screen-reader], [class*=sr-only], [class*=visually-hidden], [class*=visuallyhidden], .skip-link"
 )
 _UNLIKELY = re.compile(
     r"-ad-|\bads?\b|advert|ai2html|banner|breadcrumb|byline|combx|comment|community|cookie|consent|"

@@ -10,8 +10,9 @@ charset of the HTTP header, the page's `<meta>`, or detection); WET `conversion`
     warc/skipped_status   HTTP status not in `allowed_statuses` (redirects, errors)
     warc/skipped_non_html content type not HTML (images, JSON, PDFs ...)
     warc/skipped_too_large  payload larger than `max_payload_bytes`
-    warc/malformed        a record that could not be parsed; the rest of that file cannot be located
-                          reliably, so reading stops there with a warning naming the file and offset
+    warc/malformed        a record that could not be parsed, logged with the file and byte offset; in a
+                          gzip-per-record file reading resumes at the next gzip member, in an
+                          uncompressed file the next record cannot be located reliably and reading stops
 
 A malformed or truncated file never fails the pipeline: real crawls contain them.
 
@@ -81,40 +82,92 @@ def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[d
         raise ImportError("reading WARC files needs fastwarc: pip install 'fastwarc>=0.14'") from exc
 
     wanted = WarcRecordType.response | WarcRecordType.conversion
-    offset = 0
     with open_url(url, "rb", compression=None) as stream:
-        iterator = ArchiveIterator(
-            stream, parse_http=True, record_types=WarcRecordType.any_type, auto_decode="all", fsspec_args=False
-        )
-        records = iter(iterator)
+        head = stream.read(2)
+        gzipped = head == _GZIP_MAGIC[:2]
+        base = 0  # byte offset where the current ArchiveIterator started
+        counted_at = -1  # the base at which the last malformed record was counted (count each once)
         while True:
-            try:
-                record = next(records)
-            except StopIteration:
-                return
-            except Exception as exc:  # fastwarc raises OSError / ValueError on broken framing
-                counters.increment("warc/malformed")
+            stream.seek(base)
+            records = iter(
+                ArchiveIterator(
+                    stream, parse_http=True, record_types=WarcRecordType.any_type, auto_decode="all",
+                    fsspec_args=False,
+                )
+            )
+            offset = base
+            yielded_any = False
+            while True:
+                try:
+                    record = next(records)
+                except StopIteration:
+                    return
+                except Exception as exc:  # fastwarc raises OSError / ValueError on broken framing
+                    if counted_at != base or yielded_any:
+                        counters.increment("warc/malformed")
+                        counted_at = base
+                    break_reason = exc
+                    break
+                yielded_any = True
+                offset = base + record.stream_pos
+                counters.increment("warc/records")
+                if not (record.record_type & wanted):
+                    counters.increment("warc/skipped_type")
+                    continue
+                try:
+                    doc = _document_from_fastwarc(record, url, config, offset)
+                except Exception as exc:
+                    counters.increment("warc/malformed")
+                    log.warning("%s: malformed WARC record at byte %d (%s); skipped", url, offset, exc)
+                    continue
+                if doc is not None:
+                    counters.increment("warc/documents")
+                    yield doc
+            # A broken record. In a gzip-per-record file (as Common Crawl publishes) the next record
+            # starts at the next gzip member: resynchronise there instead of losing the rest of the file.
+            resume = _next_gzip_member(stream, offset + 1) if gzipped and _seekable(stream) else None
+            if resume is None:
                 log.warning(
-                    "%s: malformed WARC record after byte %d (%s); skipping the rest of this file", url, offset, exc
+                    "%s: malformed WARC record after byte %d (%s); skipping the rest of this file",
+                    url, offset, break_reason,
                 )
                 return
-            offset = record.stream_pos
-            counters.increment("warc/records")
-            if not (record.record_type & wanted):
-                counters.increment("warc/skipped_type")
-                continue
-            try:
-                doc = _document_from_fastwarc(record, url, config)
-            except Exception as exc:
-                counters.increment("warc/malformed")
-                log.warning("%s: malformed WARC record at byte %d (%s); skipped", url, offset, exc)
-                continue
-            if doc is not None:
-                counters.increment("warc/documents")
-                yield doc
+            log.warning(
+                "%s: malformed WARC record after byte %d (%s); resuming at the next gzip member, byte %d",
+                url, offset, break_reason, resume,
+            )
+            counted_at = resume if counted_at == base else counted_at
+            base = resume
 
 
-def _document_from_fastwarc(record, url: str, config: WarcReadConfig) -> dict | None:
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+
+
+def _seekable(stream) -> bool:
+    try:
+        return bool(stream.seekable())
+    except Exception:
+        return False
+
+
+def _next_gzip_member(stream, start: int, chunk: int = 1 << 20) -> int | None:
+    """Offset of the next gzip header at or after `start`, or None at end of file."""
+    position = start
+    carry = b""
+    while True:
+        stream.seek(position)
+        data = stream.read(chunk)
+        if not data:
+            return None
+        window = carry + data
+        found = window.find(_GZIP_MAGIC)
+        if found >= 0:
+            return position - len(carry) + found
+        carry = window[-(len(_GZIP_MAGIC) - 1) :]
+        position += len(data)
+
+
+def _document_from_fastwarc(record, url: str, config: WarcReadConfig, offset: int) -> dict | None:
     from fastwarc.warc import WarcRecordType
 
     headers = record.headers
@@ -122,7 +175,7 @@ def _document_from_fastwarc(record, url: str, config: WarcReadConfig) -> dict | 
     metadata = {
         "warc_date": headers.get("WARC-Date"),
         "warc_file": url,
-        "offset": record.stream_pos,
+        "offset": offset,
     }
     if record.record_type == WarcRecordType.conversion:  # WET: already plain text
         if record.content_length > config.max_payload_bytes:
@@ -136,7 +189,7 @@ def _document_from_fastwarc(record, url: str, config: WarcReadConfig) -> dict | 
     http = record.http_headers
     if http is None or not http.status_code:
         counters.increment("warc/malformed")  # a response record without a parseable HTTP message
-        log.warning("%s: response record at byte %d has no parseable HTTP status line; skipped", url, record.stream_pos)
+        log.warning("%s: response record at byte %d has no parseable HTTP status line; skipped", url, offset)
         return None
     status = http.status_code
     if status not in config.allowed_statuses:
