@@ -44,3 +44,13 @@ def test_warc_to_filtered_documents(shared_data, scratch):
     assert all(not keep(d) for d in docs if d["quality_signals"]["words"] < 50)
     # the same example.com page is in many files: exact dedup keeps one per distinct text
     assert len(deduped) == len({d["dup_cluster"] for d in deduped}) < len(docs)
+
+
+def test_warc_dataset_one_shard_per_file(shared_data, scratch):
+    from zephyr.operators import warc_dataset
+
+    pattern = str(shared_data / "warc" / "example*.warc.gz")
+    with execution(backend="local", scratch=scratch, summary=False):
+        result = warc_dataset(pattern).map(ExtractText(config=ExtractConfig(min_text_chars=50))).execute()
+    assert len(result.outputs) == result.counters["warc/documents"] == 4  # 6 files; two hold only resource records
+    assert all("Example Domain" in d["metadata"]["title"] for d in result.outputs if "example.com" in d["url"])

@@ -4,11 +4,9 @@ Each operator is a plain function or a frozen-dataclass config with `__call__`, 
 `Dataset.map` / `flat_map` / `map_shard`; decisions are recorded as fields (`lang`, `lang_score`,
 `quality_signals`, `filter_reason`, `dup_*`, `pii_counts`) and a later `filter` drops by field:
 
-    from zephyr import Dataset
-    from zephyr.operators import ReadWarc, ExtractText, LanguageId, QualityFilter, PiiRedactor, keep
+    from zephyr.operators import warc_dataset, ExtractText, LanguageId, QualityFilter, PiiRedactor, keep
 
-    docs = (Dataset.from_list([{"path": p} for p in warc_paths])
-            .flat_map(ReadWarc())
+    docs = (warc_dataset("crawl/*.warc.gz")          # one shard per file, documents via ReadWarc
             .map(ExtractText())
             .map_shard(LanguageId(languages=("en",), min_score=0.65).map_shard)
             .map(QualityFilter())
@@ -38,10 +36,11 @@ from zephyr.operators.quality import (
     QualityFilter,
     quality_signals,
 )
-from zephyr.operators.warc import ReadWarc, WarcReadConfig, read_warc
+from zephyr.operators.warc import ReadWarc, WarcReadConfig, read_warc, warc_dataset
 
 __all__ = [
     "read_warc",
+    "warc_dataset",
     "ReadWarc",
     "WarcReadConfig",
     "decode_html",

@@ -30,7 +30,7 @@ from zephyr.engine import counters
 from zephyr.engine.fs import open_url
 from zephyr.operators.charset import decode_html
 
-__all__ = ["WarcReadConfig", "read_warc", "ReadWarc"]
+__all__ = ["WarcReadConfig", "read_warc", "ReadWarc", "warc_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -293,3 +293,17 @@ class ReadWarc:
                 f"fields {sorted(record)}; pass ReadWarc(path_field=...) or records like {{'path': url}}"
             )
         return read_warc(record[self.path_field], self.config)
+
+
+def warc_dataset(patterns: str | list[str], config: WarcReadConfig = WarcReadConfig()):
+    """A Dataset of the documents in the WARC/WET/ARC files matching the glob(s), one shard per file.
+
+    >>> # warc_dataset("s3://bucket/crawl/*.warc.gz").map(ExtractText()).write_jsonl(...)
+    """
+    from zephyr.engine.dataset import Dataset
+    from zephyr.engine.fs import expand_glob
+
+    paths: list[str] = []
+    for pattern in [patterns] if isinstance(patterns, str) else patterns:
+        paths.extend(expand_glob(pattern))
+    return Dataset.from_list([{"path": p} for p in paths], num_shards=len(paths)).flat_map(ReadWarc(config))
