@@ -1,0 +1,733 @@
+"""Filter expressions: one tree, three evaluators (Python rows, Arrow scans, Vortex scans).
+
+`col("lang") == "en"` builds a small immutable tree instead of a Python lambda so the engine can push
+the predicate into the file reader: parquet row groups and vortex segments whose statistics rule a
+match out are never decoded, and columns the filter does not touch are never read. The same tree also
+evaluates row by row (`evaluate`, `compile`) for jsonl and for whatever a scan cannot translate, and
+all three evaluators agree on the result, nulls included.
+
+Null semantics are SQL's (three-valued, Kleene logic), identical in Python, Arrow and Vortex:
+
+- A missing field reads as `None` (null).
+- Comparisons, arithmetic, `isin`, `str_contains` and `length` of a null are null.
+- `a & b` is False if either side is False, else null if either is null; `a | b` is True if either
+  side is True, else null if either is null; `~null` is null.
+- `is_null()` / `is_not_null()` are never null.
+- A filter keeps a record only where the expression is exactly True: null drops the record, so
+  `col("x") != 1` drops records without `x` (write `(col("x") != 1) | col("x").is_null()` to keep
+  them).
+
+`/` is true division in every evaluator (integers are divided as floats). Comparing with a literal
+`None` is always null, so it raises at construction with a hint to use `is_null()`.
+
+Example:
+    >>> from zephyr.engine.expr import col
+    >>> keep = (col("lang") == "en") & (col("score") >= 0.5)
+    >>> keep
+    ((col("lang") == "en") & (col("score") >= 0.5))
+    >>> keep.evaluate({"lang": "en", "score": 0.7}), keep.evaluate({"lang": "en"})
+    (True, None)
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Expr", "col", "lit"]
+
+_LITERAL_TYPES = (bool, int, float, str, bytes, datetime.date, datetime.datetime, datetime.time)
+
+_COMPARE_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+def _true_divide(a: Any, b: Any) -> float:
+    """Python division that matches Arrow's unchecked float division (x/0 -> inf or nan, no error)."""
+    try:
+        return a / b
+    except ZeroDivisionError:
+        if a == 0 or (isinstance(a, float) and math.isnan(a)):
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+_ARITH_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": _true_divide,
+}
+
+
+class _Untranslatable(Exception):
+    """Internal: this part of the tree has no Vortex equivalent; the caller filters in Python."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Expr:
+    """A node of a filter expression. Build with `col` and `lit`; combine with operators.
+
+    Python's `and`/`or`/`not` cannot be overloaded: use `&`, `|`, `~` (with parentheses, as in
+    `(col("a") > 1) & (col("b") == "x")`).
+    """
+
+    # --- building ------------------------------------------------------------------------------
+    def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
+        return _compare("==", self, other)
+
+    def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
+        return _compare("!=", self, other)
+
+    def __lt__(self, other: Any) -> Expr:
+        return _compare("<", self, other)
+
+    def __le__(self, other: Any) -> Expr:
+        return _compare("<=", self, other)
+
+    def __gt__(self, other: Any) -> Expr:
+        return _compare(">", self, other)
+
+    def __ge__(self, other: Any) -> Expr:
+        return _compare(">=", self, other)
+
+    def __and__(self, other: Any) -> Expr:
+        return BoolOp("&", self, _wrap(other))
+
+    def __rand__(self, other: Any) -> Expr:
+        return BoolOp("&", _wrap(other), self)
+
+    def __or__(self, other: Any) -> Expr:
+        return BoolOp("|", self, _wrap(other))
+
+    def __ror__(self, other: Any) -> Expr:
+        return BoolOp("|", _wrap(other), self)
+
+    def __invert__(self) -> Expr:
+        return Not(self)
+
+    def __add__(self, other: Any) -> Expr:
+        return Arith("+", self, _wrap(other))
+
+    def __radd__(self, other: Any) -> Expr:
+        return Arith("+", _wrap(other), self)
+
+    def __sub__(self, other: Any) -> Expr:
+        return Arith("-", self, _wrap(other))
+
+    def __rsub__(self, other: Any) -> Expr:
+        return Arith("-", _wrap(other), self)
+
+    def __mul__(self, other: Any) -> Expr:
+        return Arith("*", self, _wrap(other))
+
+    def __rmul__(self, other: Any) -> Expr:
+        return Arith("*", _wrap(other), self)
+
+    def __truediv__(self, other: Any) -> Expr:
+        return Arith("/", self, _wrap(other))
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return Arith("/", _wrap(other), self)
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"the truth value of expression {self!r} is unknown until it is evaluated on a record. "
+            "Combine expressions with & | ~ (not `and`/`or`/`not`, and no chained `a < x < b`), "
+            "with parentheses: (col('a') > 1) & (col('a') < 5)"
+        )
+
+    def __hash__(self) -> int:
+        # `==` builds an expression, so hashing is by structure (the readable form is exact).
+        return hash(repr(self))
+
+    def isin(self, values: Iterable[Any]) -> Expr:
+        """True where the value equals one of `values`; null where the value is null."""
+        if isinstance(values, (str, bytes)):
+            raise TypeError(f"isin() takes a collection of values, got the single {type(values).__name__} {values!r}: write .isin([{values!r}])")
+        values = tuple(values)
+        for value in values:
+            _check_literal(value, "isin() value")
+        return IsIn(self, values)
+
+    def is_null(self) -> Expr:
+        """True where the value is null or the field is missing."""
+        return NullCheck(self, False)
+
+    def is_not_null(self) -> Expr:
+        """True where the field is present and not null."""
+        return NullCheck(self, True)
+
+    def str_contains(self, substring: str) -> Expr:
+        """True where the string value contains `substring` (case-sensitive, no patterns)."""
+        if not isinstance(substring, str):
+            raise TypeError(f"str_contains() takes a str, got {type(substring).__name__} {substring!r}")
+        return StrContains(self, substring)
+
+    def length(self) -> Expr:
+        """Length of a string value in characters (Unicode code points)."""
+        return Length(self)
+
+    # --- inspecting ----------------------------------------------------------------------------
+    def columns(self) -> set[str]:
+        """Names of the fields this expression reads."""
+        out: set[str] = set()
+        for child in self._children():
+            out |= child.columns()
+        return out
+
+    def _children(self) -> tuple[Expr, ...]:
+        return ()
+
+    # --- evaluating ----------------------------------------------------------------------------
+    def evaluate(self, record: dict) -> Any:
+        """Value of the expression on one record: a Python value, or None for null."""
+        return self._compiled()(record)
+
+    def matches(self, record: dict) -> bool:
+        """Whether a filter with this expression keeps `record` (the value is exactly True)."""
+        return self._compiled()(record) is True
+
+    def compile(self) -> Callable[[dict], Any]:
+        """A plain Python closure equivalent to `evaluate`, for hot loops (no tree walk per record)."""
+        raise NotImplementedError(type(self).__name__)
+
+    def _compiled(self) -> Callable[[dict], Any]:
+        # Built once per node and kept out of pickles (closures do not pickle).
+        fn = self.__dict__.get("_fn")
+        if fn is None:
+            fn = self.compile()
+            object.__setattr__(self, "_fn", fn)
+        return fn
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_fn", None)
+        return state
+
+    def to_arrow(self) -> pc.Expression:
+        """The same predicate as a `pyarrow.compute.Expression` (for `pyarrow.dataset` filters)."""
+        raise NotImplementedError(type(self).__name__)
+
+    def to_vortex(self, schema: pa.Schema | None = None) -> Any:
+        """The same predicate as a `vortex.expr.Expr`, or None when Vortex cannot express it exactly.
+
+        Vortex compares only values of the same type, so pass the file's Arrow `schema` (from
+        `vortex_file.dtype.to_arrow_schema()`): literals are then typed like the column they meet.
+        A field absent from `schema`, a type mismatch, `length()`, `/` and LIKE metacharacters in
+        `str_contains` all give None, and the caller filters in Python instead.
+        """
+        try:
+            return self._vx(schema)[0]
+        except _Untranslatable:
+            return None
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        raise _Untranslatable(type(self).__name__)
+
+
+def col(name: str) -> Expr:
+    """A reference to the top-level field `name` of each record (missing -> null)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"col() takes a non-empty field name (str), got {name!r}")
+    return Column(name)
+
+
+def lit(value: Any) -> Expr:
+    """A constant: None, bool, int, float, str, bytes, date, datetime or time."""
+    if isinstance(value, Expr):
+        return value
+    if value is not None:
+        _check_literal(value, "lit() value")
+    return Literal(value)
+
+
+def _check_literal(value: Any, what: str) -> None:
+    if value is not None and not isinstance(value, _LITERAL_TYPES):
+        raise TypeError(
+            f"{what} must be None, bool, int, float, str, bytes, date, datetime or time; got "
+            f"{type(value).__name__} {value!r}. For membership in a collection use col(...).isin([...])"
+        )
+
+
+def _wrap(value: Any) -> Expr:
+    return value if isinstance(value, Expr) else lit(value)
+
+
+def _compare(op: str, left: Expr, right: Any) -> Expr:
+    right = _wrap(right)
+    for side in (left, right):
+        if isinstance(side, Literal) and side.value is None:
+            raise ValueError(
+                f"comparing with None is always null in SQL semantics, so {op} None never matches; "
+                "use col(...).is_null() or col(...).is_not_null() instead"
+            )
+    return Compare(op, left, right)
+
+
+def _render(e: Expr) -> str:
+    return e._literal_text() if isinstance(e, Literal) else repr(e)
+
+
+def _arrow_scalar(value: Any) -> pc.Expression:
+    return pc.scalar(value)
+
+
+def _vortex():
+    import vortex as vx
+    import vortex.expr as ve
+
+    return vx, ve
+
+
+def _vortex_type(arrow_type: pa.DataType | None) -> pa.DataType | None:
+    """Normalize string flavours: Vortex files report string_view, parquet string/large_string."""
+    if arrow_type is None:
+        return None
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
+        return pa.string()
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type) or pa.types.is_binary_view(arrow_type):
+        return pa.binary()
+    return arrow_type
+
+
+def _typed_vortex_literal(value: Any, arrow_type: pa.DataType | None) -> Any:
+    """A Vortex literal of `arrow_type` holding `value`, or raise _Untranslatable if it does not fit."""
+    vx, ve = _vortex()
+    if arrow_type is None:
+        if isinstance(value, (bool, int, float, str)):
+            return value  # Vortex infers bool / i64 / f64 / utf8.
+        raise _Untranslatable("untyped literal")
+    if pa.types.is_boolean(arrow_type):
+        ok = isinstance(value, bool)
+    elif pa.types.is_integer(arrow_type):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok:
+            info = _int_range(arrow_type)
+            ok = info[0] <= value <= info[1]
+    elif pa.types.is_floating(arrow_type):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif pa.types.is_string(arrow_type):
+        ok = isinstance(value, str)
+    elif pa.types.is_binary(arrow_type):
+        ok = isinstance(value, bytes)
+    else:
+        ok = False
+    if not ok:
+        raise _Untranslatable(f"{value!r} as {arrow_type}")
+    return ve.literal(vx.DType.from_arrow(arrow_type), value)
+
+
+def _int_range(arrow_type: pa.DataType) -> tuple[int, int]:
+    bits = arrow_type.bit_width
+    if pa.types.is_signed_integer(arrow_type):
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _vx_pair(left: Expr, right: Expr, schema: pa.Schema | None) -> tuple[Any, Any, pa.DataType | None]:
+    """Translate two operands so that their Vortex types agree (literals take the other side's type)."""
+    if isinstance(left, Literal) and isinstance(right, Literal):
+        raise _Untranslatable("constant expression")
+    if isinstance(right, Literal):
+        lv, lt = left._vx(schema)
+        return lv, _typed_vortex_literal(right.value, lt), lt
+    if isinstance(left, Literal):
+        rv, rt = right._vx(schema)
+        return _typed_vortex_literal(left.value, rt), rv, rt
+    lv, lt = left._vx(schema)
+    rv, rt = right._vx(schema)
+    if lt is None or rt is None or lt != rt:
+        raise _Untranslatable(f"operand types {lt} and {rt}")
+    return lv, rv, lt
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Column(Expr):
+    name: str
+
+    def __repr__(self) -> str:
+        return f"col({json.dumps(self.name, ensure_ascii=False)})"
+
+    def columns(self) -> set[str]:
+        return {self.name}
+
+    def compile(self) -> Callable[[dict], Any]:
+        name = self.name
+        return lambda record: record.get(name)
+
+    def to_arrow(self) -> pc.Expression:
+        return pc.field(self.name)
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        _, ve = _vortex()
+        if schema is None:
+            return ve.column(self.name), None
+        index = schema.get_field_index(self.name)
+        if index < 0:
+            # Missing field: null in Python semantics; Vortex would reject the scan.
+            raise _Untranslatable(f"no field {self.name!r}")
+        return ve.column(self.name), _vortex_type(schema.field(index).type)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Literal(Expr):
+    value: Any
+
+    def __repr__(self) -> str:
+        return f"lit({self._literal_text()})"
+
+    def _literal_text(self) -> str:
+        if isinstance(self.value, str):
+            return json.dumps(self.value, ensure_ascii=False)
+        return repr(self.value)
+
+    def compile(self) -> Callable[[dict], Any]:
+        value = self.value
+        return lambda record: value
+
+    def to_arrow(self) -> pc.Expression:
+        return _arrow_scalar(self.value)
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        if isinstance(self.value, bool):
+            return _typed_vortex_literal(self.value, pa.bool_()), pa.bool_()
+        raise _Untranslatable("bare literal")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Compare(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+    def __repr__(self) -> str:
+        return f"({_render(self.left)} {self.op} {_render(self.right)})"
+
+    def _children(self) -> tuple[Expr, ...]:
+        return (self.left, self.right)
+
+    def compile(self) -> Callable[[dict], Any]:
+        left, right, fn, op, expr = self.left.compile(), self.right.compile(), _COMPARE_OPS[self.op], self.op, self
+
+        def compare(record: dict) -> Any:
+            a = left(record)
+            if a is None:
+                return None
+            b = right(record)
+            if b is None:
+                return None
+            try:
+                return fn(a, b)
+            except TypeError:
+                raise TypeError(
+                    f"cannot evaluate {expr!r}: {type(a).__name__} {a!r} {op} {type(b).__name__} {b!r} is not "
+                    "defined. The field holds values of another type than the literal; cast it in a map() "
+                    "first, or compare with a literal of the field's type"
+                ) from None
+
+        return compare
+
+    def to_arrow(self) -> pc.Expression:
+        a, b = self.left.to_arrow(), self.right.to_arrow()
+        return {
+            "==": lambda: a == b,
+            "!=": lambda: a != b,
+            "<": lambda: a < b,
+            "<=": lambda: a <= b,
+            ">": lambda: a > b,
+            ">=": lambda: a >= b,
+        }[self.op]()
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        _, ve = _vortex()
+        a, b, _ = _vx_pair(self.left, self.right, schema)
+        fn = {"==": ve.eq, "!=": ve.not_eq, "<": ve.lt, "<=": ve.lt_eq, ">": ve.gt, ">=": ve.gt_eq}[self.op]
+        return fn(a, b), pa.bool_()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Arith(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+    def __repr__(self) -> str:
+        return f"({_render(self.left)} {self.op} {_render(self.right)})"
+
+    def _children(self) -> tuple[Expr, ...]:
+        return (self.left, self.right)
+
+    def compile(self) -> Callable[[dict], Any]:
+        left, right, fn, op, expr = self.left.compile(), self.right.compile(), _ARITH_OPS[self.op], self.op, self
+
+        def arith(record: dict) -> Any:
+            a = left(record)
+            if a is None:
+                return None
+            b = right(record)
+            if b is None:
+                return None
+            try:
+                return fn(a, b)
+            except TypeError:
+                raise TypeError(
+                    f"cannot evaluate {expr!r}: {type(a).__name__} {a!r} {op} {type(b).__name__} {b!r} "
+                    "is not defined; arithmetic needs numbers"
+                ) from None
+
+        return arith
+
+    def to_arrow(self) -> pc.Expression:
+        a, b = self.left.to_arrow(), self.right.to_arrow()
+        if self.op == "/":
+            return pc.divide(a.cast(pa.float64()), b.cast(pa.float64()))
+        return {"+": pc.add, "-": pc.subtract, "*": pc.multiply}[self.op](a, b)
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        _, ve = _vortex()
+        if self.op == "/":
+            raise _Untranslatable("division")  # Vortex integer division would differ from true division.
+        a, b, t = _vx_pair(self.left, self.right, schema)
+        if t is None or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+            raise _Untranslatable(f"arithmetic on {t}")
+        return {"+": ve.add, "-": ve.sub, "*": ve.mul}[self.op](a, b), t
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BoolOp(Expr):
+    op: str  # "&" or "|"
+    left: Expr
+    right: Expr
+
+    def __repr__(self) -> str:
+        return f"({_render(self.left)} {self.op} {_render(self.right)})"
+
+    def _children(self) -> tuple[Expr, ...]:
+        return (self.left, self.right)
+
+    def compile(self) -> Callable[[dict], Any]:
+        left, right = self.left.compile(), self.right.compile()
+        if self.op == "&":
+
+            def and_(record: dict) -> Any:  # Kleene AND
+                a = left(record)
+                if a is not None and not a:
+                    return False
+                b = right(record)
+                if b is not None and not b:
+                    return False
+                return None if a is None or b is None else True
+
+            return and_
+
+        def or_(record: dict) -> Any:  # Kleene OR
+            a = left(record)
+            if a is not None and a:
+                return True
+            b = right(record)
+            if b is not None and b:
+                return True
+            return None if a is None or b is None else False
+
+        return or_
+
+    def to_arrow(self) -> pc.Expression:
+        a, b = self.left.to_arrow(), self.right.to_arrow()
+        return pc.and_kleene(a, b) if self.op == "&" else pc.or_kleene(a, b)
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        _, ve = _vortex()
+        a, at = self.left._vx(schema)
+        b, bt = self.right._vx(schema)
+        if at != pa.bool_() or bt != pa.bool_():
+            raise _Untranslatable("non-boolean operand")
+        return (ve.and_(a, b) if self.op == "&" else ve.or_(a, b)), pa.bool_()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Not(Expr):
+    child: Expr
+
+    def __repr__(self) -> str:
+        return f"~{_render(self.child)}"
+
+    def _children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def compile(self) -> Callable[[dict], Any]:
+        child = self.child.compile()
+
+        def not_(record: dict) -> Any:
+            value = child(record)
+            return None if value is None else not value
+
+        return not_
+
+    def to_arrow(self) -> pc.Expression:
+        return ~self.child.to_arrow()
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        _, ve = _vortex()
+        value, t = self.child._vx(schema)
+        if t != pa.bool_():
+            raise _Untranslatable("non-boolean operand")
+        return ve.not_(value), pa.bool_()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IsIn(Expr):
+    child: Expr
+    values: tuple
+
+    def __repr__(self) -> str:
+        items = ", ".join(_render(Literal(v)) for v in self.values)
+        return f"{_render(self.child)}.isin([{items}])"
+
+    def _children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def compile(self) -> Callable[[dict], Any]:
+        child = self.child.compile()
+        members = frozenset(v for v in self.values if v is not None)
+
+        def isin(record: dict) -> Any:
+            value = child(record)
+            if value is None:
+                return None
+            try:
+                return value in members
+            except TypeError:  # unhashable (a list or dict value) never equals a scalar member
+                return False
+
+        return isin
+
+    def to_arrow(self) -> pc.Expression:
+        child = self.child.to_arrow()
+        values = [v for v in self.values if v is not None]
+        try:
+            value_set = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise TypeError(f"isin() values must share one type for Arrow, got {self.values!r}: {exc}") from None
+        # Arrow's is_in is never null; wrap it so a null input stays null (SQL), as in Python and Vortex.
+        return pc.if_else(child.is_null(), pa.scalar(None, pa.bool_()), pc.is_in(child, value_set=value_set))
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        vx, ve = _vortex()
+        child, t = self.child._vx(schema)
+        if t is None:
+            raise _Untranslatable("isin on an untyped operand")
+        values = [_typed_vortex_literal(v, t) for v in self.values if v is not None]
+        if not values:
+            raise _Untranslatable("empty isin")
+        python_values = [v for v in self.values if v is not None]
+        if pa.types.is_floating(t):
+            python_values = [float(v) for v in python_values]
+        return ve.in_list(child, ve.literal(vx.list_(vx.DType.from_arrow(t)), python_values)), pa.bool_()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NullCheck(Expr):
+    child: Expr
+    negated: bool  # True: is_not_null
+
+    def __repr__(self) -> str:
+        return f"{_render(self.child)}.{'is_not_null' if self.negated else 'is_null'}()"
+
+    def _children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def compile(self) -> Callable[[dict], Any]:
+        child = self.child.compile()
+        if self.negated:
+            return lambda record: child(record) is not None
+        return lambda record: child(record) is None
+
+    def to_arrow(self) -> pc.Expression:
+        child = self.child.to_arrow()
+        return child.is_valid() if self.negated else child.is_null()
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        _, ve = _vortex()
+        child, _ = self.child._vx(schema)
+        return (ve.is_not_null(child) if self.negated else ve.is_null(child)), pa.bool_()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class StrContains(Expr):
+    child: Expr
+    substring: str
+
+    def __repr__(self) -> str:
+        return f"{_render(self.child)}.str_contains({json.dumps(self.substring, ensure_ascii=False)})"
+
+    def _children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def compile(self) -> Callable[[dict], Any]:
+        child, needle, expr = self.child.compile(), self.substring, self
+
+        def contains(record: dict) -> Any:
+            value = child(record)
+            if value is None:
+                return None
+            if not isinstance(value, str):
+                raise TypeError(f"cannot evaluate {expr!r}: the value is {type(value).__name__} {value!r}, not a str")
+            return needle in value
+
+        return contains
+
+    def to_arrow(self) -> pc.Expression:
+        return pc.match_substring(self.child.to_arrow(), pattern=self.substring)
+
+    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
+        _, ve = _vortex()
+        if any(ch in self.substring for ch in "%_\\"):
+            raise _Untranslatable("LIKE metacharacter in substring")
+        child, t = self.child._vx(schema)
+        if t is not None and t != pa.string():
+            raise _Untranslatable(f"str_contains on {t}")
+        return ve.like(child, f"%{self.substring}%"), pa.bool_()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Length(Expr):
+    child: Expr
+
+    def __repr__(self) -> str:
+        return f"{_render(self.child)}.length()"
+
+    def _children(self) -> tuple[Expr, ...]:
+        return (self.child,)
+
+    def compile(self) -> Callable[[dict], Any]:
+        child, expr = self.child.compile(), self
+
+        def length(record: dict) -> Any:
+            value = child(record)
+            if value is None:
+                return None
+            if not isinstance(value, str):
+                raise TypeError(f"cannot evaluate {expr!r}: length() needs a str, got {type(value).__name__}")
+            return len(value)
+
+        return length
+
+    def to_arrow(self) -> pc.Expression:
+        return pc.utf8_length(self.child.to_arrow())
+    # No _vx: Vortex offers byte_length, not a character count.
