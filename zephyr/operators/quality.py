@@ -44,7 +44,9 @@ _TERMINAL = (".", "!", "?", '"', "'", "\u201d", "\u2019", "\u3002", "\uff01", "\
 _C4_TERMINAL = (".", "?", "!", '"', "'")
 _BULLETS = ("\u2022", "\u2023", "\u25cf", "\u25cb", "\u25aa", "\u25e6", "-", "*", "\u2013", "\u2014", "\u00b7")
 _STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
-_ALPHA = re.compile(r"[^\W\d_]")
+# A whitespace token with no letter at all (digits, underscores, punctuation, symbols). Anchored at
+# token starts and possessive, so it runs in linear time even on huge digit runs.
+_NO_LETTER_WORD = re.compile(r"(?<!\S)(?:[^\s\w]|[\d_])++(?!\S)")
 _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 _SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f]+(?=\s|$)")
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
@@ -64,39 +66,53 @@ def _duplicate_stats(items: list[str]) -> tuple[int, int]:
     return dup_count, dup_chars
 
 
-def _top_ngram_char_fraction(words: list[str], n: int, total_chars: int) -> float:
+def _top_ngram_char_fraction(ids: list[int], lengths: list[int], n: int, total_chars: int) -> float:
     """Characters covered by the most frequent n-gram (count x its length) over all word characters."""
-    if len(words) < n or total_chars == 0:
+    if len(ids) < n or total_chars == 0:
         return 0.0
-    grams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+    grams = Counter(zip(*(ids[k:] for k in range(n))))
     gram, count = grams.most_common(1)[0]
     if count <= 1:
         return 0.0
-    return min(1.0, sum(len(w) for w in gram) * count / total_chars)
+    start = next(i for i in range(len(ids) - n + 1) if tuple(ids[i : i + n]) == gram)
+    return min(1.0, sum(lengths[start : start + n]) * count / total_chars)
 
 
-def _dup_ngram_char_fraction(words: list[str], n: int, total_chars: int) -> float:
-    """Characters of words inside any n-gram that occurs more than once, each character counted once."""
-    if len(words) < n or total_chars == 0:
-        return 0.0
-    first_seen: dict[tuple[str, ...], int] = {}
-    covered = bytearray(len(words))
-    for i in range(len(words) - n + 1):
-        gram = tuple(words[i : i + n])
-        j = first_seen.get(gram)
-        if j is None:
-            first_seen[gram] = i
-            continue
-        covered[i : i + n] = b"\x01" * n
-        covered[j : j + n] = b"\x01" * n
-    return sum(len(w) for w, c in zip(words, covered) if c) / total_chars
+def _dup_ngram_char_fractions(ids: list[int], lengths: list[int], sizes: range, total_chars: int) -> dict[int, float]:
+    """For each n: characters of words inside a REPEATED occurrence of an n-gram (the first occurrence
+    is not counted, overlapping repeats count each character once), over all word characters.
+
+    Every repeated n-gram (n >= 5) starts with a repeated 5-gram, so larger n only look at the
+    positions where the smallest n-gram repeats: on ordinary prose that is almost nothing.
+    """
+    out = dict.fromkeys(sizes, 0.0)
+    smallest = sizes[0]
+    if len(ids) < smallest or total_chars == 0:
+        return out
+    grams = list(zip(*(ids[k:] for k in range(smallest))))
+    counts = Counter(grams)
+    candidates = [i for i, g in enumerate(grams) if counts[g] > 1]
+    if not candidates:
+        return out
+    for n in sizes:
+        seen: set[tuple[int, ...]] = set()
+        covered = bytearray(len(ids))
+        for i in candidates:
+            if i + n > len(ids):
+                continue
+            gram = tuple(ids[i : i + n])
+            if gram in seen:
+                covered[i : i + n] = b"\x01" * n
+            else:
+                seen.add(gram)
+        out[n] = sum(length for length, c in zip(lengths, covered) if c) / total_chars
+    return out
 
 
 def quality_signals(text: str) -> dict[str, float | int]:
     """All signals the Gopher, C4 and FineWeb rules read, computed in one go."""
     words = text.split()
     n_words = len(words)
-    word_chars = sum(len(w) for w in words)
     raw_lines = text.split("\n")
     lines = [ln.strip() for ln in raw_lines if ln.strip()]
     n_lines = len(lines)
@@ -119,7 +135,7 @@ def quality_signals(text: str) -> dict[str, float | int]:
         "ellipsis_lines_ratio": (
             sum(1 for ln in lines if ln.endswith(("...", "\u2026"))) / n_lines if n_lines else 0.0
         ),
-        "alpha_words_ratio": sum(1 for w in words if _ALPHA.search(w)) / n_words if n_words else 0.0,
+        "alpha_words_ratio": (n_words - len(_NO_LETTER_WORD.findall(text))) / n_words if n_words else 0.0,
         "stop_words": sum(1 for w in lowered_words if w in _STOP_WORDS),
         "dup_line_frac": dup_lines / n_lines if n_lines else 0.0,
         "dup_line_char_frac": dup_line_chars / text_chars,
@@ -130,10 +146,14 @@ def quality_signals(text: str) -> dict[str, float | int]:
         "short_lines_ratio": sum(1 for ln in lines if len(ln) <= 30) / n_lines if n_lines else 0.0,
         "newline_word_ratio": text.count("\n") / n_words if n_words else 0.0,
     }
+    vocabulary: dict[str, int] = {}
+    ids = [vocabulary.setdefault(w, len(vocabulary)) for w in lowered_words]  # ints hash and compare fast
+    lengths = [len(w) for w in lowered_words]
+    gram_chars = sum(lengths)
     for n in (2, 3, 4):
-        signals[f"top_{n}gram_char_frac"] = _top_ngram_char_fraction(lowered_words, n, word_chars)
-    for n in range(5, 11):
-        signals[f"dup_{n}gram_char_frac"] = _dup_ngram_char_fraction(lowered_words, n, word_chars)
+        signals[f"top_{n}gram_char_frac"] = _top_ngram_char_fraction(ids, lengths, n, gram_chars)
+    for n, frac in _dup_ngram_char_fractions(ids, lengths, range(5, 11), gram_chars).items():
+        signals[f"dup_{n}gram_char_frac"] = frac
     signals.update(_c4_signals(raw_lines))
     return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in signals.items()}
 
@@ -148,7 +168,7 @@ def _c4_signals(raw_lines: list[str]) -> dict[str, float | int]:
         if not line:
             continue
         words = line.split()
-        if any(len(w) > 1000 for w in words):
+        if len(line) > 1000 and any(len(w) > 1000 for w in words):
             continue
         line = _CITATION.sub("", line)
         if not line.endswith(_C4_TERMINAL) or line.endswith("..."):
