@@ -1,0 +1,307 @@
+"""MinHash fuzzy dedup: ours beside datasketch and datatrove, on the same corpus, in one run.
+
+    .venv/bin/python benchmarks/minhash.py [--quick] [--base-docs N]
+
+Corpus: real article text from ../shared/data/aeb-dev (~2 KB chunks, topped up with documents
+drawn from its real sentences) with planted near-duplicates at known word-edit rates
+(zephyr.operators.minhash_corpus). Parameters for everyone: word 5-grams, 14 bands x 8 rows.
+
+Figures are documents per CPU-second of one process (= docs/s per core): the machine is shared,
+so CPU time is steadier than wall time; `uptime` load is printed beside them.
+
+- signatures: text -> MinHash signature (+ LSH band keys for ours), in memory.
+- whole dedup: ours = jsonl.zst files -> fuzzy_dedup (signatures, LSH group_by, verification
+  joins, connected components, annotation join) -> drop -> jsonl.zst, on the engine's local
+  backend (one process); datasketch = MinHashLSH insert + query + union-find in memory;
+  datatrove = its 4 MinHash stages from jsonl to jsonl (run from .venv-peers, since datatrove
+  conflicts with our dependencies; create it with `make peers`, see PEERS_SETUP below).
+Quality (pairs at exact Jaccard >= 0.8, within planted families) is printed for ours and datasketch.
+The last line is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Python puts this script's folder first on sys.path, where a sibling benchmark named like a
+# stdlib module (benchmarks/tokenize.py) would shadow it; import from the repository root instead.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+REPO = _HERE.parent
+sys.path.insert(0, str(REPO))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from itertools import combinations  # noqa: E402
+
+from zephyr import Dataset, execution  # noqa: E402
+from zephyr.operators.fuzzy_dedup import (  # noqa: E402
+    FuzzyDedupConfig,
+    annotate_clusters,
+    drop_fuzzy_duplicates,
+    find_duplicate_clusters,
+)
+from zephyr.operators.minhash import MinHashConfig, jaccard, normalize_text, shingle_set, sketch_documents  # noqa: E402
+from zephyr.operators.minhash_corpus import (  # noqa: E402
+    article_chunks,
+    load_article_bodies,
+    plant_near_duplicates,
+    recombined_documents,
+    score_clusters,
+)
+
+DATA = REPO.parent / "shared" / "data" / "aeb-dev" / "ground-truth.json"
+PEER_PYTHON = REPO / ".venv-peers" / "bin" / "python"
+PEERS_SETUP = (
+    "python3 -m venv .venv-peers && .venv-peers/bin/pip install 'datatrove==0.10.1' 'xxhash<4' spacy regex tokenizers orjson"
+)
+
+
+def _load() -> str:
+    return os.getloadavg() and " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def build_corpus(base_docs: int) -> list[dict]:
+    articles = load_article_bodies(DATA)
+    chunks = article_chunks(articles)
+    extra = max(0, base_docs - len(chunks))
+    return plant_near_duplicates(chunks + recombined_documents(articles, extra, seed=1), seed=0)
+
+
+def family_truth(docs: list[dict], threshold: float = 0.8) -> list[tuple[str, str]]:
+    """True pairs within planted families (documents from different families share at most a few
+    sentences, far below 0.8; the tests check exact all-pairs truth on the chunk corpus)."""
+    families = defaultdict(list)
+    for doc in docs:
+        families[doc["metadata"]["family"]].append(doc)
+    pairs = []
+    for members in families.values():
+        if len(members) < 2:
+            continue
+        sets = {d["id"]: shingle_set(d["text"]) for d in members}
+        for a, b in combinations(sorted(sets), 2):
+            if jaccard(sets[a], sets[b]) >= threshold:
+                pairs.append((a, b))
+    return pairs
+
+
+# --------------------------------------------------------------------------- ours
+
+
+def ours_signatures(texts: list[str]) -> float:
+    config = MinHashConfig()
+    sketch_documents(texts[:64], config)  # warm the constant caches
+    start = time.process_time()
+    for i in range(0, len(texts), 512):
+        sketch_documents(texts[i : i + 512], config)
+    return len(texts) / (time.process_time() - start)
+
+
+def ours_whole(docs: list[dict], work: str) -> tuple[float, dict, dict[str, str]]:
+    with execution(backend="local", scratch=f"{work}/scratch", summary=False, progress=False):
+        Dataset.from_list(docs, num_shards=4).write_jsonl(f"{work}/in/part-{{shard:05d}}.jsonl.zst")
+        config = FuzzyDedupConfig()
+        source = Dataset.from_files(f"{work}/in/*.jsonl.zst")
+        start = time.process_time()
+        report = find_duplicate_clusters(source, config=config, work_dir=f"{work}/fuzzy")
+        drop_fuzzy_duplicates(annotate_clusters(source, report, config=config)).write_jsonl(
+            f"{work}/out/part-{{shard:05d}}.jsonl.zst"
+        )
+        seconds = time.process_time() - start
+        clusters = {
+            r["id"]: r["cluster"]
+            for r in (Dataset.from_files(list(report.clusters_paths)).collect() if report.clusters_paths else [])
+        }
+    cluster_of = {d["id"]: clusters.get(d["id"], d["id"]) for d in docs}
+    stats = {
+        "candidate_edges": report.candidate_edges,
+        "verified_edges": report.verified_edges,
+        "cc_iterations": report.cc_iterations,
+        "duplicates_removed": report.duplicates,
+    }
+    return len(docs) / seconds, stats, cluster_of
+
+
+# --------------------------------------------------------------------------- datasketch
+
+
+def _datasketch_minhash(text: str):
+    from datasketch import MinHash
+
+    words = normalize_text(text).split()
+    grams = [" ".join(words[i : i + 5]).encode() for i in range(max(1, len(words) - 4))]
+    sketch = MinHash(num_perm=112, seed=1)
+    sketch.update_batch(grams)
+    return sketch
+
+
+def datasketch_signatures(texts: list[str]) -> float:
+    start = time.process_time()
+    for text in texts:
+        _datasketch_minhash(text)
+    return len(texts) / (time.process_time() - start)
+
+
+def datasketch_whole(docs: list[dict]) -> tuple[float, dict[str, str]]:
+    from datasketch import MinHashLSH
+
+    start = time.process_time()
+    lsh = MinHashLSH(num_perm=112, params=(14, 8))
+    sketches = {}
+    for doc in docs:
+        sketches[doc["id"]] = _datasketch_minhash(doc["text"])
+        lsh.insert(doc["id"], sketches[doc["id"]])
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    for doc_id, sketch in sketches.items():
+        for other in lsh.query(sketch):
+            ra, rb = find(doc_id), find(other)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    cluster_of = {d["id"]: find(d["id"]) for d in docs}
+    kept = [d for d in docs if cluster_of[d["id"]] == d["id"]]
+    seconds = time.process_time() - start
+    assert kept
+    return len(docs) / seconds, cluster_of
+
+
+# --------------------------------------------------------------------------- datatrove (peer venv)
+
+PEER_SCRIPT = r'''
+import json, sys, time, tempfile, logging, os
+from loguru import logger
+logger.remove()
+from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupSignature, MinhashDedupBuckets,
+    MinhashDedupCluster, MinhashDedupFilter)
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.writers import JsonlWriter
+
+corpus_dir, work = sys.argv[1], sys.argv[2]
+config = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8, seed=1)
+def run(pipeline, tasks, name):
+    start = time.process_time()
+    LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1, logging_dir=f"{work}/logs/{name}").run()
+    return time.process_time() - start
+t1 = run([JsonlReader(corpus_dir), MinhashDedupSignature(output_folder=f"{work}/sigs", config=config)], 1, "s1")
+t2 = run([MinhashDedupBuckets(input_folder=f"{work}/sigs", output_folder=f"{work}/buckets", config=config)], 14, "s2")
+t3 = run([MinhashDedupCluster(input_folder=f"{work}/buckets", output_folder=f"{work}/remove", config=config)], 1, "s3")
+t4 = run([JsonlReader(corpus_dir), MinhashDedupFilter(input_folder=f"{work}/remove"),
+          JsonlWriter(f"{work}/out", compression=None)], 1, "s4")
+kept = sum(1 for name in os.listdir(f"{work}/out") for _ in open(f"{work}/out/{name}"))
+print(json.dumps({"signature_s": t1, "buckets_s": t2, "cluster_s": t3, "filter_s": t4, "kept": kept}))
+'''
+
+
+def datatrove_peer(docs: list[dict], work: str) -> dict | str:
+    if not PEER_PYTHON.exists():
+        return f"skipped: {PEER_PYTHON.relative_to(REPO)} not found (create it with `make peers`: {PEERS_SETUP})"
+    corpus_dir = Path(work) / "dt-in"
+    corpus_dir.mkdir(parents=True)
+    with open(corpus_dir / "corpus.jsonl", "w", encoding="utf-8") as handle:
+        for doc in docs:
+            handle.write(json.dumps({"id": doc["id"], "text": doc["text"]}) + "\n")
+    script = Path(work) / "datatrove_peer.py"
+    script.write_text(PEER_SCRIPT)
+    proc = subprocess.run(
+        [str(PEER_PYTHON), str(script), str(corpus_dir), str(Path(work) / "dt")],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if proc.returncode != 0:
+        return f"failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    n = len(docs)
+    total = result["signature_s"] + result["buckets_s"] + result["cluster_s"] + result["filter_s"]
+    return {"signatures": n / result["signature_s"], "whole": n / total, "removed": n - result["kept"]}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small corpus (~1,000 documents)")
+    parser.add_argument("--base-docs", type=int, default=None, help="documents before planting copies")
+    parser.add_argument("--no-peers", action="store_true", help="skip datatrove (peer venv)")
+    args = parser.parse_args()
+    if not DATA.exists():
+        print(f"real text not found at {DATA}; nothing to measure")
+        print(json.dumps({"bench": "minhash", "skipped": "no ../shared/data"}))
+        return
+    base = args.base_docs or (600 if args.quick else 6000)
+    docs = build_corpus(base)
+    texts = [d["text"] for d in docs]
+    mean_chars = sum(map(len, texts)) / len(texts)
+    truth = family_truth(docs)
+    print(f"corpus: {len(docs)} documents (mean {mean_chars:.0f} chars), {len(truth)} true pairs at J >= 0.8")
+    print(f"load before: {_load()}")
+
+    ours_sig = ours_signatures(texts)
+    ds_texts = texts[: min(len(texts), 3000)]
+    peer_sig = datasketch_signatures(ds_texts)
+    with tempfile.TemporaryDirectory() as work:
+        ours_rate, ours_stats, ours_clusters = ours_whole(docs, work)
+        dt = "skipped (--no-peers)" if args.no_peers else datatrove_peer(docs, work)
+    peer_rate, peer_clusters = datasketch_whole(docs)
+    ours_q = score_clusters(ours_clusters, truth)
+    peer_q = score_clusters(peer_clusters, truth)
+    load_after = _load()
+
+    rows = [
+        ("signatures (docs/s per core)", f"{ours_sig:,.0f}", f"{peer_sig:,.0f}",
+         f"{dt['signatures']:,.0f}" if isinstance(dt, dict) else "-"),
+        ("whole dedup (docs/s per core)", f"{ours_rate:,.0f}", f"{peer_rate:,.0f}",
+         f"{dt['whole']:,.0f}" if isinstance(dt, dict) else "-"),
+        ("pair precision / recall", f"{ours_q.precision:.3f} / {ours_q.recall:.3f}",
+         f"{peer_q.precision:.3f} / {peer_q.recall:.3f}", "-"),
+        ("cluster precision / recall", f"{ours_q.closure_precision:.3f} / {ours_q.closure_recall:.3f}",
+         f"{peer_q.closure_precision:.3f} / {peer_q.closure_recall:.3f}", "-"),
+        ("documents removed", f"{ours_stats['duplicates_removed']}",
+         f"{sum(1 for k, v in peer_clusters.items() if k != v)}",
+         f"{dt['removed']}" if isinstance(dt, dict) else "-"),
+    ]
+    print(f"\n{'':32}{'zephyr':>18}{'datasketch':>18}{'datatrove':>14}")
+    for name, *values in rows:
+        print(f"{name:32}" + "".join(f"{v:>18}" if i < 2 else f"{v:>14}" for i, v in enumerate(values)))
+    print(f"\nzephyr: verification on, {ours_stats['candidate_edges']} candidate edges -> "
+          f"{ours_stats['verified_edges']} verified, {ours_stats['cc_iterations']} CC rounds; "
+          "datasketch/datatrove: no verification")
+    if not isinstance(dt, dict):
+        print(f"datatrove: {dt}")
+    print(f"load after: {load_after}")
+    print(json.dumps({
+        "bench": "minhash",
+        "documents": len(docs),
+        "mean_chars": round(mean_chars),
+        "ours_signatures_docs_s_per_core": round(ours_sig),
+        "datasketch_signatures_docs_s_per_core": round(peer_sig),
+        "datatrove_signatures_docs_s_per_core": round(dt["signatures"]) if isinstance(dt, dict) else None,
+        "ours_dedup_docs_s_per_core": round(ours_rate),
+        "datasketch_dedup_docs_s_per_core": round(peer_rate),
+        "datatrove_dedup_docs_s_per_core": round(dt["whole"]) if isinstance(dt, dict) else None,
+        "ours_pair_precision": round(ours_q.precision, 4),
+        "ours_pair_recall": round(ours_q.recall, 4),
+        "ours_cluster_precision": round(ours_q.closure_precision, 4),
+        "ours_cluster_recall": round(ours_q.closure_recall, 4),
+        "datasketch_pair_precision": round(peer_q.precision, 4),
+        "datasketch_pair_recall": round(peer_q.recall, 4),
+        "cc_iterations": ours_stats["cc_iterations"],
+        "load": load_after,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,573 @@
+"""Fuzzy (MinHash-LSH) deduplication on the engine: buckets, verification, connected components.
+
+Why it is built this way: the usual single-process clustering step (union-find over every
+candidate pair) is where fuzzy dedup stops scaling, and chains of weak LSH links are how it
+wipes out unrelated documents. Here every step after the signatures is an engine `group_by`, so
+memory stays bounded by the engine's budget whatever the corpus size, and (with verification)
+only edges whose exact Jaccard similarity passes the threshold reach the clustering.
+
+Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun skips finished work):
+
+1. ``signatures/``  one record per document with shingles: id, LSH band keys and, with
+   verification, its sorted shingle-hash set. Documents without words are never duplicates.
+2. ``candidates/``  `group_by` LSH bucket; each bucket links its members to its
+   `anchors_per_bucket` smallest ids (star edges: linear in the bucket size, not all pairs).
+   Two anchors rather than one keep a pair connected when the smallest member of their bucket
+   is itself a false positive that verification will cut.
+3. ``verified/``    `group_by` node over the candidate edges and the signature files together
+   (one `from_files` reads both: the engine's union) sends each node's shingle set to its edges;
+   `group_by` edge then computes the exact Jaccard and keeps edges >= `threshold`.
+4. ``cc/iter-NNNN/`` connected components by alternating large-star and small-star rounds
+   (Kiveris et al., "Connected Components in Map Reduce and Beyond", SoCC 2014), each a
+   `group_by` on node id streaming neighbours in sorted order (no neighbour list in memory).
+   Rounds repeat until the edges form one star per component centred on its smallest id. That
+   fixed point is unique, so clusters do not depend on shard or worker counts.
+5. ``clusters/``    (id, cluster) for every non-keeper: the converged star edges.
+
+The result annotates each document with ``dup_cluster`` (the smallest id of its cluster, its own
+id when it has no near-duplicate) and ``dup_keep`` (True for exactly one document per cluster:
+the one whose id is the cluster id). Non-keepers also get ``filter_reason="fuzzy_duplicate"``
+unless an earlier operator set a reason; :func:`drop_fuzzy_duplicates` removes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zephyr.engine import counters
+from zephyr.engine import ops as _ops
+from zephyr.engine.dataset import Dataset
+from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
+from zephyr.operators.minhash import MinHashConfig, sketch_documents
+
+__all__ = [
+    "FUZZY_DUPLICATE_REASON",
+    "FuzzyDedupConfig",
+    "FuzzyDedupReport",
+    "fuzzy_dedup",
+    "find_duplicate_clusters",
+    "annotate_clusters",
+    "drop_fuzzy_duplicates",
+    "connected_components",
+]
+
+FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
+"""`filter_reason` of documents that are near-duplicates of their cluster's keeper."""
+
+_DONE = "_DONE.json"
+
+
+@dataclass(frozen=True)
+class FuzzyDedupConfig:
+    """Fuzzy dedup settings; the defaults follow common practice for web text.
+
+    minhash: shingling, permutations and LSH banding (default word 5-grams, 14 bands x 8 rows).
+    verify: re-check candidate pairs against the exact Jaccard of their shingle sets, so LSH
+        false positives and chains of weak links cannot merge unrelated documents.
+    threshold: minimum exact Jaccard of a verified edge (used only with `verify`).
+    anchors_per_bucket: each LSH bucket links every member to this many of its smallest ids.
+    id_field / text_field: where documents keep their unique id (str or int) and their text.
+    batch_size: documents per vectorized signature batch.
+    max_iterations: connected-components rounds before giving up (a handful is typical: rounds
+        grow with the logarithm of the largest cluster's size).
+    num_shards: shard count of the shuffles (None: the engine's default).
+    """
+
+    minhash: MinHashConfig = field(default_factory=MinHashConfig)
+    verify: bool = True
+    threshold: float = 0.8
+    anchors_per_bucket: int = 2
+    id_field: str = "id"
+    text_field: str = "text"
+    batch_size: int = 512
+    max_iterations: int = 64
+    num_shards: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.minhash, MinHashConfig):
+            raise TypeError(f"FuzzyDedupConfig.minhash must be a MinHashConfig, got {type(self.minhash).__name__}.")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"FuzzyDedupConfig.threshold must be in (0, 1], got {self.threshold!r}; e.g. 0.8.")
+        for name in ("anchors_per_bucket", "batch_size", "max_iterations"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"FuzzyDedupConfig.{name} must be a positive int, got {value!r}.")
+        if self.num_shards is not None and self.num_shards < 1:
+            raise ValueError(f"FuzzyDedupConfig.num_shards must be None or >= 1, got {self.num_shards!r}.")
+
+
+@dataclass(frozen=True)
+class FuzzyDedupReport:
+    """What a cluster-finding run found; also saved as ``work_dir/report.json``.
+
+    clusters_paths: parquet files of {"id", "cluster"} for every non-keeper (none: no duplicates).
+    """
+
+    documents: int
+    documents_without_shingles: int
+    candidate_edges: int
+    verified_edges: int
+    cc_iterations: int
+    duplicates: int
+    clusters_paths: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------- stage 1: signatures
+
+
+@dataclass(frozen=True)
+class _Sketch:
+    """map_shard: vectorized signatures per batch; one small record per document with shingles."""
+
+    config: FuzzyDedupConfig
+
+    def __call__(self, records: Iterable[dict]) -> Iterator[dict]:
+        batch: list[dict] = []
+        for record in records:
+            batch.append(record)
+            if len(batch) >= self.config.batch_size:
+                yield from self._batch(batch)
+                batch = []
+        if batch:
+            yield from self._batch(batch)
+
+    def _batch(self, batch: list[dict]) -> Iterator[dict]:
+        cfg = self.config
+        ids, texts = [], []
+        for record in batch:
+            ids.append(_doc_id(record, cfg.id_field))
+            text = record.get(cfg.text_field)
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"fuzzy dedup expects a str in field {cfg.text_field!r} of every document; document "
+                    f"{ids[-1]!r} has {type(text).__name__}. Set FuzzyDedupConfig(text_field=...) or fill "
+                    "missing text with ''."
+                )
+            texts.append(text)
+        keys, counts, sets = sketch_documents(texts, cfg.minhash, with_sets=cfg.verify)
+        counters.increment("fuzzy_dedup/documents", len(batch))
+        signed = keys.view(np.int64)  # the engine orders int keys as signed 64-bit
+        for i, doc_id in enumerate(ids):
+            if counts[i] == 0:
+                counters.increment("fuzzy_dedup/documents_without_shingles")
+                continue
+            out = {"id": doc_id, "bands": signed[i].tobytes()}
+            if sets is not None:
+                out["shingles"] = sets[i].tobytes()
+            yield out
+
+
+def _doc_id(record: Any, id_field: str) -> str | int:
+    doc_id = record.get(id_field) if isinstance(record, dict) else None
+    if isinstance(doc_id, str) or (isinstance(doc_id, int) and not isinstance(doc_id, bool)):
+        return doc_id
+    fields = sorted(record)[:8] if isinstance(record, dict) else type(record).__name__
+    raise TypeError(
+        f"fuzzy dedup needs a unique str or int id in field {id_field!r} of every document; got "
+        f"{type(doc_id).__name__} in a record with fields {fields}. Set FuzzyDedupConfig(id_field=...) "
+        "or add ids first (e.g. .map(lambda d: {**d, 'id': ...}))."
+    )
+
+
+# --------------------------------------------------------------------------- stage 2: LSH buckets
+
+
+def _band_entries(record: dict) -> Iterator[tuple[int, Any]]:
+    doc_id = record["id"]
+    for key in np.frombuffer(record["bands"], dtype="<i8").tolist():
+        yield (key, doc_id)
+
+
+def _first(item: tuple) -> Any:
+    return item[0]
+
+
+def _second(item: tuple) -> Any:
+    return item[1]
+
+
+@dataclass(frozen=True)
+class _StarEdges:
+    """Reducer per bucket: members arrive sorted by id; link each to the bucket's smallest ids."""
+
+    anchors: int
+
+    def __call__(self, key: int, items: Iterable[tuple[int, Any]]) -> Iterator[tuple[Any, Any]]:
+        anchors: list[Any] = []
+        previous = None
+        for _, doc_id in items:
+            if doc_id == previous:  # a document hitting one key in two bands (64-bit collision)
+                continue
+            previous = doc_id
+            for anchor in anchors:
+                yield (anchor, doc_id)
+            if len(anchors) < self.anchors:
+                anchors.append(doc_id)
+
+
+def _identity(item: Any) -> Any:
+    return item
+
+
+def _edge_record(edge: tuple[Any, Any]) -> dict:
+    counters.increment("fuzzy_dedup/candidate_edges")
+    return {"a": edge[0], "b": edge[1]}
+
+
+# --------------------------------------------------------------------------- stage 3: verification
+
+_SET, _EDGE = 0, 1
+
+
+def _route_by_node(record: dict) -> Iterator[tuple]:
+    if "shingles" in record:  # a signature file's record
+        yield (record["id"], _SET, record["shingles"])
+    else:  # a candidate edge
+        yield (record["a"], _EDGE, record["b"])
+        yield (record["b"], _EDGE, record["a"])
+
+
+def _tag(item: tuple) -> int:
+    return item[1]
+
+
+def _fan_out(node: Any, items: Iterable[tuple]) -> Iterator[tuple]:
+    """Items sorted by tag: the node's shingle set first, then its edges; send the set to each edge."""
+    shingles = None
+    for _, tag, payload in items:
+        if tag == _SET:
+            shingles = payload
+        elif shingles is not None:
+            yield ((node, payload) if node < payload else (payload, node), shingles)
+
+
+@dataclass(frozen=True)
+class _VerifyPair:
+    """Reducer per candidate edge: exact Jaccard of the two shingle sets (sorted uint64 as bytes)."""
+
+    threshold: float
+
+    def __call__(self, edge: tuple, items: Iterable[tuple]) -> dict | None:
+        sets = [np.frombuffer(payload, dtype=np.uint64) for _, payload in items]
+        if len(sets) != 2:
+            raise RuntimeError(f"candidate edge {edge!r} met {len(sets)} shingle sets, expected 2; are ids unique?")
+        a, b = sets
+        inter = len(np.intersect1d(a, b, assume_unique=True))
+        similarity = inter / (len(a) + len(b) - inter)
+        if similarity < self.threshold:
+            counters.increment("fuzzy_dedup/edges_rejected")
+            return None
+        counters.increment("fuzzy_dedup/edges_verified")
+        return {"a": edge[0], "b": edge[1], "jaccard": similarity}
+
+
+# --------------------------------------------------------------------------- stage 4: components
+
+
+def _both_directions(edge: dict) -> Iterator[tuple[Any, Any]]:
+    yield (edge["a"], edge["b"])
+    yield (edge["b"], edge["a"])
+
+
+def _large_star(node: Any, neighbours: Iterable[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+    """Link every larger neighbour of `node` to the smallest id of its closed neighbourhood.
+
+    Also counts (``fuzzy_dedup/cc_unsettled``) whether `node` breaks the star-forest shape: more
+    than one smaller neighbour, or a smaller and a larger one. A round in which no node is
+    unsettled started from the fixed point.
+    """
+    smallest = None
+    previous = None
+    smaller = larger = 0
+    for _, other in neighbours:  # sorted ascending
+        if other == previous:
+            continue
+        previous = other
+        if smallest is None:
+            smallest = other if other < node else node
+        if other < node:
+            smaller += 1
+        else:
+            larger += 1
+            yield (other, smallest)  # keyed by the larger endpoint, for small-star
+    if smaller > 1 or (smaller and larger):
+        counters.increment("fuzzy_dedup/cc_unsettled")
+
+
+def _small_star(node: Any, neighbours: Iterable[tuple[Any, Any]]) -> Iterator[dict]:
+    """Link `node` and all its (smaller) neighbours to the smallest of them."""
+    smallest = None
+    previous = None
+    for _, other in neighbours:  # sorted ascending
+        if other == previous:
+            continue
+        previous = other
+        if smallest is None:
+            smallest = other
+        else:
+            yield {"a": smallest, "b": other}
+    if smallest is not None:
+        yield {"a": smallest, "b": node}
+
+
+def connected_components(
+    edges: Dataset | Sequence[str],
+    *,
+    work_dir: str,
+    max_iterations: int = 64,
+    num_shards: int | None = None,
+) -> tuple[list[str], int]:
+    """Connected components of an undirected graph of records {"a", "b"} (a != b), on the engine.
+
+    `edges` is a Dataset or a list of parquet files. Returns (parquet files of the converged star
+    edges {"a": component minimum, "b": every other member}, rounds run). Each round is one
+    large-star and one small-star `group_by`, written to ``work_dir/iter-NNNN/``; a rerun skips
+    rounds whose ``_DONE.json`` exists. Node ids must be all str or all int. The last round is
+    the one that finds nothing left to change.
+    """
+    paths: list[str] | None = None
+    for iteration in range(1, max_iterations + 1):
+        out_dir = join(work_dir, f"iter-{iteration:04d}")
+        done = _read_json(join(out_dir, _DONE))
+        if done is None:
+            if paths is None and isinstance(edges, Dataset):
+                source: Dataset | None = edges
+            else:
+                files = list(edges) if paths is None else paths
+                source = Dataset.from_files(files, format="parquet", columns=["a", "b"]) if files else None
+            new_paths: list[str] = []
+            unsettled = 0
+            if source is not None:
+                new_paths, found = _write_stage(
+                    source.flat_map(_both_directions)
+                    .group_by(_first, _large_star, sort_by=_second, num_shards=num_shards)
+                    .group_by(_first, _small_star, sort_by=_second, num_shards=num_shards),
+                    out_dir,
+                )
+                unsettled = found.get("fuzzy_dedup/cc_unsettled", 0)
+            done = _write_json(join(out_dir, _DONE), {"paths": new_paths, "unsettled": unsettled})
+        paths = done["paths"]
+        if done["unsettled"] == 0:
+            # This round started from a star forest, so its output equals its input: converged.
+            return paths, iteration
+    raise RuntimeError(
+        f"connected components did not converge in {max_iterations} rounds (work_dir {work_dir!r}); "
+        "raise FuzzyDedupConfig.max_iterations, or look for an enormous chain-shaped cluster."
+    )
+
+
+# --------------------------------------------------------------------------- stage 5: assignments
+
+
+def _assignment(edge: dict) -> dict:
+    counters.increment("fuzzy_dedup/duplicates")
+    return {"id": edge["b"], "cluster": edge["a"]}
+
+
+# --------------------------------------------------------------------------- storage helpers
+
+
+def _write_stage(ds: Dataset, out_dir: str) -> tuple[list[str], dict[str, int]]:
+    """Write `ds` as parquet under `out_dir`; return (written paths, the run's counters).
+
+    Uses the engine's sink op directly because `Dataset.write_parquet` returns only the paths and
+    the counters carry the stage's figures (documents, edges, convergence).
+    """
+    pattern = join(out_dir, "part-{shard:05d}-of-{total:05d}.parquet")
+    run = ds._then(_ops.Sink(pattern, "parquet", False)).execute()
+    return list(run.outputs), dict(run.counters)
+
+
+def _read_json(url: str) -> dict | None:
+    fs, path = url_to_fs(url)
+    if not fs.exists(path):
+        return None
+    with open_url(url, "rb", compression=None) as handle:
+        return json.loads(handle.read())
+
+
+def _write_json(url: str, info: dict) -> dict:
+    with atomic_write(url, "wb", compression=None) as handle:
+        handle.write(json.dumps(info, indent=1).encode("utf-8"))
+    return info
+
+
+def _stage(out_dir: str, build: Any) -> dict:
+    """Run `build() -> (paths, counters)` unless `out_dir` already holds a finished run of it."""
+    done = _read_json(join(out_dir, _DONE))
+    if done is None:
+        paths, found = build()
+        done = _write_json(join(out_dir, _DONE), {"paths": paths, "counters": found})
+    return done
+
+
+def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> None:
+    """A work_dir belongs to one configuration: resuming with another would mix results."""
+    settings = json.loads(json.dumps(asdict(config), default=str))
+    for tuning_only in ("batch_size", "max_iterations", "num_shards"):
+        settings.pop(tuning_only)
+    url = join(work_dir, "config.json")
+    saved = _read_json(url)
+    if saved is None:
+        _write_json(url, settings)
+    elif saved != settings:
+        raise ValueError(
+            f"work_dir {work_dir!r} holds a fuzzy dedup run with other settings:\n"
+            f"  saved:     {saved}\n  requested: {settings}\n"
+            "Use a fresh work_dir for new settings (or delete the old one)."
+        )
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: str) -> FuzzyDedupReport:
+    """Run stages 1-5 now, on the current `execution(...)` backend, and report what they found.
+
+    Reads `ds` once. Resumable: every stage writes under `work_dir` and is skipped on a rerun
+    once complete (and the engine resumes a stage's finished shards), so a killed run continues
+    where it stopped. A work_dir belongs to one input and one configuration.
+    """
+    _check_work_dir(work_dir, config)
+    shards = config.num_shards
+
+    sig = _stage(join(work_dir, "signatures"), lambda: _write_stage(ds.map_shard(_Sketch(config)), join(work_dir, "signatures")))
+
+    def candidates() -> tuple[list[str], dict[str, int]]:
+        if not sig["paths"]:
+            return [], {}
+        return _write_stage(
+            Dataset.from_files(sig["paths"], format="parquet", columns=["id", "bands"])
+            .flat_map(_band_entries)
+            .group_by(_first, _StarEdges(config.anchors_per_bucket), sort_by=_second, num_shards=shards)
+            .deduplicate(_identity, num_shards=shards)
+            .map(_edge_record),
+            join(work_dir, "candidates"),
+        )
+
+    cand = _stage(join(work_dir, "candidates"), candidates)
+    edge_paths: list[str] = cand["paths"]
+    edges_in_cc = cand["counters"].get("fuzzy_dedup/candidate_edges", 0)
+
+    if config.verify:
+
+        def verified() -> tuple[list[str], dict[str, int]]:
+            if not edge_paths:
+                return [], {}
+            return _write_stage(
+                Dataset.from_files([*edge_paths, *sig["paths"]], format="parquet")
+                .flat_map(_route_by_node)
+                .group_by(_first, _fan_out, sort_by=_tag, num_shards=shards)
+                .group_by(_first, _VerifyPair(config.threshold), num_shards=shards),
+                join(work_dir, "verified"),
+            )
+
+        ver = _stage(join(work_dir, "verified"), verified)
+        edge_paths = ver["paths"]
+        edges_in_cc = ver["counters"].get("fuzzy_dedup/edges_verified", 0)
+
+    star_paths, iterations = connected_components(
+        edge_paths, work_dir=join(work_dir, "cc"), max_iterations=config.max_iterations, num_shards=shards
+    )
+
+    def clusters() -> tuple[list[str], dict[str, int]]:
+        if not star_paths:
+            return [], {}
+        return _write_stage(
+            Dataset.from_files(star_paths, format="parquet", columns=["a", "b"]).map(_assignment),
+            join(work_dir, "clusters"),
+        )
+
+    cl = _stage(join(work_dir, "clusters"), clusters)
+    found = sig["counters"]
+    report = FuzzyDedupReport(
+        documents=found.get("fuzzy_dedup/documents", 0),
+        documents_without_shingles=found.get("fuzzy_dedup/documents_without_shingles", 0),
+        candidate_edges=cand["counters"].get("fuzzy_dedup/candidate_edges", 0),
+        verified_edges=edges_in_cc,
+        cc_iterations=iterations,
+        duplicates=cl["counters"].get("fuzzy_dedup/duplicates", 0),
+        clusters_paths=tuple(cl["paths"]),
+    )
+    _write_json(join(work_dir, "report.json"), asdict(report))
+    return report
+
+
+@dataclass(frozen=True)
+class _Annotate:
+    """Join combine (or map when nothing was duplicated): add dup_cluster / dup_keep."""
+
+    id_field: str
+
+    def __call__(self, doc: dict, assignment: dict | None = None) -> dict:
+        out = dict(doc)
+        if assignment is None:
+            out["dup_cluster"] = doc[self.id_field]
+            out["dup_keep"] = True
+        else:
+            out["dup_cluster"] = assignment["cluster"]
+            out["dup_keep"] = False
+            if not out.get("filter_reason"):
+                out["filter_reason"] = FUZZY_DUPLICATE_REASON
+        return out
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+
+    def __call__(self, record: dict) -> Any:
+        return record[self.name]
+
+
+def annotate_clusters(ds: Dataset, report: FuzzyDedupReport, *, config: FuzzyDedupConfig) -> Dataset:
+    """`ds` with ``dup_cluster`` / ``dup_keep`` (and ``filter_reason`` on non-keepers); lazy.
+
+    A `sorted_merge_join` of the documents with the (id, cluster) table of non-keepers, so output
+    shards follow the join's order, not the input's.
+    """
+    if not report.clusters_paths:
+        return ds.map(_Annotate(config.id_field))
+    return ds.sorted_merge_join(
+        Dataset.from_files(list(report.clusters_paths), format="parquet"),
+        left_key=_Field(config.id_field),
+        right_key=_Field("id"),
+        how="left",
+        combine=_Annotate(config.id_field),
+        num_shards=config.num_shards,
+    )
+
+
+def fuzzy_dedup(ds: Dataset, *, config: FuzzyDedupConfig = FuzzyDedupConfig(), work_dir: str) -> Dataset:
+    """Find near-duplicate clusters in `ds` now and return `ds` annotated (lazy).
+
+    Every document gets ``dup_cluster`` and ``dup_keep``; follow with
+    :func:`drop_fuzzy_duplicates` (or ``.filter(zephyr.operators.keep)``) to remove non-keepers.
+    `ds` is read twice (signatures now, annotation later): materialize an expensive upstream
+    pipeline first. The run's figures are in ``work_dir/report.json``
+    (see :func:`find_duplicate_clusters` to get them as a :class:`FuzzyDedupReport`).
+
+    Example:
+        >>> with execution(backend="processes"):
+        ...     docs = fuzzy_dedup(Dataset.from_files("docs/*.jsonl.zst"), work_dir="out/fuzzy")
+        ...     drop_fuzzy_duplicates(docs).write_jsonl("out/dedup/part-{shard:05d}.jsonl.zst")
+    """
+    report = find_duplicate_clusters(ds, config=config, work_dir=work_dir)
+    return annotate_clusters(ds, report, config=config)
+
+
+def _is_keeper(doc: dict) -> bool:
+    if doc.get("dup_keep", True):
+        return True
+    counters.increment(f"filter/{FUZZY_DUPLICATE_REASON}")
+    return False
+
+
+def drop_fuzzy_duplicates(ds: Dataset) -> Dataset:
+    """Drop documents annotated ``dup_keep=False``; counted as ``filter/fuzzy_duplicate``."""
+    return ds.filter(_is_keeper)
