@@ -714,29 +714,36 @@ def _drop_title_heading(nodes: list, title: str) -> None:
     _remove_all(doomed)
 
 
-def _extract_once(html: str, config: ExtractConfig, strip_unlikely: bool, use_weights: bool, clean_cond: bool):
-    parser_cls = _require_selectolax()
-    tree = parser_cls(html)
-    title = _title(tree)
+def _extract_once(tree, title: str, config: ExtractConfig, strip_unlikely: bool, use_weights: bool, clean_cond: bool) -> list:
     body = tree.body
     if body is None:
-        return title, [], tree
+        return []
     _clean(body, strip_unlikely)
     scores = _find_candidates(body, config, use_weights)
     top, top_score = _pick_top(body, scores)
     if top is None:
-        return title, ([body] if config.fallback_to_body else []), tree
+        return [body] if config.fallback_to_body else []
     top, top_score = _widen_to_split_article(top, top_score, scores)
     nodes = _select_content(top, top_score, scores, use_weights)
     if clean_cond:
         for node in nodes:
             _clean_conditionally(node, config, use_weights)
     _drop_title_heading(nodes, title)
-    return title, nodes, tree
+    return nodes
 
 
-def extract_page(html: str | bytes, config: ExtractConfig = ExtractConfig(), *, content_type: str | None = None) -> ExtractedPage:
-    """Extract the main content of one page as plain text and Markdown.
+# readability's retry ladder: each step trusts class/id hints less.
+_ATTEMPTS = ((True, True, True), (False, True, True), (False, False, True), (False, False, False))
+
+
+def extract_page(
+    html: str | bytes,
+    config: ExtractConfig = ExtractConfig(),
+    *,
+    content_type: str | None = None,
+    markdown: bool = True,
+) -> ExtractedPage:
+    """Extract the main content of one page as plain text and (unless `markdown=False`) Markdown.
 
     `html` may be bytes (the charset is detected, see `zephyr.operators.charset`) or str.
     Never raises on bad markup: a page with no recognizable content yields empty strings.
@@ -744,25 +751,28 @@ def extract_page(html: str | bytes, config: ExtractConfig = ExtractConfig(), *, 
     >>> extract_page("<html><body><nav>Home</nav><article><p>" + "Real prose, here. " * 20 + "</p></article></body></html>").text[:10]
     'Real prose'
     """
-    text_html = decode_html(html, content_type)
-    attempts = ((True, True, True), (False, True, True), (False, False, True), (False, False, False))
-    best: tuple[str, str, str] | None = None
-    for strip_unlikely, use_weights, clean_cond in attempts:
-        title, nodes, tree = _extract_once(text_html, config, strip_unlikely, use_weights, clean_cond)
+    parser_cls = _require_selectolax()
+    pristine = parser_cls(decode_html(html, content_type))
+    title = _title(pristine)
+    best: tuple[list, str, Any] | None = None
+    for k, flags in enumerate(_ATTEMPTS):
+        # Cleaning mutates the DOM, so every attempt but the last works on a clone (a C-level copy,
+        # ~30x cheaper than parsing again).
+        tree = pristine if k == len(_ATTEMPTS) - 1 else pristine.clone()
+        nodes = _extract_once(tree, title, config, *flags)
         text = _serialize(nodes, markdown=False)
         if best is None or len(text) > len(best[1]):
-            markdown = _serialize(nodes, markdown=True)
-            best = (title, text, markdown)
-        del tree
+            best = (nodes, text, tree)  # the tree stays referenced while its nodes are used
         if len(text) >= config.min_text_chars:
             break
     assert best is not None
-    return ExtractedPage(title=best[0], text=best[1], markdown=best[2])
+    md = _serialize(best[0], markdown=True) if markdown else ""
+    return ExtractedPage(title=title, text=best[1], markdown=md)
 
 
 def html_to_text(html: str | bytes, config: ExtractConfig = ExtractConfig()) -> str:
     """Main-content plain text of a page (one block per line)."""
-    return extract_page(html, config).text
+    return extract_page(html, config, markdown=False).text
 
 
 def html_to_markdown(html: str | bytes, config: ExtractConfig = ExtractConfig()) -> str:
@@ -793,7 +803,7 @@ class ExtractText:
                 "that holds the page"
             )
         content_type = (doc.get("metadata") or {}).get("content_type")
-        page = extract_page(raw, self.config, content_type=content_type)
+        page = extract_page(raw, self.config, content_type=content_type, markdown=self.markdown)
         out = {k: v for k, v in doc.items() if k != self.html_field or self.keep_html}
         out["text"] = page.markdown if self.markdown else page.text
         metadata = dict(out.get("metadata") or {})
