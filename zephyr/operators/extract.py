@@ -18,7 +18,8 @@ The algorithm is general (no per-site rules); it follows the well-known readabil
    that ancestor is used instead; siblings join the container when they score well or look like prose.
 3. Clean the container conditionally: drop sub-blocks that are link-dense, list- or image-heavy without
    prose, or carry boilerplate hints, and paragraphs that are almost entirely link text.
-4. Serialize blocks to plain text or Markdown (headings, lists, tables, code blocks, quotes kept).
+4. Serialize blocks to plain text or Markdown (headings, lists, tables, code blocks, quotes kept;
+   see `zephyr.operators.render`).
 5. When the result is implausibly short, retry with the hint-based steps switched off.
 """
 
@@ -31,6 +32,8 @@ from typing import Any
 
 from zephyr.engine import counters
 from zephyr.operators.charset import decode_html
+from zephyr.operators.render import normalized_text as _text
+from zephyr.operators.render import render_blocks as _serialize
 
 __all__ = [
     "ExtractConfig",
@@ -181,13 +184,6 @@ _BLOCK_CHILD_TAGS = frozenset(
     {"p", "div", "section", "article", "main", "ul", "ol", "dl", "table", "pre", "blockquote", "h1", "h2",
      "h3", "h4", "h5", "h6", "figure", "form", "hr", "header", "footer", "address", "fieldset"}
 )
-_WS = re.compile(r"\s+")
-
-
-def _text(node) -> str:
-    return _WS.sub(" ", node.text(deep=True)).strip()
-
-
 def _visible_len(text: str) -> int:
     """Characters that are not whitespace: a length measure immune to source indentation, and cheap."""
     return len(text) - text.count(" ") - text.count("\n") - text.count("\t") - text.count("\r")
@@ -515,185 +511,13 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
 _PARAGRAPH_LINK_DENSITY_MAX = 0.8
 
 
-# --- step 4: serialization ---------------------------------------------------------------------------
-
-_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
-_BLOCKS = frozenset(
-    {"p", "div", "section", "article", "main", "header", "footer", "address", "center", "details",
-     "summary", "dl", "dt", "dd", "figure", "figcaption", "caption", "form", "fieldset", "tr", "hgroup"}
-)
-_SKIP = frozenset({"-comment", "img", "picture", "source", "head", "title", "style", "script", "noscript"})
-
-
-class _Writer:
-    """Walks a subtree once and emits blocks; Markdown and plain text share the walk."""
-
-    def __init__(self, markdown: bool) -> None:
-        self.markdown = markdown
-        self.blocks: list[str] = []
-        self.inline: list[str] = []
-        self.prefix = ""
-        self.list_stack: list[list] = []  # [kind, counter]
-        self.quote_starts: list[int] = []  # index of the first block of each open <blockquote>
-
-    def flush(self) -> None:
-        if not self.inline:
-            return
-        text = _WS.sub(" ", "".join(self.inline)).strip()
-        self.inline = []
-        if text:
-            self.blocks.append(self.prefix + text)
-            self.prefix = ""
-        # a prefix set for an empty block (e.g. an empty <li>) is dropped with it
-
-    def emit_block(self, text: str) -> None:
-        self.flush()
-        if text.strip():
-            self.blocks.append(text)
-
-    def walk(self, root) -> None:
-        # Iterative walk (deep DOMs exceed Python's recursion limit); "exit" events close blocks.
-        stack: list[tuple[Any, bool]] = [(root, False)]
-        while stack:
-            node, leaving = stack.pop()
-            tag = node.tag
-            if leaving:
-                self._leave(node, tag)
-                continue
-            if tag == "-text":
-                content = node.text_content
-                if content:
-                    self.inline.append(content)
-                continue
-            if tag in _SKIP:
-                continue
-            if tag == "br":
-                self._line_break()
-                continue
-            if tag == "hr":
-                self.flush()
-                continue
-            if tag == "pre":
-                self._pre(node)
-                continue
-            if tag == "table":
-                if self._data_table(node):
-                    continue
-            if tag in _HEADINGS:
-                self.flush()
-                heading = _text(node)
-                if heading:
-                    self.blocks.append(("#" * _HEADINGS[tag] + " " + heading) if self.markdown else heading)
-                continue
-            if tag in ("ul", "ol"):
-                self.flush()
-                self.list_stack.append([tag, 0])
-            elif tag == "li":
-                self.flush()
-                indent = "  " * max(0, len(self.list_stack) - 1)
-                if self.list_stack:
-                    self.list_stack[-1][1] += 1
-                    kind, count = self.list_stack[-1]
-                else:
-                    kind, count = "ul", 1
-                if self.markdown:
-                    self.prefix = indent + (f"{count}. " if kind == "ol" else "- ")
-            elif tag == "blockquote":
-                self.flush()
-                self.quote_starts.append(len(self.blocks))
-            elif tag in _BLOCKS or tag in ("td", "th"):
-                self.flush()
-            elif tag == "code" and self.markdown:
-                self.inline.append("`")
-            stack.append((node, True))
-            children = []
-            child = node.child
-            while child is not None:
-                children.append(child)
-                child = child.next
-            for child in reversed(children):
-                stack.append((child, False))
-
-    def _leave(self, node, tag: str) -> None:
-        if tag in ("ul", "ol"):
-            self.flush()
-            if self.list_stack:
-                self.list_stack.pop()
-        elif tag == "blockquote":
-            self.flush()
-            start = self.quote_starts.pop() if self.quote_starts else len(self.blocks)
-            if self.markdown:
-                # Quote every block emitted since the blockquote opened (nested quotes nest "> ").
-                for i in range(start, len(self.blocks)):
-                    self.blocks[i] = "\n".join("> " + line for line in self.blocks[i].split("\n"))
-        elif tag == "code" and self.markdown:
-            self.inline.append("`")
-        elif tag in _BLOCKS or tag in ("li", "td", "th"):
-            self.flush()
-
-    def _line_break(self) -> None:
-        if self.inline:
-            self.inline.append("\n")
-            # a line break inside a block: keep it as a separate line
-            text = _WS.sub(" ", "".join(self.inline[:-1])).strip()
-            self.inline = []
-            if text:
-                self.blocks.append(self.prefix + text)
-                self.prefix = ""
-
-    def _pre(self, node) -> None:
-        self.flush()
-        raw = node.text(deep=True).strip("\n")
-        if not raw.strip():
-            return
-        if self.markdown:
-            self.blocks.append("```\n" + raw.rstrip() + "\n```")
-        else:
-            self.blocks.append(raw.rstrip())
-
-    def _data_table(self, table) -> bool:
-        """Render a data table; return False for layout tables (nested tables or block content)."""
-        own = table.mem_id  # lexbor's css() matches the node itself too
-        if any(n.mem_id != own for n in table.css("table, p, div, ul, ol, pre, h1, h2, h3, h4, h5, h6")):
-            return False
-        rows = []
-        for tr in table.css("tr"):
-            cells = [_text(cell).replace("|", "\\|" if self.markdown else "|") for cell in tr.css("th, td")]
-            if any(cells):
-                rows.append(cells)
-        if not rows:
-            return True
-        self.flush()
-        if not self.markdown:
-            self.blocks.append("\n".join(" | ".join(c for c in row if c) for row in rows))
-            return True
-        width = max(len(r) for r in rows)
-        rows = [r + [""] * (width - len(r)) for r in rows]
-        lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * width]
-        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        self.blocks.append("\n".join(lines))
-        return True
-
-    def result(self) -> str:
-        self.flush()
-        return "\n\n".join(self.blocks) if self.markdown else "\n".join(self.blocks)
-
-
-def _serialize(nodes: list, markdown: bool) -> str:
-    writer = _Writer(markdown)
-    for node in nodes:
-        writer.walk(node)
-        writer.flush()
-    return writer.result()
-
-
 # --- entry points -------------------------------------------------------------------------------------
 
 
 def _title(tree) -> str:
     node = tree.css_first("meta[property='og:title']")
     if node is not None and (node.attributes.get("content") or "").strip():
-        return _WS.sub(" ", node.attributes["content"]).strip()
+        return " ".join(node.attributes["content"].split())
     node = tree.css_first("title")
     if node is not None:
         return _text(node)
