@@ -83,12 +83,12 @@ def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[d
 
     wanted = WarcRecordType.response | WarcRecordType.conversion
     with open_url(url, "rb", compression=None) as stream:
-        head = stream.read(2)
-        gzipped = head == _GZIP_MAGIC[:2]
+        seekable = _seekable(stream)
+        gzipped = seekable and stream.read(2) == _GZIP_MAGIC[:2]
         base = 0  # byte offset where the current ArchiveIterator started
-        counted_at = -1  # the base at which the last malformed record was counted (count each once)
         while True:
-            stream.seek(base)
+            if seekable:
+                stream.seek(base)
             records = iter(
                 ArchiveIterator(
                     stream, parse_http=True, record_types=WarcRecordType.any_type, auto_decode="all",
@@ -103,9 +103,10 @@ def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[d
                 except StopIteration:
                     return
                 except Exception as exc:  # fastwarc raises OSError / ValueError on broken framing
-                    if counted_at != base or yielded_any:
+                    # One count per damaged region: a resumed attempt that fails before reading any
+                    # record is still inside the damage already counted.
+                    if yielded_any or base == 0:
                         counters.increment("warc/malformed")
-                        counted_at = base
                     break_reason = exc
                     break
                 yielded_any = True
@@ -125,7 +126,7 @@ def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[d
                     yield doc
             # A broken record. In a gzip-per-record file (as Common Crawl publishes) the next record
             # starts at the next gzip member: resynchronise there instead of losing the rest of the file.
-            resume = _next_gzip_member(stream, offset + 1) if gzipped and _seekable(stream) else None
+            resume = _next_gzip_member(stream, offset + 1) if gzipped else None
             if resume is None:
                 log.warning(
                     "%s: malformed WARC record after byte %d (%s); skipping the rest of this file",
@@ -136,7 +137,6 @@ def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[d
                 "%s: malformed WARC record after byte %d (%s); resuming at the next gzip member, byte %d",
                 url, offset, break_reason, resume,
             )
-            counted_at = resume if counted_at == base else counted_at
             base = resume
 
 
