@@ -117,6 +117,12 @@ def test_extract_text_operator_records_fields():
     assert counters.reset() == {"extract/documents": 2, "extract/empty": 1}
     with pytest.raises(KeyError, match="html_field"):
         ExtractText()({"id": "c", "text": "x"})
+    with pytest.raises(TypeError, match="str or bytes"):
+        ExtractText()({"id": "d", "html": 42})
+    earlier = ExtractText()({"id": "e", "html": "<nav>menu</nav>", "filter_reason": None})
+    assert earlier["filter_reason"] == "extract_empty"
+    markdown = ExtractText(markdown=True)({"id": "f", "html": MARKUP})
+    assert "## Installing" in markdown["text"]
     with pytest.raises(ValueError, match="link_density_max"):
         ExtractConfig(link_density_max=0)
 

@@ -626,6 +626,11 @@ class ExtractText:
                 f"{doc.get('id')!r}, got fields {sorted(doc)}; set ExtractText(html_field=...) to the field "
                 "that holds the page"
             )
+        if not isinstance(raw, (str, bytes)):
+            raise TypeError(
+                f"ExtractText expected the {self.html_field!r} field of document {doc.get('id')!r} to be str or "
+                f"bytes (the page), got {type(raw).__name__}"
+            )
         content_type = (doc.get("metadata") or {}).get("content_type")
         page = extract_page(raw, self.config, content_type=content_type, markdown=self.markdown)
         out = {k: v for k, v in doc.items() if k != self.html_field or self.keep_html}
@@ -636,6 +641,7 @@ class ExtractText:
         counters.increment("extract/documents")
         if not out["text"].strip():
             counters.increment("extract/empty")
-            out.setdefault("filter_reason", "extract_empty")
+            if not out.get("filter_reason"):
+                out["filter_reason"] = "extract_empty"
         return out
 
