@@ -1,0 +1,110 @@
+"""``zephyr tokenize``, ``zephyr inspect`` and ``zephyr verify``: registered by :func:`add_cli`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+__all__ = ["add_cli"]
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Register the token-store subcommands on the ``zephyr`` argparse parser."""
+    p = subparsers.add_parser(
+        "tokenize",
+        help="tokenize document files into a token store",
+        description="Tokenize INPUT_GLOB (jsonl[.gz|.zst], parquet, vortex; one store shard per file) into the "
+                    "token store OUTPUT. Reruns skip completed shards.",
+    )
+    p.add_argument("input_glob", nargs="+", metavar="INPUT_GLOB", help="input file glob(s)")
+    p.add_argument("output", metavar="OUTPUT", help="token store directory")
+    p.add_argument("--tokenizer", default="smollm2",
+                   help="'smollm2' (offline default), a tokenizer.json / directory / .gguf path, or a hub name")
+    p.add_argument("--validation-fraction", type=float, default=0.0,
+                   help="send this fraction of documents (by id hash) to OUTPUT/validation")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--id-field", default="id")
+    p.add_argument("--add-bos", action="store_true", help="prepend BOS to every document")
+    p.add_argument("--no-eos", action="store_true", help="do not append EOS (the document separator)")
+    p.add_argument("--parse-special", action="store_true",
+                   help="turn special-token strings in the text into special ids (default: plain text)")
+    p.add_argument("--engine", choices=("auto", "tiktoken", "tokenizers"), default="auto",
+                   help="encoder: auto = tiktoken when verified identical to tokenizers")
+    p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
+    p.add_argument("--backend", choices=("local", "processes", "ray"), help="engine backend (default processes)")
+    p.add_argument("--workers", type=int, help="worker processes (default: all cores)")
+    p.set_defaults(func=_run_tokenize)
+
+    p = subparsers.add_parser("inspect", help="summarise a token store",
+                              description="Print counts, a document-length histogram and decoded samples.")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("--samples", type=int, default=3)
+    p.add_argument("--max-chars", type=int, default=400)
+    p.add_argument("--no-decode", action="store_true", help="show ids instead of loading the tokenizer")
+    p.set_defaults(func=_run_inspect)
+
+    p = subparsers.add_parser("verify", help="check a token store's files against its manifest",
+                              description="Check offsets, counts, file sizes and id range; exit 1 on any problem.")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("--no-ids", action="store_true", help="skip the scan of every id against vocab_size")
+    p.set_defaults(func=_run_verify)
+
+
+def _run_tokenize(args: argparse.Namespace) -> int:
+    from zephyr.engine.context import execution
+    from zephyr.engine.errors import ZephyrError
+
+    from .pipeline import tokenize_dataset
+    from .tokenizer import TokenizerSpec
+
+    overrides = {}
+    if args.backend:
+        overrides["backend"] = args.backend
+    if args.workers:
+        overrides["workers"] = args.workers
+    spec = TokenizerSpec(source=args.tokenizer, parse_special=args.parse_special, engine=args.engine)
+    started = time.perf_counter()
+    try:
+        with execution(**overrides):
+            result = tokenize_dataset(args.input_glob, args.output, tokenizer=spec, text_field=args.text_field,
+                                      id_field=args.id_field, add_bos=args.add_bos, add_eos=not args.no_eos,
+                                      validation_fraction=args.validation_fraction, resume=not args.no_resume)
+    except (FileNotFoundError, ValueError, ZephyrError) as exc:
+        print(f"zephyr tokenize: {exc}", file=sys.stderr)
+        return 2
+    seconds = time.perf_counter() - started
+    m = result.manifest
+    line = (f"wrote {result.output}: {m['documents']:,} documents, {m['tokens']:,} tokens, {len(m['shards'])} shards "
+            f"({result.shards_written} written, {result.shards_reused} reused) in {seconds:.1f}s")
+    if result.validation_manifest:
+        v = result.validation_manifest
+        line += f"; validation {v['documents']:,} documents, {v['tokens']:,} tokens"
+    print(line)
+    return 0
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from .store import inspect_store
+
+    try:
+        print(inspect_store(args.store, samples=args.samples, max_chars=args.max_chars, decode=not args.no_decode))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"zephyr inspect: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from .store import verify_store
+
+    report = verify_store(args.store, check_ids=not args.no_ids)
+    if report.ok:
+        print(f"OK {report.path}: {report.documents:,} documents, {report.tokens:,} tokens")
+        return 0
+    print(f"FAILED {report.path}: {len(report.problems)} problem(s)")
+    for problem in report.problems:
+        print(f"  - {problem}")
+    print(json.dumps({"ok": False, "problems": list(report.problems)}), file=sys.stderr)
+    return 1

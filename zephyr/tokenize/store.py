@@ -1,0 +1,505 @@
+"""The token store: tokenized documents on disk, memory-mappable, readable with numpy alone.
+
+Layout (a local directory)::
+
+    STORE/
+      manifest.json                 what is in the store (below); written last
+      shards/00000/tokens.bin       flat token ids, native little-endian, dtype from the manifest
+      shards/00000/offsets.npy      int64 [documents]: END offset of each document in tokens.bin
+      shards/00000/shard.json       the shard's own record, written after its two data files
+      shards/00001/...
+      validation/                   optional held-out split: a complete store of the same layout
+
+Document ``j`` of a shard is ``tokens[offsets[j-1] : offsets[j]]`` (with
+``offsets[-1]`` read as 0 for ``j == 0``). Documents follow input order; the
+store's documents are the shards' documents in shard order. Ids are ``uint16``
+when the vocabulary has at most 65535 entries, else ``uint32``. BOS/EOS, if
+configured, are already inside each document.
+
+``manifest.json`` fields: ``format`` ("zephyr-token-store"), ``version`` (1),
+``dtype``, ``vocab_size``, ``documents``, ``tokens``, ``tokenizer`` (name,
+source, content_hash, vocab_size, bos/eos token and id, parse_special),
+``shards`` (list of {path, documents, tokens, source}), ``sources`` (input
+globs), ``split`` ("train" or "validation"), ``config`` and ``config_hash``
+(the tokenization settings; a resumed run only reuses shards with the same
+hash), ``skipped`` (documents dropped, by reason).
+
+Reading without Zephyr::
+
+    import json, numpy as np
+    m = json.load(open(f"{store}/manifest.json"))
+    shard = m["shards"][0]
+    tokens = np.memmap(f"{store}/{shard['path']}/tokens.bin", dtype=m["dtype"], mode="r")
+    ends = np.load(f"{store}/{shard['path']}/offsets.npy")
+    doc0 = tokens[0:ends[0]]
+
+Every file is written to a temporary name and renamed into place; a shard
+counts as complete only once its ``shard.json`` exists, and the store only
+once ``manifest.json`` exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "STORE_FORMAT",
+    "ShardWriter",
+    "ShardRecord",
+    "TokenStore",
+    "open_store",
+    "token_dtype",
+    "write_manifest",
+    "verify_store",
+    "VerifyReport",
+    "inspect_store",
+]
+
+STORE_FORMAT = "zephyr-token-store"
+STORE_VERSION = 1
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits with room to spare (vocab <= 65535), else uint32."""
+    return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
+
+
+def _atomic_bytes(path: Path, payload: bytes) -> None:
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    with open(tmp, "wb") as handle:
+        handle.write(payload)
+    os.replace(tmp, path)
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    _atomic_bytes(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """One completed shard, as listed in the manifest (``path`` relative to the store)."""
+
+    path: str
+    documents: int
+    tokens: int
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "documents": self.documents, "tokens": self.tokens, "source": self.source}
+
+
+class ShardWriter:
+    """Streams documents into one shard directory; :meth:`close` makes it complete.
+
+    Tokens go straight to a temporary file, so memory stays at one batch plus
+    8 bytes per document. Use as a context manager: an exception discards the
+    temporary files and leaves no partial shard behind.
+    """
+
+    def __init__(self, store_root: str | os.PathLike[str], relpath: str, *, dtype: np.dtype, vocab_size: int,
+                 source: str, config_hash: str) -> None:
+        self.root = Path(store_root)
+        self.relpath = relpath
+        self.dir = self.root / relpath
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dtype = np.dtype(dtype)
+        self.vocab_size = vocab_size
+        self.source = source
+        self.config_hash = config_hash
+        self._tmp = self.dir / f".tmp-{uuid.uuid4().hex}-tokens.bin"
+        self._handle = open(self._tmp, "wb")
+        self._ends: list[np.ndarray] = []
+        self._tokens = 0
+        self._documents = 0
+
+    def add(self, documents: Sequence[np.ndarray]) -> None:
+        """Append documents (arrays of ids) in order."""
+        if not documents:
+            return
+        lengths = np.fromiter((len(d) for d in documents), dtype=np.int64, count=len(documents))
+        flat = np.concatenate(documents) if len(documents) > 1 else np.asarray(documents[0])
+        self.add_flat(flat, lengths)
+
+    def add_flat(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        """Append documents given back to back in ``flat`` with their ``lengths`` (the fast path)."""
+        if not len(lengths):
+            return
+        if int(lengths.sum()) != len(flat):
+            raise ValueError(f"add_flat: lengths sum to {int(lengths.sum())} but {len(flat)} ids were given "
+                             f"(shard {self.dir}).")
+        if flat.size and int(flat.max()) >= self.vocab_size:
+            raise ValueError(
+                f"token id {int(flat.max())} >= vocab_size {self.vocab_size} while writing shard {self.dir}; "
+                "the tokenizer and the store's vocab_size disagree."
+            )
+        flat.astype(self.dtype, copy=False).tofile(self._handle)
+        self._ends.append(self._tokens + np.cumsum(lengths))
+        self._tokens += int(lengths.sum())
+        self._documents += len(lengths)
+
+    def close(self) -> ShardRecord:
+        """Rename the data files into place, then write ``shard.json`` (the completion mark)."""
+        self._handle.close()
+        ends = np.concatenate(self._ends) if self._ends else np.zeros(0, dtype=np.int64)
+        offsets_tmp = self.dir / f".tmp-{uuid.uuid4().hex}-offsets.npy"
+        with open(offsets_tmp, "wb") as handle:
+            np.save(handle, ends.astype(np.int64, copy=False))
+        os.replace(self._tmp, self.dir / "tokens.bin")
+        os.replace(offsets_tmp, self.dir / "offsets.npy")
+        record = ShardRecord(self.relpath, self._documents, self._tokens, self.source)
+        _atomic_json(self.dir / "shard.json", {**record.to_json(), "dtype": self.dtype.name,
+                                               "config_hash": self.config_hash})
+        return record
+
+    def abort(self) -> None:
+        self._handle.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_hash: str) -> ShardRecord | None:
+    """The shard's record if it was completed with the same settings (so a rerun can skip it)."""
+    marker = Path(store_root) / relpath / "shard.json"
+    if not marker.is_file():
+        return None
+    info = json.loads(marker.read_text())
+    if info.get("config_hash") != config_hash:
+        return None
+    tokens_bin = Path(store_root) / relpath / "tokens.bin"
+    if not tokens_bin.is_file() or tokens_bin.stat().st_size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
+        return None
+    return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]))
+
+
+def write_manifest(store_root: str | os.PathLike[str], *, shards: Iterable[ShardRecord], dtype: np.dtype,
+                   tokenizer: dict[str, Any], sources: Sequence[str], split: str, config: dict[str, Any],
+                   config_hash: str, skipped: dict[str, int] | None = None) -> dict[str, Any]:
+    """Write ``manifest.json`` (atomically) listing ``shards`` in the given order; returns it."""
+    shard_list = list(shards)
+    manifest = {
+        "format": STORE_FORMAT,
+        "version": STORE_VERSION,
+        "dtype": np.dtype(dtype).name,
+        "vocab_size": int(tokenizer["vocab_size"]),
+        "documents": sum(s.documents for s in shard_list),
+        "tokens": sum(s.tokens for s in shard_list),
+        "tokenizer": tokenizer,
+        "shards": [s.to_json() for s in shard_list],
+        "sources": list(sources),
+        "split": split,
+        "config": config,
+        "config_hash": config_hash,
+        "skipped": dict(sorted((skipped or {}).items())),
+    }
+    root = Path(store_root)
+    root.mkdir(parents=True, exist_ok=True)
+    _atomic_json(root / "manifest.json", manifest)
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Shard:
+    path: Path
+    dtype: np.dtype
+    documents: int
+    tokens: int
+    _tokens: np.ndarray | None = field(default=None, repr=False)
+    _ends: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def token_array(self) -> np.ndarray:
+        if self._tokens is None:
+            if self.tokens == 0:
+                self._tokens = np.zeros(0, dtype=self.dtype)
+            else:
+                self._tokens = np.memmap(self.path / "tokens.bin", dtype=self.dtype, mode="r", shape=(self.tokens,))
+        return self._tokens
+
+    @property
+    def ends(self) -> np.ndarray:
+        if self._ends is None:
+            self._ends = np.load(self.path / "offsets.npy", mmap_mode="r")
+        return self._ends
+
+
+class TokenStore:
+    """Read access to a token store (memory-mapped; nothing is loaded up front).
+
+    The store is one concatenated token stream (shards in order). Documents
+    are addressed by a global index; fixed-length training windows by
+    :meth:`window` (``seq_len + 1`` tokens so inputs and shifted targets come
+    from one slice; consecutive windows overlap by one token, so every token
+    but the first is a target exactly once per pass).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        manifest_path = self.path / "manifest.json"
+        if not manifest_path.is_file():
+            hint = " (a tokenize run that has not finished yet?)" if (self.path / "shards").is_dir() else ""
+            raise FileNotFoundError(f"{manifest_path} not found: {self.path} is not a complete token store{hint}.")
+        self.manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+        if self.manifest.get("format") != STORE_FORMAT:
+            raise ValueError(f"{manifest_path}: expected format {STORE_FORMAT!r}, found {self.manifest.get('format')!r}.")
+        self.dtype = np.dtype(self.manifest["dtype"])
+        self.vocab_size = int(self.manifest["vocab_size"])
+        self.tokenizer: dict[str, Any] = self.manifest["tokenizer"]
+        self._shards = [
+            _Shard(self.path / s["path"], self.dtype, int(s["documents"]), int(s["tokens"])) for s in self.manifest["shards"]
+        ]
+        self._doc_starts = np.concatenate([[0], np.cumsum([s.documents for s in self._shards], dtype=np.int64)])
+        self._tok_starts = np.concatenate([[0], np.cumsum([s.tokens for s in self._shards], dtype=np.int64)])
+
+    @property
+    def num_documents(self) -> int:
+        return int(self._doc_starts[-1])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self._tok_starts[-1])
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._shards)
+
+    @property
+    def validation(self) -> TokenStore | None:
+        """The ``validation/`` sub-store written by ``--validation-fraction``, if any."""
+        sub = self.path / "validation"
+        return TokenStore(sub) if (sub / "manifest.json").is_file() else None
+
+    def __len__(self) -> int:
+        return self.num_documents
+
+    def __repr__(self) -> str:
+        return (f"TokenStore({str(self.path)!r}, documents={self.num_documents}, tokens={self.num_tokens}, "
+                f"dtype={self.dtype.name}, tokenizer={self.tokenizer.get('name')!r})")
+
+    def _locate_doc(self, i: int) -> tuple[_Shard, int]:
+        n = self.num_documents
+        if not -n <= i < n:
+            raise IndexError(f"document {i} out of range: store {self.path} has {n} documents.")
+        i %= n
+        k = int(np.searchsorted(self._doc_starts, i, side="right")) - 1
+        return self._shards[k], i - int(self._doc_starts[k])
+
+    def document(self, i: int) -> np.ndarray:
+        """Token ids of document ``i`` (a read-only memory-mapped view; copy to keep)."""
+        shard, j = self._locate_doc(i)
+        start = int(shard.ends[j - 1]) if j > 0 else 0
+        return shard.token_array[start : int(shard.ends[j])]
+
+    def document_lengths(self) -> np.ndarray:
+        """Tokens per document, for the whole store (int64)."""
+        parts = [np.diff(np.asarray(s.ends), prepend=0) for s in self._shards if s.documents]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the concatenated stream (a view inside one shard, else a copy)."""
+        if not 0 <= start <= stop <= self.num_tokens:
+            raise IndexError(f"token range [{start}, {stop}) outside [0, {self.num_tokens}] of store {self.path}.")
+        k = int(np.searchsorted(self._tok_starts, start, side="right")) - 1
+        k = min(k, len(self._shards) - 1)
+        local = start - int(self._tok_starts[k])
+        if stop - int(self._tok_starts[k]) <= self._shards[k].tokens:
+            return self._shards[k].token_array[local : stop - int(self._tok_starts[k])]
+        pieces, pos = [], start
+        while pos < stop:
+            k = int(np.searchsorted(self._tok_starts, pos, side="right")) - 1
+            base = int(self._tok_starts[k])
+            end = min(stop, base + self._shards[k].tokens)
+            pieces.append(self._shards[k].token_array[pos - base : end - base])
+            pos = end
+        return np.concatenate(pieces)
+
+    def num_windows(self, seq_len: int) -> int:
+        """How many ``seq_len + 1``-token windows (stride ``seq_len``) the stream holds."""
+        if seq_len < 1:
+            raise ValueError(f"seq_len must be >= 1, got {seq_len}.")
+        return max(0, (self.num_tokens - 1) // seq_len)
+
+    def window(self, i: int, seq_len: int) -> np.ndarray:
+        """Tokens ``[i * seq_len, i * seq_len + seq_len + 1)``: inputs ``w[:-1]``, targets ``w[1:]``."""
+        n = self.num_windows(seq_len)
+        if not 0 <= i < n:
+            raise IndexError(f"window {i} out of range: store {self.path} has {n} windows of seq_len {seq_len}.")
+        return self.tokens(i * seq_len, i * seq_len + seq_len + 1)
+
+
+def open_store(path: str | os.PathLike[str]) -> TokenStore:
+    """Open the token store at ``path`` (see :class:`TokenStore`)."""
+    return TokenStore(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# verify / inspect
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of :func:`verify_store`; ``ok`` is true when ``problems`` is empty."""
+
+    path: str
+    documents: int
+    tokens: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> VerifyReport:
+    """Check a store against its manifest: files, sizes, offsets, counts, ids < vocab_size.
+
+    Looks at everything and reports every problem (each naming the shard)
+    instead of stopping at the first. A ``validation/`` sub-store is checked too.
+    """
+    root = Path(path)
+    problems: list[str] = []
+    try:
+        store = TokenStore(root)
+    except (FileNotFoundError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        return VerifyReport(str(root), 0, 0, (f"cannot open store: {exc}",))
+    m = store.manifest
+    for key in ("dtype", "vocab_size", "documents", "tokens", "tokenizer", "shards", "config_hash"):
+        if key not in m:
+            problems.append(f"manifest.json lacks field {key!r}")
+    if store.dtype != token_dtype(store.vocab_size):
+        problems.append(f"dtype {store.dtype.name} does not match vocab_size {store.vocab_size} "
+                        f"(expected {token_dtype(store.vocab_size).name})")
+    doc_total = tok_total = 0
+    for s in m["shards"]:
+        where = f"shard {s['path']}"
+        d = root / s["path"]
+        tb, ob = d / "tokens.bin", d / "offsets.npy"
+        if not tb.is_file() or not ob.is_file():
+            problems.append(f"{where}: missing {'tokens.bin' if not tb.is_file() else 'offsets.npy'}")
+            continue
+        expected = int(s["tokens"]) * store.dtype.itemsize
+        if tb.stat().st_size != expected:
+            problems.append(f"{where}: tokens.bin has {tb.stat().st_size} bytes, expected {expected} "
+                            f"({s['tokens']} tokens x {store.dtype.itemsize})")
+        try:
+            ends = np.load(ob, mmap_mode="r")
+        except ValueError as exc:
+            problems.append(f"{where}: offsets.npy unreadable: {exc}")
+            continue
+        if ends.dtype != np.int64 or ends.ndim != 1:
+            problems.append(f"{where}: offsets.npy is {ends.dtype}{list(ends.shape)}, expected int64 1-D")
+        if len(ends) != int(s["documents"]):
+            problems.append(f"{where}: offsets.npy has {len(ends)} entries, manifest says {s['documents']} documents")
+        if len(ends):
+            steps = np.diff(np.asarray(ends), prepend=0)
+            if (steps < 0).any():
+                bad = int(np.argmax(steps < 0))
+                problems.append(f"{where}: offsets decrease at document {bad} ({int(ends[bad - 1])} -> {int(ends[bad])})")
+            if int(ends[-1]) != int(s["tokens"]):
+                problems.append(f"{where}: last offset {int(ends[-1])} != manifest tokens {s['tokens']}")
+        elif int(s["tokens"]):
+            problems.append(f"{where}: no documents but {s['tokens']} tokens")
+        if check_ids and tb.is_file() and tb.stat().st_size == expected and expected:
+            arr = np.memmap(tb, dtype=store.dtype, mode="r")
+            top = max(int(arr[i : i + (1 << 24)].max()) for i in range(0, len(arr), 1 << 24))
+            if top >= store.vocab_size:
+                problems.append(f"{where}: token id {top} >= vocab_size {store.vocab_size}")
+        doc_total += int(s["documents"])
+        tok_total += int(s["tokens"])
+    if doc_total != m.get("documents"):
+        problems.append(f"manifest documents {m.get('documents')} != sum over shards {doc_total}")
+    if tok_total != m.get("tokens"):
+        problems.append(f"manifest tokens {m.get('tokens')} != sum over shards {tok_total}")
+    if (root / "validation").is_dir():
+        sub = verify_store(root / "validation", check_ids=check_ids)
+        problems.extend(f"validation/: {p}" for p in sub.problems)
+    return VerifyReport(str(root), doc_total, tok_total, tuple(problems))
+
+
+def _histogram_lines(lengths: np.ndarray, width: int = 40) -> list[str]:
+    if not len(lengths):
+        return ["  (no documents)"]
+    top = int(lengths.max())
+    edges = [0] + [1 << k for k in range(0, max(1, top.bit_length()) + 1)]
+    counts = np.histogram(lengths, bins=np.asarray(edges + [edges[-1] * 2]))[0]
+    lines, peak = [], max(1, int(counts.max()))
+    for lo, hi, c in zip(edges, edges[1:] + [edges[-1] * 2], counts):
+        if c:
+            lines.append(f"  [{lo:>9,}, {hi:>9,}) {int(c):>9,} {'#' * max(1, round(width * int(c) / peak))}")
+    return lines
+
+
+def inspect_store(path: str | os.PathLike[str], *, samples: int = 3, max_chars: int = 400,
+                  decode: bool = True) -> str:
+    """A readable report: counts, tokenizer, document-length histogram, decoded samples.
+
+    Samples are decoded with the tokenizer named in the manifest when it can be
+    loaded and its content hash matches; otherwise their first ids are shown.
+    """
+    store = TokenStore(path)
+    lengths = store.document_lengths()
+    tok = store.tokenizer
+    lines = [
+        f"store      {store.path}",
+        f"split      {store.manifest.get('split')}   shards {store.num_shards}   dtype {store.dtype.name}",
+        f"documents  {store.num_documents:,}",
+        f"tokens     {store.num_tokens:,}",
+        f"tokenizer  {tok.get('name')} (vocab {tok.get('vocab_size'):,}, hash {tok.get('content_hash')}, "
+        f"bos {tok.get('bos_token')!r}, eos {tok.get('eos_token')!r})",
+    ]
+    if len(lengths):
+        q = np.percentile(lengths, [50, 90, 99])
+        lines.append(f"doc length mean {lengths.mean():,.1f}  p50 {q[0]:,.0f}  p90 {q[1]:,.0f}  p99 {q[2]:,.0f}  "
+                     f"max {int(lengths.max()):,}")
+    if store.manifest.get("skipped"):
+        lines.append("skipped    " + ", ".join(f"{k}={v}" for k, v in store.manifest["skipped"].items()))
+    lines.append("document length histogram (tokens):")
+    lines.extend(_histogram_lines(lengths))
+    if store.validation is not None:
+        v = store.validation
+        lines.append(f"validation {v.num_documents:,} documents, {v.num_tokens:,} tokens")
+    decoder = None
+    if decode and samples:
+        decoder = _decoder_for(tok)
+    if samples and store.num_documents:
+        picks = np.linspace(0, store.num_documents - 1, num=min(samples, store.num_documents)).astype(int)
+        lines.append("samples:" + ("" if decoder else " (tokenizer unavailable or hash differs: showing ids)"))
+        for i in sorted(set(picks.tolist())):
+            ids = np.asarray(store.document(i))
+            if decoder is not None:
+                text = decoder(ids[: max_chars * 2])
+                shown = repr(text[:max_chars]) + (" ..." if len(text) > max_chars or len(ids) > max_chars * 2 else "")
+            else:
+                shown = str(ids[:32].tolist()) + (" ..." if len(ids) > 32 else "")
+            lines.append(f"  doc {i} ({len(ids):,} tokens): {shown}")
+    return "\n".join(lines)
+
+
+def _decoder_for(tok: dict[str, Any]) -> Any:
+    try:
+        from .tokenizer import TokenizerSpec, load_tokenizer
+
+        loaded = load_tokenizer(TokenizerSpec(source=tok.get("source") or tok["name"], engine="tokenizers"))
+    except Exception:  # noqa: BLE001 - inspection must work without the tokenizer
+        return None
+    if loaded.info.content_hash != tok.get("content_hash"):
+        return None
+    return loaded.decode
