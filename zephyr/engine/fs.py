@@ -1,24 +1,69 @@
-"""One entry point to every filesystem: local paths, memory://, gs://, s3:// (fsspec)."""
+"""One entry point to every filesystem: local paths, memory://, gs://, s3://, mirror:// (fsspec).
+
+`url_to_fs` hands out, for ``gs://`` and ``s3://``, gcsfs/s3fs guarded against cross-region reads
+(`zephyr.engine.region_guard`), for ``mirror://`` the region-local mirror
+(`zephyr.engine.mirror_fs`), and plain fsspec for everything else.
+
+Endpoints come from the standard variables, so emulators and S3-compatible stores work unchanged:
+``STORAGE_EMULATOR_HOST`` (gcsfs; Zephyr then defaults the gcsfs token to ``anon``),
+``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` (botocore, used by s3fs), and fsspec's own
+configuration (``FSSPEC_GCS_<OPTION>`` / ``FSSPEC_S3_<OPTION>`` variables, read when fsspec is
+imported, e.g. ``FSSPEC_S3_ENDPOINT_URL``; or ``fsspec.config.conf["s3"] = {...}`` in code).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import uuid
 from collections.abc import Iterator
 from typing import IO
 
 import fsspec
+import fsspec.compression
+import fsspec.config
+from fsspec.core import split_protocol
 from fsspec.core import url_to_fs as _fsspec_url_to_fs
 
 from zephyr.engine.errors import BadInputError
 
 __all__ = ["url_to_fs", "open_url", "expand_glob", "atomic_write", "exists", "join"]
 
+# So that fsspec.open("mirror://...") and pyarrow-through-fsspec also find the mirror.
+fsspec.register_implementation("mirror", "zephyr.engine.mirror_fs.MirrorFileSystem", clobber=True)
+
+_GCS_PROTOCOLS = ("gs", "gcs")
+_S3_PROTOCOLS = ("s3", "s3a")
+
 
 def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem that serves `url` and the path inside it."""
+    """The filesystem that serves `url` and the path inside it.
+
+    ``gs://`` and ``s3://`` get the cross-region guarded gcsfs/s3fs, ``mirror://`` the mirror
+    filesystem; anything else (local paths, memory://, chained URLs) plain fsspec.
+    """
+    protocol, _ = split_protocol(url)
+    if protocol in _GCS_PROTOCOLS or protocol in _S3_PROTOCOLS:
+        from zephyr.engine.region_guard import guarded_filesystem_class
+
+        cls = guarded_filesystem_class(protocol)
+        options = {**_emulator_defaults(protocol), **cls._get_kwargs_from_urls(url)}
+        return cls(**options), cls._strip_protocol(url)
+    if protocol == "mirror":
+        from zephyr.engine.mirror_fs import MirrorFileSystem, mirror_options
+
+        return MirrorFileSystem(**mirror_options()), MirrorFileSystem._strip_protocol(url)
     return _fsspec_url_to_fs(url)
+
+
+def _emulator_defaults(protocol: str) -> dict:
+    """gcsfs with ``STORAGE_EMULATOR_HOST`` and no configured token: anonymous (emulators need none,
+    and the default credential chain would otherwise probe the GCE metadata server)."""
+    if protocol not in _GCS_PROTOCOLS or not os.environ.get("STORAGE_EMULATOR_HOST"):
+        return {}
+    configured = {**fsspec.config.conf.get("gs", {}), **fsspec.config.conf.get("gcs", {})}
+    return {} if "token" in configured else {"token": "anon"}
 
 
 def open_url(url: str, mode: str = "rb", *, compression: str | None = "infer") -> IO:
@@ -26,7 +71,11 @@ def open_url(url: str, mode: str = "rb", *, compression: str | None = "infer") -
     fs, path = url_to_fs(url)
     if compression == "infer":
         compression = fsspec.utils.infer_compression(path)
-    return fsspec.core.OpenFile(fs, path, mode=mode, compression=compression).open()
+    handle = fsspec.core.OpenFile(fs, path, mode=mode, compression=compression).open()
+    if compression == "zstd" and mode == "rb":
+        # zstandard's stream reader has no readline; buffered, `for line in handle` works as for gzip.
+        handle = io.BufferedReader(handle, buffer_size=1 << 20)
+    return handle
 
 
 def exists(url: str) -> bool:
@@ -39,13 +88,16 @@ def join(base: str, *parts: str) -> str:
 
 
 def expand_glob(pattern: str) -> list[str]:
-    """Sorted URLs matching `pattern`; raises naming the pattern when nothing matches."""
+    """Sorted URLs of the files matching `pattern`; raises naming the pattern when nothing matches."""
     fs, path = url_to_fs(pattern)
     if any(ch in path for ch in "*?["):
-        matches = sorted(fs.glob(path))
+        found = fs.glob(path, detail=True)
+        matches = sorted(name for name, info in found.items() if info.get("type") != "directory")
     else:
-        matches = [path] if fs.exists(path) else []
-    matches = [m for m in matches if not fs.isdir(m)]
+        try:
+            matches = [path] if fs.info(path).get("type") != "directory" else []
+        except FileNotFoundError:
+            matches = []
     if not matches:
         raise BadInputError(f"no files match {pattern!r}: check the path and the glob pattern")
     protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
@@ -56,14 +108,24 @@ def expand_glob(pattern: str) -> list[str]:
 
 @contextlib.contextmanager
 def atomic_write(url: str, mode: str = "wb", *, compression: str | None = "infer") -> Iterator[IO]:
-    """Write to a temporary name beside `url`, then rename into place: readers never see a partial file."""
+    """Write `url` so that readers see the whole file or nothing, never a partial one.
+
+    Object stores (gs://, s3://) upload to the final name without committing (fsspec's
+    ``autocommit=False``: a resumable upload / multipart upload) and commit when the block ends,
+    or abort it on an error; a PUT is atomic there, and this avoids a server-side copy. Other
+    filesystems write a temporary name beside `url` and rename it into place.
+    """
     fs, path = url_to_fs(url)
+    if compression == "infer":
+        compression = fsspec.utils.infer_compression(path)
+    if split_protocol(url)[0] in _GCS_PROTOCOLS + _S3_PROTOCOLS:
+        with _committed_upload(fs, path, mode, compression) as handle:
+            yield handle
+        return
     parent = os.path.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(path)}" if parent else f".tmp-{uuid.uuid4().hex}-{path}"
-    if compression == "infer":
-        compression = fsspec.utils.infer_compression(path)
     try:
         with fsspec.core.OpenFile(fs, tmp, mode=mode, compression=compression) as handle:
             yield handle
@@ -73,3 +135,22 @@ def atomic_write(url: str, mode: str = "wb", *, compression: str | None = "infer
             fs.rm(tmp)
         raise
 
+
+@contextlib.contextmanager
+def _committed_upload(fs: fsspec.AbstractFileSystem, path: str, mode: str, compression: str | None) -> Iterator[IO]:
+    raw = fs.open(path, mode.replace("t", "").replace("b", "") + "b", autocommit=False)
+    try:
+        handle = raw
+        if compression is not None:
+            handle = fsspec.compression.compr[compression](handle, mode="wb")
+        if "b" not in mode:
+            handle = io.TextIOWrapper(handle, encoding="utf-8")
+        yield handle
+        handle.close()  # flushes compressor and text layers into `raw`
+        raw.close()  # uploads what is buffered; nothing is visible yet
+        raw.commit()  # the object appears, complete
+    except BaseException:
+        with contextlib.suppress(Exception):
+            raw.discard()  # abort the resumable / multipart upload: no object appears
+        raw.closed = True  # and never flush the rest later (fsspec files flush on close and on __del__)
+        raise
