@@ -4,7 +4,8 @@ Data: ../shared/data/aeb-dev, 60 real news/blog pages with hand-labeled article 
 article-extraction-benchmark). Quality is token-level, as in that benchmark: tokens are `\\w+` runs,
 lower-cased; per page, precision = |pred & truth| / |pred| and recall = |pred & truth| / |truth| over
 token multisets; precision and recall are averaged over pages and F1 is their harmonic mean (the mean
-of per-page F1 is printed too). The pages are split by sorted id into a dev half (used while designing
+of per-page F1 is printed too). "F1 sh4" is the same on 4-token shingles (the original benchmark's
+measure, stricter about order). The pages are split by sorted id into a dev half (used while designing
 our extractor) and a held-out half; both halves and the whole are reported. Honesty note: the held-out
 half scored 0.918 at its first measurement; three of its failures were then inspected and led to
 general fixes (readability's loose-text paragraphs, no "paywall" boilerplate hint, climbing to an
@@ -45,6 +46,23 @@ def _precision_recall(truth: str, pred: str) -> tuple[float, float]:
     t, p = _tokens(truth), _tokens(pred)
     tp = sum((t & p).values())
     return (tp / sum(p.values()) if p else 0.0), (tp / sum(t.values()) if t else 0.0)
+
+
+def _shingles(text: str, n: int = 4) -> Counter:
+    toks = _TOKEN.findall((text or "").lower())
+    return Counter(tuple(toks[i : i + n]) for i in range(max(0, len(toks) - n + 1)))
+
+
+def _shingle_f1(truth: list[str], preds: list[str]) -> float:
+    """The article-extraction-benchmark's own measure: 4-token shingles, P and R averaged, then F1."""
+    precision = recall = 0.0
+    for t_text, p_text in zip(truth, preds):
+        t, p = _shingles(t_text), _shingles(p_text)
+        tp = sum((t & p).values())
+        precision += tp / sum(p.values()) if p else 0.0
+        recall += tp / sum(t.values()) if t else 0.0
+    precision, recall = precision / len(truth), recall / len(truth)
+    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
 
 
 def _summary(pairs: list[tuple[float, float]]) -> dict[str, float]:
@@ -117,11 +135,15 @@ def main() -> int:
             "dev": _summary([pairs[i] for i in ids if i in dev_ids]),
             "held_out": _summary([pairs[i] for i in ids if i not in dev_ids]),
             "pages_s": len(ids) * repeat / seconds[name],
+            "shingle_f1": _shingle_f1([truth[i]["articleBody"] for i in ids], [outputs[name][i] for i in ids]),
         }
 
     load = os.getloadavg()[0]
     print(f"extraction on {len(ids)} aeb-dev pages, {repeat} timing pass(es), 1 core; load average {load:.2f}")
-    header = f"{'extractor':22s} {'P':>6s} {'R':>6s} {'F1':>6s} {'pageF1':>7s} {'F1 dev':>7s} {'F1 held':>8s} {'pages/s':>8s}"
+    header = (
+        f"{'extractor':22s} {'P':>6s} {'R':>6s} {'F1':>6s} {'pageF1':>7s} {'F1 dev':>7s} {'F1 held':>8s} "
+        f"{'F1 sh4':>7s} {'pages/s':>8s}"
+    )
     print(header)
     print("-" * len(header))
     for name in names:
@@ -129,7 +151,7 @@ def main() -> int:
         a = r["all"]
         print(
             f"{name:22s} {a['precision']:6.3f} {a['recall']:6.3f} {a['f1']:6.3f} {a['mean_page_f1']:7.3f} "
-            f"{r['dev']['f1']:7.3f} {r['held_out']['f1']:8.3f} {r['pages_s']:8.1f}"
+            f"{r['dev']['f1']:7.3f} {r['held_out']['f1']:8.3f} {r['shingle_f1']:7.3f} {r['pages_s']:8.1f}"
         )
     ours, peer = results["ours"], results["trafilatura"]
     speedup = ours["pages_s"] / peer["pages_s"]
@@ -147,6 +169,7 @@ def main() -> int:
                 f"{name}_f1": round(r["all"]["f1"], 4),
                 f"{name}_f1_dev": round(r["dev"]["f1"], 4),
                 f"{name}_f1_held_out": round(r["held_out"]["f1"], 4),
+                f"{name}_shingle4_f1": round(r["shingle_f1"], 4),
                 f"{name}_pages_s": round(r["pages_s"], 1),
             }
         )
