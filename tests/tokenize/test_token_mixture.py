@@ -118,3 +118,15 @@ def test_configuration_errors_say_how_to_fix(stores):
         Mixture({"web": (stores["web"], 0.99), "books": (stores["books"], 0.01)}, seq_len=8, block_size=10)
     with pytest.raises(ValueError, match="fewer than one window"):
         Mixture({"held": (stores["held"], 1.0)}, seq_len=10_000)
+
+
+def test_config_round_trip(stores):
+    mix = Mixture.from_config({"seq_len": 16, "seed": 5, "block_size": 10,
+                               "components": {"web": {"store": str(stores["web"]), "weight": 0.6},
+                                              "code": [str(stores["code"]), 0.4]},
+                               "validation": {"held": str(stores["held"])}})
+    again = Mixture.from_config(mix.describe())
+    assert again.describe() == mix.describe()
+    assert np.array_equal(mix.batch(7, 5), again.batch(7, 5))
+    with pytest.raises(ValueError, match="unknown mixture config keys"):
+        Mixture.from_config({"seq_len": 4, "components": {}, "weights": {}})

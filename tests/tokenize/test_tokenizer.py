@@ -154,6 +154,21 @@ def test_tokenizer_json_variants_stay_identical(tok, tmp_path):
     assert not load_tokenizer(TokenizerSpec(source=str(tmp_path / "llama3"))).info.split_safe
 
 
+def test_ids_out_of_merge_order_are_remapped(tok, tmp_path):
+    """tiktoken ranks by id; when ids do not follow merge order, ranks follow merges and ids map back."""
+
+    def renumber(data):
+        vocab = data["model"]["vocab"]  # two merged tokens trade ids; the merge list is unchanged
+        vocab["Ġthe"], vocab["Ġand"] = vocab["Ġand"], vocab["Ġthe"]
+
+    path = _variant(tok, tmp_path, "renumbered", renumber)
+    variant = load_tokenizer(TokenizerSpec(source=str(path), engine="tiktoken"))
+    assert variant._fast._rank_to_id is not None
+    texts = MULTILINGUAL + list(VERIFICATION_SAMPLES)
+    assert [x.tolist() for x in variant.encode_batch(texts)] == _reference(variant, texts)
+    assert [x.tolist() for x in variant.encode_batch(texts)] != [x.tolist() for x in tok.encode_batch(texts)]
+
+
 def test_untranslatable_tokenizer_falls_back_or_raises(tok, tmp_path):
     path = _variant(tok, tmp_path, "nfkc", lambda d: d.__setitem__("normalizer", {"type": "NFKC"}))
     fallback = load_tokenizer(str(path))
@@ -187,3 +202,15 @@ def test_unknown_source_offline_says_how_to_fix(monkeypatch):
         load_tokenizer("SomeOrg/some-model")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_tokenizer("/no/such/tokenizer.json")
+
+
+def test_fast_path_identical_on_random_adversarial_strings(tok, tok_special):
+    """Random mixes of the characters the whitespace-run rewrite and digit split must get right."""
+    alphabet = [" ", " ", "  ", "\n", "\n\n", "\t", "\r\n", "\u00a0", "\u3000", "\u2028", "\x0b", "\x85", "\x1c",
+                "1", "23", "²", "٣", "a", "Zé", "word", "'s", "'", "’", "!", "...", "-", "東京", "😀", "👩\u200d👧",
+                "<|endoftext|>", "<|im_start|>", "<", "|", "\x04", "e\u0301"]
+    rng = np.random.default_rng(1234)
+    texts = ["".join(rng.choice(alphabet, size=int(rng.integers(1, 40)))) for _ in range(400)]
+    for t in (tok, tok_special):
+        expected = _reference(t, texts)
+        assert [x.tolist() for x in t.encode_batch(texts)] == expected

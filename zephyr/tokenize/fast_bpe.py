@@ -182,14 +182,18 @@ class FastEncoder:
             # segment, where the lookahead sees "end of text": no split there.
             guard_tokens = sorted((t for t in allowed if t != _SEPARATOR), key=len, reverse=True)
             guard = "(?!" + "|".join(re.escape(t) for t in guard_tokens) + ")"
-            self._insert = re.compile(f"([{ws}])([{ws}])(?={guard}{follow})")
-        self._replacement = "\\1" + _SEPARATOR + "\\2"
+            # Matches the next-to-last character of each such run; the separator goes right after it.
+            # (No capture groups: they would disable the regex engine's fast first-character scan.)
+            self._insert = re.compile(f"[{ws}](?=[{ws}]{guard}{follow})")
         self._native_buffer = hasattr(self._core, "encode_to_tiktoken_buffer")
 
     def _raw(self, text: str) -> np.ndarray:
         inserted = 0
         if self._insert is not None:
-            text, inserted = self._insert.subn(self._replacement, text)
+            cuts = [m.end() for m in self._insert.finditer(text)]
+            if cuts:
+                inserted = len(cuts)
+                text = _SEPARATOR.join([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])])
         if self._native_buffer:
             ids = np.frombuffer(self._core.encode_to_tiktoken_buffer(text, self._allowed), dtype=np.uint32)
         else:  # older tiktoken
@@ -274,10 +278,14 @@ def _rank_table(vocab: dict[str, int], merges: list[Any], added: dict[str, int],
     if monotone and not orphans:
         ranks = {token_bytes[t]: vocab[t] for t in token_bytes}
         return ranks, None, max(vocab.values()) + 1
+    # Ranks in merge order, placed above every added-token id so the two never collide
+    # (tiktoken keeps special ids and ranks in one space); the table maps ranks back to ids.
     order = singles + merged + sorted(orphans, key=vocab.__getitem__)
-    ranks = {token_bytes[t]: r for r, t in enumerate(order)}
-    table = [vocab[t] for t in order]
-    return ranks, np.asarray(table, dtype=np.uint32), len(order)
+    base = max(added.values(), default=-1) + 1
+    ranks = {token_bytes[t]: base + r for r, t in enumerate(order)}
+    table = np.arange(base + len(order), dtype=np.uint32)
+    table[base:] = [vocab[t] for t in order]
+    return ranks, table, base + len(order)
 
 
 def build_fast_encoder(tokenizer_json: dict[str, Any], hf_tokenizer: Any, *, parse_special: bool) -> FastEncoder | str:
@@ -326,15 +334,10 @@ def build_fast_encoder(tokenizer_json: dict[str, Any], hf_tokenizer: Any, *, par
     specials[_SEPARATOR] = separator_id
     specials[_DOCUMENT] = document_id
     if rank_to_id is not None:
-        # The remap runs over every output id: extend it with identity entries for
-        # added tokens (same space as ids) and with out-of-range markers for sentinels.
-        size = document_id + 1
-        full = np.full(size, vocab_size, dtype=np.uint32)
+        # The remap runs over every output id: identity below the ranks (added-token ids), the
+        # rank -> id table, then out-of-range markers for missing bytes, and the two markers.
+        full = np.full(document_id + 1, vocab_size, dtype=np.uint32)
         full[: len(rank_to_id)] = rank_to_id
-        for token_id in added.values():
-            if token_id < len(rank_to_id):
-                return "added token ids overlap merge ranks; cannot remap"
-            full[token_id] = token_id
         full[separator_id] = separator_id
         full[document_id] = document_id
         rank_to_id = full

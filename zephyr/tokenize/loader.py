@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,13 +185,19 @@ def _from_gguf(path: Path, name: str, doc_token: str | None) -> TokenizerSource:
         meta = json.loads(cached_meta.read_text(encoding="utf-8"))
     else:
         text, meta = _convert_gguf(path)
-        cache.mkdir(parents=True, exist_ok=True)
         meta = {k: v for k, v in meta.items() if isinstance(v, (str, int, float)) or v is None}
         meta["gguf"] = str(path)
-        for target, payload in ((cached_json, text), (cached_meta, json.dumps(meta, indent=1))):
-            tmp = target.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(payload, encoding="utf-8")
-            os.replace(tmp, target)
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            for target, payload in ((cached_json, text), (cached_meta, json.dumps(meta, indent=1))):
+                tmp = target.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(payload, encoding="utf-8")
+                os.replace(tmp, target)
+        except OSError as exc:  # a read-only home: work uncached, but say how to make it fast
+            warnings.warn(f"could not cache the tokenizer extracted from {path} in {cache} ({exc}); "
+                          "every load will convert the GGUF again. Set ZEPHYR_CACHE_DIR to a writable directory.",
+                          stacklevel=3)
+            cached_json = path
     added = _added_contents(text)
     bos = doc_token if doc_token in added else meta.get("bos_token")
     eos = doc_token if doc_token in added else meta.get("eos_token")

@@ -169,6 +169,32 @@ class Mixture:
                 if sub is not None and c.name not in self.validation:
                     self.validation[c.name] = sub
 
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Mixture:
+        """Build from a JSON/YAML-style mapping (what :meth:`describe` writes also loads back)::
+
+            {"seq_len": 1024, "seed": 0, "block_size": 256,
+             "components": {"web": {"store": "stores/web", "weight": 0.7}, "code": ["stores/code", 0.3]},
+             "validation": {"held": "stores/held"}}
+        """
+        unknown = set(config) - {"seq_len", "seed", "block_size", "components", "validation",
+                                 "include_store_validation"}
+        if unknown:
+            raise ValueError(f"unknown mixture config keys {sorted(unknown)}; expected seq_len, seed, block_size, "
+                             "components, validation, include_store_validation.")
+        if "seq_len" not in config or "components" not in config:
+            raise ValueError("a mixture config needs 'seq_len' and 'components' ({name: {store, weight}}).")
+        components: dict[str, tuple[str, float]] = {}
+        for name, spec in config["components"].items():
+            if isinstance(spec, Mapping):
+                components[name] = (spec["store"], float(spec["weight"]))
+            else:
+                store, weight = spec
+                components[name] = (store, float(weight))
+        return cls(components, seq_len=int(config["seq_len"]), seed=int(config.get("seed", 0)),
+                   block_size=int(config.get("block_size", 256)), validation=config.get("validation"),
+                   include_store_validation=bool(config.get("include_store_validation", True)))
+
     # -- sampling ----------------------------------------------------------------------------
 
     @property
@@ -244,12 +270,12 @@ class Mixture:
         return self.validation[name]
 
     def describe(self) -> dict[str, Any]:
-        """A JSON-able description (for checkpoints and run logs)."""
+        """A JSON-able description (for checkpoints and run logs); ``Mixture.from_config`` loads it back."""
         return {
             "seq_len": self.seq_len,
             "seed": self.seed,
             "block_size": self.block_size,
-            "components": {c.name: {"store": str(c.store.path), "weight": c.weight, "per_block": c.per_block,
-                                    "windows": c.windows, "tokens": c.store.num_tokens} for c in self.components},
+            "components": {c.name: {"store": str(c.store.path), "weight": c.weight} for c in self.components},
             "validation": {n: str(s.path) for n, s in self.validation.items()},
+            "include_store_validation": False,  # the sub-stores are already listed under "validation"
         }

@@ -209,6 +209,9 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
             if match not in files:
                 files.append(match)
     files.sort()
+    if "://" in os.fspath(output):
+        raise ValueError(f"output {os.fspath(output)!r}: token stores are local directories (they are memory-mapped); "
+                         "write to a local or mounted path and copy the directory afterwards.")
     out = str(Path(output).absolute())
     if Path(out).exists() and not Path(out).is_dir():
         raise NotADirectoryError(f"output {out} exists and is not a directory; a token store is a directory.")

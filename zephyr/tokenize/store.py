@@ -316,6 +316,8 @@ class TokenStore:
         """Tokens ``[start, stop)`` of the concatenated stream (a view inside one shard, else a copy)."""
         if not 0 <= start <= stop <= self.num_tokens:
             raise IndexError(f"token range [{start}, {stop}) outside [0, {self.num_tokens}] of store {self.path}.")
+        if start == stop:
+            return np.zeros(0, dtype=self.dtype)
         k = int(np.searchsorted(self._tok_starts, start, side="right")) - 1
         k = min(k, len(self._shards) - 1)
         local = start - int(self._tok_starts[k])
