@@ -25,6 +25,7 @@ across machines, processes and numpy versions.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -177,29 +178,26 @@ _NGRAM_SALT = 0x5A45_5048_5952_0001  # fixed: shingle hashes do not depend on th
 _BAND_SALT = 0x5A45_5048_5952_0002
 
 
+@functools.lru_cache(maxsize=64)
 def _odd_constants(salt: int, count: int) -> np.ndarray:
-    return np.array([v | 1 for v in _splitmix64(salt, count)], dtype=np.uint64)
+    """`count` odd 64-bit multipliers from `salt` (cached: built once per process)."""
+    constants = np.array([v | 1 for v in _splitmix64(salt, count)], dtype=np.uint64)
+    constants.flags.writeable = False
+    return constants
 
 
-_constant_cache: dict[tuple, np.ndarray] = {}
-
-
-def _cached(key: tuple, build) -> np.ndarray:
-    value = _constant_cache.get(key)
-    if value is None:
-        value = _constant_cache[key] = build()
-    return value
+@functools.lru_cache(maxsize=16)
+def _permutation_constants(seed: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    values = _splitmix64(seed, num_perm)
+    a = np.array([(v >> 32) | 1 for v in values], dtype=np.uint32)
+    b = np.array([v & 0xFFFF_FFFF for v in values], dtype=np.uint32)
+    a.flags.writeable = b.flags.writeable = False
+    return a, b
 
 
 def _permutations(config: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
-    def build() -> np.ndarray:
-        values = _splitmix64(config.seed, config.num_perm)
-        a = np.array([(v >> 32) | 1 for v in values], dtype=np.uint32)
-        b = np.array([v & 0xFFFF_FFFF for v in values], dtype=np.uint32)
-        return np.stack([a, b])
-
-    both = _cached(("perm", config.seed, config.num_perm), build)
-    return both[0], both[1]
+    """(a, b) of the permutations h -> a * h + b (mod 2^32), a odd."""
+    return _permutation_constants(config.seed, config.num_perm)
 
 
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
@@ -339,7 +337,7 @@ def _shingles(token_arrays: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, n
     a document without tokens gets none.
     """
     lengths = np.fromiter((len(t) for t in token_arrays), dtype=np.int64, count=len(token_arrays))
-    coeffs = _cached(("ngram", n), lambda: _odd_constants(_NGRAM_SALT, n))
+    coeffs = _odd_constants(_NGRAM_SALT, n)
     total = int(lengths.sum())
     if total == 0:
         return np.empty(0, dtype=np.uint64), np.zeros(len(token_arrays), dtype=np.int64)
@@ -477,8 +475,8 @@ def band_hashes(signatures: np.ndarray, config: MinHashConfig = MinHashConfig())
             f"{config.rows_per_band} rows, got {signatures.shape}; compute them with the same config."
         )
     rows = config.rows_per_band
-    coeffs = _cached(("band", rows), lambda: _odd_constants(_BAND_SALT, rows + 1))
-    salts = _cached(("band-salt", config.num_bands), lambda: _odd_constants(_BAND_SALT ^ 0xB, config.num_bands))
+    coeffs = _odd_constants(_BAND_SALT, rows + 1)
+    salts = _odd_constants(_BAND_SALT ^ 0xB, config.num_bands)
     bands = signatures.reshape(n, config.num_bands, rows).astype(np.uint64)
     keys = np.broadcast_to(salts, (n, config.num_bands)) * coeffs[rows]
     for j in range(rows):
