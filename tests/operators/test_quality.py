@@ -57,6 +57,22 @@ def test_german_page_fails_english_stop_words_unless_disabled(shared_data):
     assert QualityFilter()({"text": text})["filter_reason"] == "gopher_stop_words"
     rules = (GopherRepetition(), GopherQuality(min_stop_words=None), C4Quality(), FineWebQuality())
     assert "filter_reason" not in QualityFilter(rules=rules)({"text": text})
+    # with the language known, the German stop-word list applies and the page passes
+    tagged = QualityFilter()({"text": text, "lang": "de"})
+    assert "filter_reason" not in tagged and tagged["quality_signals"]["stop_words_lang"] == "de"
+    # a language without a list skips the rule rather than failing everything
+    assert QualityFilter()({"text": text, "lang": "sw"})["quality_signals"]["stop_words"] is None
+
+
+def test_german_web_pages_pass_with_their_language(shared_data):
+    from zephyr.operators.langid import LanguageId
+
+    pages = [p for p in sorted((shared_data / "web-pages").glob("*.de.*html.gz"))][:12]
+    docs = LanguageId().batch([{"text": html_to_text(gzip.open(p).read())} for p in pages])
+    german = [d for d in docs if d["lang"] == "de"]
+    assert len(german) >= 8
+    reasons = [QualityFilter()(d).get("filter_reason") for d in german]
+    assert "gopher_stop_words" not in reasons, reasons
 
 
 def _reason(text: str, rule) -> str | None:

@@ -18,6 +18,8 @@ returns the stable reason string of the first threshold violated, or None:
 
 Words are whitespace tokens, as in the papers; languages written without spaces (zh, ja, th) get
 meaningless word statistics, so run these rules after language id on space-delimited languages only.
+The stop-word rule follows the document's `lang` (English when absent); the other thresholds are the
+papers' English ones.
 """
 
 from __future__ import annotations
@@ -38,12 +40,24 @@ __all__ = [
     "FineWebQuality",
     "QualityFilter",
     "QualityRule",
+    "STOP_WORDS",
 ]
 
 _TERMINAL = (".", "!", "?", '"', "'", "\u201d", "\u2019", "\u3002", "\uff01", "\uff1f", "\u2026")
 _C4_TERMINAL = (".", "?", "!", '"', "'")
 _BULLETS = ("\u2022", "\u2023", "\u25cf", "\u25cb", "\u25aa", "\u25e6", "-", "*", "\u2013", "\u2014", "\u00b7")
-_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+# Gopher's English list, and for other languages eight of their most frequent function words in the
+# same spirit (a page of real prose in that language contains several of them; FineWeb-2 likewise
+# uses per-language stop words). Languages without a list skip the stop-word rule.
+STOP_WORDS: dict[str, frozenset[str]] = {
+    "en": frozenset({"the", "be", "to", "of", "and", "that", "have", "with"}),
+    "de": frozenset({"der", "die", "und", "in", "den", "von", "zu", "das"}),
+    "fr": frozenset({"de", "la", "le", "et", "les", "des", "en", "un"}),
+    "es": frozenset({"de", "la", "que", "el", "en", "y", "los", "del"}),
+    "it": frozenset({"di", "e", "il", "la", "che", "in", "per", "un"}),
+    "pt": frozenset({"de", "a", "o", "que", "e", "do", "da", "em"}),
+    "nl": frozenset({"de", "en", "van", "het", "een", "in", "is", "dat"}),
+}
 # A whitespace token with no letter at all (digits, underscores, punctuation, symbols). Anchored at
 # token starts and possessive, so it runs in linear time even on huge digit runs.
 _NO_LETTER_WORD = re.compile(r"(?<!\S)(?:[^\s\w]|[\d_])++(?!\S)")
@@ -109,8 +123,13 @@ def _dup_ngram_char_fractions(ids: list[int], lengths: list[int], sizes: range, 
     return out
 
 
-def quality_signals(text: str) -> dict[str, float | int]:
-    """All signals the Gopher, C4 and FineWeb rules read, computed in one go."""
+def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int | str | None]:
+    """All signals the Gopher, C4 and FineWeb rules read, computed in one go.
+
+    `lang` picks the stop-word list (`STOP_WORDS`); for a language without one, `stop_words` is None
+    and the stop-word rule does not apply.
+    """
+    stop_list = STOP_WORDS.get(lang or "en")
     words = text.split()
     n_words = len(words)
     raw_lines = text.split("\n")
@@ -136,7 +155,8 @@ def quality_signals(text: str) -> dict[str, float | int]:
             sum(1 for ln in lines if ln.endswith(("...", "\u2026"))) / n_lines if n_lines else 0.0
         ),
         "alpha_words_ratio": (n_words - len(_NO_LETTER_WORD.findall(text))) / n_words if n_words else 0.0,
-        "stop_words": sum(1 for w in lowered_words if w in _STOP_WORDS),
+        "stop_words": sum(1 for w in lowered_words if w in stop_list) if stop_list is not None else None,
+        "stop_words_lang": (lang or "en") if stop_list is not None else None,
         "dup_line_frac": dup_lines / n_lines if n_lines else 0.0,
         "dup_line_char_frac": dup_line_chars / text_chars,
         "dup_para_frac": dup_paras / len(paragraphs) if paragraphs else 0.0,
@@ -238,7 +258,8 @@ class GopherQuality:
 
     `min_alpha_words_ratio`: at least 80% of words must contain an alphabetic character.
     `min_stop_words`: at least 2 of the English stop words {the, be, to, of, and, that, have, with}
-    (English-only: disable with None for other languages).
+    (or of the document language's list in `STOP_WORDS`, by the `lang` field language id adds;
+    skipped for languages without a list; None disables the rule).
     """
 
     min_words: int = 50
@@ -270,7 +291,7 @@ class GopherQuality:
             return "gopher_ellipsis_lines"
         if s["alpha_words_ratio"] < self.min_alpha_words_ratio:
             return "gopher_alpha_words"
-        if self.min_stop_words is not None and s["stop_words"] < self.min_stop_words:
+        if self.min_stop_words is not None and s["stop_words"] is not None and s["stop_words"] < self.min_stop_words:
             return "gopher_stop_words"
         return None
 
@@ -342,7 +363,7 @@ class QualityFilter:
         out = dict(doc)
         signals = out.get("quality_signals")
         if not signals:
-            signals = quality_signals(out.get(self.text_field) or "")
+            signals = quality_signals(out.get(self.text_field) or "", lang=out.get("lang") or "en")
             out["quality_signals"] = signals
         reasons = []
         for rule in self.rules:
