@@ -186,9 +186,10 @@ def test_fast_encoder_rejects_a_wrong_translation(tok):
 
     reference = Tokenizer.from_str(json.dumps(data))
     reference.encode_special_tokens = True
-    # Swap two merge priorities: tokenizers follows the list, tiktoken follows the ids.
+    # Drop the merge that builds "Ġthe" but keep the token: tokenizers can no longer produce it,
+    # while tiktoken still finds " the" whole in its vocabulary.
     merges = data["model"]["merges"]
-    merges[0], merges[5] = merges[5], merges[0]
+    merges[:] = [m for m in merges if "".join(m.split(" ") if isinstance(m, str) else m) != "Ġthe"]
     swapped = Tokenizer.from_str(json.dumps(data))
     swapped.encode_special_tokens = True
     result = build_fast_encoder(data, swapped, parse_special=False)
