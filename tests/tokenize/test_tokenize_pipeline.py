@@ -95,6 +95,12 @@ def test_validation_split_is_deterministic_and_disjoint(corpus, scratch):
     assert verify_store(tmp / "store").ok
     # a pure function of the id: a larger fraction only adds documents
     assert set(in_val) <= {d["id"] for d in docs if is_validation_document(d["id"], 0.5)}
+    # rerunning without a split removes the old validation store (it would overlap the new training data)
+    with execution(backend="local", scratch=scratch, summary=False):
+        tokenize_dataset(str(tmp / "in" / "part-[01].jsonl.zst"), tmp / "store")
+    store = open_store(tmp / "store")
+    assert store.validation is None and store.num_shards == 2
+    assert not (tmp / "store" / "shards" / "00002").exists()
 
 
 def test_rerun_resumes_per_shard(corpus, scratch):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -222,6 +223,7 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     config_hash = config.hash_with(info.content_hash)
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "manifest.json").unlink(missing_ok=True)  # the store is incomplete until rewritten below
+    _remove_stale(Path(out), len(files), validation_fraction > 0)
     # A fresh nonce per call keeps the engine's own stage checkpoints from replaying an older run's
     # results; resumption is per store shard (shard.json + config hash), which is exact.
     nonce = uuid.uuid4().hex
@@ -254,3 +256,21 @@ def _relative(d: dict[str, Any], prefix: str) -> ShardRecord:
     rec = _record(d)
     return ShardRecord(rec.path[len(prefix):] if rec.path.startswith(prefix) else rec.path, rec.documents, rec.tokens,
                        rec.source)
+
+
+def _remove_stale(root: Path, num_shards: int, keep_validation: bool) -> None:
+    """Drop what an earlier run into the same directory left that this run will not rewrite.
+
+    Shard directories past this run's file count, and a ``validation/`` split when this run makes
+    none: a reader would otherwise find an old validation store overlapping the new training data.
+    """
+    if not keep_validation and (root / "validation").is_dir():
+        shutil.rmtree(root / "validation")
+    for sub in ("shards", "validation/shards"):
+        folder = root / sub
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if entry.is_dir() and entry.name.isdigit() and int(entry.name) >= num_shards:
+                    shutil.rmtree(entry)
+    if keep_validation:
+        (root / "validation" / "manifest.json").unlink(missing_ok=True)
