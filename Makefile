@@ -9,7 +9,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test test-slow test-vllm bench install clean
+PEERS := .venv-peers
+.PHONY: run test test-slow bench peers install clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,7 +34,16 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
 
-bench: $(STAMP)
+# Peer tools the benchmarks compare against, in their own virtualenv: datatrove pins versions that
+# conflict with ours (xxhash<4, an older trafilatura). Benchmarks skip a peer whose venv is missing.
+$(PEERS)/.installed:
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install -q "datatrove==0.10.1" "xxhash<4" spacy regex tokenizers orjson
+	touch $@
+
+peers: $(PEERS)/.installed
+
+bench: $(STAMP) $(PEERS)/.installed
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:

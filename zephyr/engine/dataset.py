@@ -193,25 +193,37 @@ class Dataset:
             raise ValueError("reduce() of an empty dataset")
         return functools.reduce(fn, partials)
 
-    def write_jsonl(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
-        """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst)."""
-        return self._write(pattern, "jsonl", skip_existing)
+    def write(self, pattern: str, *, format: str | None = None, skip_existing: bool = False) -> Dataset:
+        """Lazily end the pipeline in a writer: shard i goes to `pattern.format(shard=i, total=n)`.
 
-    def write_parquet(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
-        """Write shard i to `pattern.format(shard=i, total=n)` as parquet (zstd)."""
-        return self._write(pattern, "parquet", skip_existing)
-
-    def write_vortex(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
-        """Write shard i to `pattern.format(shard=i, total=n)` as vortex."""
-        return self._write(pattern, "vortex", skip_existing)
-
-    def _write(self, pattern: str, format: str, skip_existing: bool) -> list[str]:
+        `format` is inferred from the pattern's suffix when None. `execute()` on the result runs it and
+        returns the written paths as outputs together with counters and stage stats (`write_jsonl` and
+        friends do that and return the paths). With skip_existing, shards whose file exists are not rerun.
+        """
         if "{shard" not in pattern:
             raise ValueError(
                 f"output pattern {pattern!r} has no {{shard}} placeholder, so every shard would write the "
                 "same file; use e.g. 'out/part-{shard:05d}-of-{total:05d}.jsonl.zst'"
             )
-        return self._then(O.Sink(pattern, format, skip_existing)).execute().outputs
+        if format is None:
+            from zephyr.engine.formats import infer_format
+
+            format = infer_format(pattern)
+        if format not in _FORMATS:
+            raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(_FORMATS)}")
+        return self._then(O.Sink(pattern, format, skip_existing))
+
+    def write_jsonl(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst)."""
+        return self.write(pattern, format="jsonl", skip_existing=skip_existing).execute().outputs
+
+    def write_parquet(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` as parquet (zstd)."""
+        return self.write(pattern, format="parquet", skip_existing=skip_existing).execute().outputs
+
+    def write_vortex(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` as vortex."""
+        return self.write(pattern, format="vortex", skip_existing=skip_existing).execute().outputs
 
     def explain(self) -> str:
         """The physical plan: stages, the ops fused into each, shard counts."""

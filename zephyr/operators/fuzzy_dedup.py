@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 
 from zephyr.engine import counters
-from zephyr.engine import ops as _ops
 from zephyr.engine.dataset import Dataset
 from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.operators.minhash import MinHashConfig, sketch_documents
@@ -391,11 +390,10 @@ def _assignment(edge: dict) -> dict:
 def _write_stage(ds: Dataset, out_dir: str) -> tuple[list[str], dict[str, int]]:
     """Write `ds` as parquet under `out_dir`; return (written paths, the run's counters).
 
-    Uses the engine's sink op directly because `Dataset.write_parquet` returns only the paths and
-    the counters carry the stage's figures (documents, edges, convergence).
+    The counters carry the stage's figures (documents, edges, convergence).
     """
     pattern = join(out_dir, "part-{shard:05d}-of-{total:05d}.parquet")
-    run = ds._then(_ops.Sink(pattern, "parquet", False)).execute()
+    run = ds.write(pattern, format="parquet").execute()
     return list(run.outputs), dict(run.counters)
 
 
