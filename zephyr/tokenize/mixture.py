@@ -218,30 +218,50 @@ class Mixture:
             self._layout_cache.popitem(last=False)
         return comp, rank
 
+    def locate_many(self, indices: np.ndarray | list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised :meth:`locate`: (component index, window index) arrays for sequence ``indices``."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and idx.min() < 0:
+            raise IndexError(f"sequence indices must be >= 0, got {int(idx.min())}.")
+        blocks, pos = np.divmod(idx, self.block_size)
+        comp = np.empty(len(idx), dtype=np.int64)
+        rank = np.empty(len(idx), dtype=np.int64)
+        for block in np.unique(blocks).tolist():
+            where = blocks == block
+            layout_comp, layout_rank = self._layout(block)
+            comp[where] = layout_comp[pos[where]]
+            rank[where] = layout_rank[pos[where]]
+        per_block = np.asarray([c.per_block for c in self.components], dtype=np.int64)
+        windows = np.asarray([max(c.windows, 1) for c in self.components], dtype=np.int64)
+        n = blocks * per_block[comp] + rank  # the component's own sequence number
+        epoch, offset = np.divmod(n, windows[comp])
+        out = np.empty(len(idx), dtype=np.int64)
+        for k, e in set(zip(comp.tolist(), epoch.tolist())):
+            where = (comp == k) & (epoch == e)
+            key = _key(self.seed, k, e)
+            out[where] = feistel_permute(offset[where], int(windows[k]), key).astype(np.int64)
+        return comp, out
+
     def locate(self, i: int) -> tuple[str, int]:
         """(component name, window index in its store) of training sequence ``i``."""
-        if i < 0:
-            raise IndexError(f"sequence index must be >= 0, got {i}.")
-        block, pos = divmod(int(i), self.block_size)
-        comp, rank = self._layout(block)
-        c = self.components[int(comp[pos])]
-        n = block * c.per_block + int(rank[pos])
-        epoch, offset = divmod(n, c.windows)
-        window = int(feistel_permute(offset, c.windows, _key(self.seed, int(comp[pos]), epoch))[0])
-        return c.name, window
+        comp, window = self.locate_many([i])
+        return self.components[int(comp[0])].name, int(window[0])
 
     def sequence(self, i: int) -> np.ndarray:
         """Training sequence ``i``: int32 ``[seq_len + 1]`` (inputs ``[:-1]``, targets ``[1:]``)."""
-        name, window = self.locate(i)
-        store = self.components[[c.name for c in self.components].index(name)].store
-        return np.asarray(store.window(window, self.seq_len), dtype=np.int32)
+        return self.batch_of([i])[0]
 
     def batch(self, step: int, batch_size: int) -> np.ndarray:
         """Sequences ``[step * batch_size, (step + 1) * batch_size)`` as int32 ``[batch_size, seq_len + 1]``."""
         start = int(step) * batch_size
-        out = np.empty((batch_size, self.seq_len + 1), dtype=np.int32)
-        for row in range(batch_size):
-            out[row] = self.sequence(start + row)
+        return self.batch_of(range(start, start + batch_size))
+
+    def batch_of(self, indices: Any) -> np.ndarray:
+        """Any sequences, by index, as int32 ``[len(indices), seq_len + 1]`` (e.g. one host's rows of a batch)."""
+        comp, window = self.locate_many(list(indices))
+        out = np.empty((len(comp), self.seq_len + 1), dtype=np.int32)
+        for row, (k, w) in enumerate(zip(comp.tolist(), window.tolist())):
+            out[row] = self.components[k].store.window(w, self.seq_len)
         return out
 
     # -- validation ----------------------------------------------------------------------------
