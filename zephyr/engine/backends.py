@@ -7,6 +7,7 @@ exactly which task it held (to retry that shard as an infrastructure loss) and r
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import multiprocessing.connection
 import signal
@@ -74,7 +75,9 @@ def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str
             payload = conn.recv_bytes()
         except (EOFError, OSError):
             return  # the driver is gone
-        task = cloudpickle.loads(payload)
+        task_sys_path, task = cloudpickle.loads(payload)
+        if task_sys_path != sys.path:  # a warm worker follows the driver's path (e.g. a new script's folder)
+            sys.path[:] = task_sys_path
         try:
             message = ("ok", run_task(task))
         except Exception as error:  # noqa: BLE001
@@ -122,7 +125,7 @@ class ProcessBackend:
         if worker is None:
             raise RuntimeError("submit() called with every worker busy: check capacity first")
         worker.task = task
-        worker.conn.send_bytes(cloudpickle.dumps(task))
+        worker.conn.send_bytes(cloudpickle.dumps((list(sys.path), task)))
 
     def wait(self, timeout: float) -> list[Outcome]:
         busy = [w for w in self._workers if w.task is not None]
@@ -150,6 +153,10 @@ class ProcessBackend:
             outcomes.append(Outcome(task, result=value) if kind == "ok" else Outcome(task, error=value))
         return outcomes
 
+    def healthy(self) -> bool:
+        """Every worker alive and idle."""
+        return all(w.task is None and w.process.is_alive() for w in self._workers)
+
     def close(self) -> None:
         for worker in self._workers:
             worker.conn.close()
@@ -169,10 +176,21 @@ def _signal_name(code: int | None) -> str:
     return ""
 
 
+# One warm process pool per driver, reused by every run with the same worker count: starting workers
+# costs about a second, which a recipe of many small steps would otherwise pay at every step.
+_warm_pool: ProcessBackend | None = None
+
+
 def make_backend(config: Any) -> Backend:
+    global _warm_pool
     if config.backend == "local":
         return LocalBackend()
     if config.backend == "processes":
+        pool, _warm_pool = _warm_pool, None
+        if pool is not None and pool.capacity == config.num_workers and pool.healthy():
+            return pool
+        if pool is not None:
+            pool.close()
         return ProcessBackend(config.num_workers)
     if config.backend == "ray":
         try:
@@ -183,4 +201,25 @@ def make_backend(config: Any) -> Backend:
             ) from error
         return RayBackend(config)
     raise ValueError(f"unknown backend {config.backend!r}")
+
+
+def release_backend(backend: Backend, *, idle: bool) -> None:
+    """Done with `backend`: keep an idle process pool warm for the next run, close anything else.
+
+    A pool with tasks still running (a run that failed) is closed: its late results must never reach
+    another run.
+    """
+    global _warm_pool
+    if idle and isinstance(backend, ProcessBackend) and backend.healthy():
+        if _warm_pool is not None and _warm_pool is not backend:
+            _warm_pool.close()
+        _warm_pool = backend
+        return
+    backend.close()
+
+
+@atexit.register
+def _close_warm_pool() -> None:
+    if _warm_pool is not None:
+        _warm_pool.close()
 

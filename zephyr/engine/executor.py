@@ -24,7 +24,7 @@ from typing import Any
 import cloudpickle
 
 from zephyr.engine import ops as O
-from zephyr.engine.backends import Backend, Outcome, make_backend
+from zephyr.engine.backends import Backend, Outcome, make_backend, release_backend
 from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.counters import merge
 from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
@@ -86,6 +86,7 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
     counters: dict[str, int] = {}
     progress = ProgressDisplay(enabled=config.progress)
     backend = make_backend(config)
+    idle = False
     try:
         with progress:
             for stage in physical.stages:
@@ -98,8 +99,9 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
                     stage_stats.add(result)
                 for upstream in _finished_upstreams(physical, stage.index):
                     _remove_stage_outputs(run_url, upstream, config)
+        idle = True
     finally:
-        backend.close()
+        release_backend(backend, idle=idle)
     final = physical.stages[-1]
     results = stage_results[final.index]
     if isinstance(final.output, O.Sink):
@@ -206,7 +208,12 @@ def _run_stage(
                 backend.submit(make_task(ready))
             for outcome in backend.wait(timeout=0.2):
                 entry = in_flight.get(outcome.task.shard)
-                if entry is None or entry.attempt != outcome.task.attempt or outcome.task.shard in done:
+                if (
+                    entry is None
+                    or outcome.task.stage_url != stage_pickle
+                    or entry.attempt != outcome.task.attempt
+                    or outcome.task.shard in done
+                ):
                     continue  # a stale attempt (fenced): its outputs are ignored
                 del in_flight[outcome.task.shard]
                 if outcome.result is not None:

@@ -74,6 +74,7 @@ def run_task(task: ShardTask) -> ShardResult:
     """Run one shard; user exceptions come out as UserCodeError with the shard and record named."""
     started = time.perf_counter()
     counters.reset()
+    _reset_peak_rss()
     stage = load_stage(task.stage_url)
     result = ShardResult(task.shard, task.attempt)
     shard_name = _shard_name(stage, task.shard)
@@ -104,9 +105,29 @@ def run_task(task: ShardTask) -> ShardResult:
     return _finish(result, started)
 
 
+def _reset_peak_rss() -> None:
+    """Restart the kernel's peak-RSS count (VmHWM), so a warm worker reports each task's own peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        pass  # not Linux, or not allowed: the process-lifetime peak is reported instead
+
+
+def _peak_rss() -> int:
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _finish(result: ShardResult, started: float) -> ShardResult:
     result.seconds = time.perf_counter() - started
-    result.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result.peak_rss = _peak_rss()
     result.counters = counters.reset()
     return result
 

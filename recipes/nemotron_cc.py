@@ -1,0 +1,288 @@
+"""Nemotron-CC: normalize -> exact dedup -> fuzzy dedup -> tokenize each quality split -> mixture -> train.
+
+    zephyr run recipes/nemotron_cc.py                         # the embedded sample, end to end
+    zephyr run recipes/nemotron_cc.py --input 'gs://bucket/nemotron-cc/**/*.jsonl.zst' \\
+        --output /mnt/out/nemotron --backend ray --scratch gs://bucket/scratch --no-train
+
+Input: Nemotron-CC's `.jsonl.zst` files (`text`, `warc_record_id`, metadata), either under one directory
+per split (`<input>/<split>/*.jsonl.zst`) or as published (`quality=high/kind=actual/...`): the split of
+a file is read from its path. Without `--input`, an embedded sample is generated on first use (no download;
+see recipes/nemotron_sample.py) with exact and near duplicates planted.
+
+Every step's output lives under `<output>/<step>-<version>`, the version a hash of the step's code, config
+and inputs: a rerun skips finished steps, a changed step reruns only what depends on it. Token stores are
+local directories (memory-mapped by the trainer), so `--output` must be a local or mounted path; inputs
+and intermediate documents can be on any filesystem Zephyr reads (gs://, s3://, through the region guard).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zephyr import Dataset, col, counters
+from zephyr.engine.fs import expand_glob, join
+from zephyr.operators import dedup_documents
+from zephyr.operators.fuzzy_dedup import (
+    FuzzyDedupConfig,
+    annotate_clusters,
+    drop_fuzzy_duplicates,
+    find_duplicate_clusters,
+)
+from zephyr.steps import StepOutput, StepRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nemotron_sample import SPLITS, build_sample  # noqa: E402
+
+SPLIT_RANK = {name: rank for rank, name in enumerate(SPLITS)}  # lower rank: higher quality, kept on ties
+
+
+# ------------------------------------------------------------------------------------------ steps
+@dataclass(frozen=True)
+class Normalize:
+    """A Nemotron-CC record -> a Zephyr document {id, text, source, split, metadata}."""
+
+    split: str
+
+    def __call__(self, record: dict) -> dict:
+        text = record.get("text")
+        if not isinstance(text, str) or not text.strip():
+            counters.increment("normalize/dropped_empty_text")
+            return {}
+        metadata = dict(record.get("metadata") or {})
+        metadata.update({k: v for k, v in record.items() if k not in ("text", "warc_record_id", "metadata")})
+        return {
+            "id": record.get("warc_record_id") or record.get("id"),
+            "text": text.replace("\r\n", "\n").strip(),
+            "source": f"nemotron_cc/{self.split}",
+            "split": self.split,
+            "metadata": metadata,
+        }
+
+
+def split_of(path: str) -> str:
+    """The quality split of a Nemotron-CC file from its path (`quality=high/kind=actual` or `<split>/`)."""
+    quality = re.search(r"quality=([a-z-]+)", path)
+    if quality:
+        kind = re.search(r"kind=([a-z]+)", path)
+        name = quality.group(1).replace("-", "_")
+        if name in ("high", "low"):
+            name += "_" + (kind.group(1) if kind else "actual")
+        return name
+    parent = path.rstrip("/").split("/")[-2]
+    return parent.replace("-", "_")
+
+
+def _non_empty(doc: dict) -> bool:
+    return bool(doc)
+
+
+def _quality_order(doc: dict) -> tuple[int, str]:
+    return SPLIT_RANK.get(doc["split"], len(SPLIT_RANK)), doc["id"]
+
+
+def normalize(path: str, *, config: dict, inputs: list[str]) -> dict:
+    files_by_split: dict[str, list[str]] = {}
+    for pattern in inputs:
+        for file in expand_glob(pattern):
+            files_by_split.setdefault(split_of(file), []).append(file)
+    summary = {"documents_in": 0, "documents_out": 0, "splits": {}}
+    for split, files in sorted(files_by_split.items()):
+        run = (
+            Dataset.from_files(sorted(files))
+            .map(Normalize(split))
+            .filter(_non_empty)
+            .write(join(path, split, "part-{shard:05d}.jsonl.zst"))
+            .execute()
+        )
+        summary["documents_in"] += run.stages[0].records_in
+        summary["documents_out"] += run.stages[0].records_out
+        summary["splits"][split] = run.stages[0].records_out
+    return summary
+
+
+def exact_dedup(path: str, *, config: dict, docs: str) -> dict:
+    # keep the copy from the highest-quality split (then the smallest id): deterministic
+    run = (
+        dedup_documents(Dataset.from_files(join(docs, "*", "*.jsonl.zst")), order_key=_quality_order, drop=True,
+                        num_shards=config["num_shards"])
+        .write(join(path, "part-{shard:05d}.jsonl.zst"))
+        .execute()
+    )
+    kept = run.stages[-1].records_out
+    return {"documents_in": run.stages[0].records_in, "documents_out": kept,
+            "duplicates_removed": run.stages[0].records_in - kept}
+
+
+def fuzzy_dedup(path: str, *, config: dict, docs: str) -> dict:
+    fuzzy = FuzzyDedupConfig(threshold=config["threshold"], num_shards=config["num_shards"])
+    source = Dataset.from_files(join(docs, "*.jsonl.zst"))
+    report = find_duplicate_clusters(source, config=fuzzy, work_dir=join(path, "work"))
+    annotated = annotate_clusters(source, report, config=fuzzy)
+    run = drop_fuzzy_duplicates(annotated).write(join(path, "docs", "part-{shard:05d}.jsonl.zst")).execute()
+    kept = run.stages[-1].records_out
+    return {"documents_in": report.documents, "documents_out": kept, "duplicates_removed": report.documents - kept,
+            "candidate_edges": report.candidate_edges, "verified_edges": report.verified_edges,
+            "cc_iterations": report.cc_iterations}
+
+
+def tokenize(path: str, *, config: dict, docs: str) -> dict:
+    from zephyr.tokenize import tokenize_dataset
+
+    summary: dict[str, Any] = {}
+    for split in config["splits"]:
+        split_docs = join(path, "docs", split)
+        written = Dataset.from_files(join(docs, "docs", "*.jsonl.zst")).filter(col("split") == split).write(
+            join(split_docs, "part-{shard:05d}.jsonl.zst")).execute().outputs
+        if not written:
+            continue
+        result = tokenize_dataset(join(split_docs, "*.jsonl.zst"), join(path, "stores", split),
+                                  tokenizer=config["tokenizer"], validation_fraction=config["validation_fraction"])
+        validation = result.validation_manifest or {}
+        summary[split] = {
+            "store": result.output,
+            "documents": result.manifest["documents"],
+            "tokens": result.manifest["tokens"],
+            "validation_tokens": validation.get("tokens", 0),
+        }
+    return summary
+
+
+def mixture(path: str, *, config: dict, stores: dict) -> dict:
+    weights = dict(config["weights"]) or {s: info["tokens"] for s, info in stores.items()}
+    total = sum(weights[s] for s in stores if s in weights)
+    mix = {s: (info["store"], weights.get(s, 0) / total) for s, info in stores.items()}
+    Path(path).mkdir(parents=True, exist_ok=True)
+    (Path(path) / "mixture.json").write_text(json.dumps(mix, indent=1))
+    return {"mixture": mix}
+
+
+def train(path: str, *, config: dict, mixture_path: str, stores: dict) -> dict:
+    from zephyr.train import DataConfig, ModelConfig, OptimizerConfig, TrainConfig
+    from zephyr.train import train as run_training
+
+    mix = json.loads((Path(mixture_path) / "mixture.json").read_text())
+    eval_sets = {s: str(Path(info["store"]) / "validation") for s, info in stores.items()
+                 if info["validation_tokens"] > 4 * config["seq_len"]}
+    cfg = TrainConfig(
+        model=ModelConfig(vocab_size=config["vocab_size"], hidden_dim=config["hidden_dim"],
+                          intermediate_dim=3 * config["hidden_dim"], num_layers=config["num_layers"],
+                          num_heads=config["num_heads"], num_kv_heads=config["num_heads"], max_seq_len=config["seq_len"]),
+        optimizer=OptimizerConfig(learning_rate=config["learning_rate"], warmup_steps=10),
+        data=DataConfig(train={s: (p, w) for s, (p, w) in mix.items() if w > 0}, eval=eval_sets,
+                        seq_len=config["seq_len"], batch_size=config["batch_size"]),
+        steps=config["steps"],
+        output_dir=path,
+        eval_batches=2,
+        checkpoint_every=config["steps"],
+        progress=sys.stderr.isatty(),
+    )
+    result = run_training(cfg)
+    return {"steps": result.steps, "final_loss": result.final_loss, "eval": result.eval,
+            "tokens_per_second": result.tokens_per_second}
+
+
+# ------------------------------------------------------------------------------------------- main
+@dataclass(frozen=True)
+class RecipeConfig:
+    input: list[str] = field(default_factory=list)
+    output: str = "out/nemotron_cc"
+    weights: dict[str, float] = field(default_factory=dict)
+    train: bool = True
+    train_steps: int = 60
+    tokenizer: str = "smollm2"
+    num_shards: int = 4
+
+
+def parse_args(argv: list[str] | None = None) -> RecipeConfig:
+    parser = argparse.ArgumentParser(prog="zephyr run recipes/nemotron_cc.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", action="append", default=[],
+                        help="glob(s) of Nemotron-CC .jsonl.zst files (default: the embedded sample)")
+    parser.add_argument("--output", default="out/nemotron_cc", help="root of every step's output (local)")
+    parser.add_argument("--weights", default="", help="mixture weights, e.g. high_actual=0.5,medium=0.5 "
+                        "(default: proportional to each split's tokens)")
+    parser.add_argument("--no-train", action="store_true", help="skip the short training run on the mixture")
+    parser.add_argument("--train-steps", type=int, default=60)
+    parser.add_argument("--tokenizer", default="smollm2", help="tokenizer.json path or hub name (default: SmolLM2)")
+    parser.add_argument("--num-shards", type=int, default=4, help="shards of the dedup shuffles")
+    args = parser.parse_args(argv)
+    weights = {}
+    for item in filter(None, args.weights.split(",")):
+        name, _, value = item.partition("=")
+        if name not in SPLITS:
+            parser.error(f"--weights: unknown split {name!r}; splits are {', '.join(SPLITS)}")
+        weights[name] = float(value)
+    return RecipeConfig(args.input, args.output, weights, not args.no_train, args.train_steps, args.tokenizer,
+                        args.num_shards)
+
+
+def run(config: RecipeConfig) -> dict[str, StepOutput]:
+    inputs = config.input
+    if not inputs:
+        sample = build_sample(Path(config.output) / "sample")
+        inputs = [str(sample / "*" / "*.jsonl.zst")]
+    steps = StepRunner(config.output)
+    docs = steps.run("normalize", normalize, config={}, inputs={"inputs": inputs})
+    exact = steps.run("exact_dedup", exact_dedup, config={"num_shards": config.num_shards}, inputs={"docs": docs})
+    fuzzy = steps.run("fuzzy_dedup", fuzzy_dedup, config={"threshold": 0.8, "num_shards": config.num_shards},
+                      inputs={"docs": exact})
+    splits = sorted(docs.summary["splits"], key=lambda s: SPLIT_RANK.get(s, len(SPLIT_RANK)))
+    tokens = steps.run("tokenize", tokenize, config={"splits": splits, "tokenizer": config.tokenizer,
+                                                      "validation_fraction": 0.05}, inputs={"docs": fuzzy})
+    mix = steps.run("mixture", mixture, config={"weights": config.weights}, inputs={"stores": tokens.summary})
+    outputs = {"normalize": docs, "exact_dedup": exact, "fuzzy_dedup": fuzzy, "tokenize": tokens, "mixture": mix}
+    if config.train:
+        from zephyr.tokenize import open_store
+
+        any_store = next(iter(tokens.summary.values()))["store"]
+        vocab_size = int(open_store(any_store).manifest["vocab_size"])
+        outputs["train"] = steps.run(
+            "train", train,
+            config={"steps": config.train_steps, "seq_len": 128, "batch_size": 8, "hidden_dim": 128, "num_layers": 2,
+                    "num_heads": 4, "learning_rate": 3e-3, "vocab_size": vocab_size},
+            inputs={"mixture_path": mix, "stores": tokens.summary},
+        )
+    return outputs
+
+
+def print_summary(outputs: dict[str, StepOutput]) -> None:
+    print("\nNemotron-CC recipe summary")
+    print(f"{'step':<13} {'status':<8} {'docs in':>9} {'docs out':>9} {'removed':>8}  output")
+    for name, out in outputs.items():
+        s = out.summary
+        status = "cached" if out.skipped else f"{out.seconds:.0f}s"
+        if "documents_in" in s:
+            removed = s.get("duplicates_removed", s["documents_in"] - s["documents_out"])
+            print(f"{name:<13} {status:<8} {s['documents_in']:>9,} {s['documents_out']:>9,} {removed:>8,}  {out.path}")
+        else:
+            print(f"{name:<13} {status:<8} {'':>9} {'':>9} {'':>8}  {out.path}")
+    tokens = outputs["tokenize"].summary
+    mix = outputs["mixture"].summary["mixture"]
+    print(f"\n{'split':<15} {'documents':>10} {'tokens':>12} {'weight':>7}")
+    for split, info in tokens.items():
+        print(f"{split:<15} {info['documents']:>10,} {info['tokens']:>12,} {mix[split][1]:>7.3f}")
+    print(f"{'total':<15} {sum(i['documents'] for i in tokens.values()):>10,} "
+          f"{sum(i['tokens'] for i in tokens.values()):>12,}")
+    fuzzy = outputs["fuzzy_dedup"].summary
+    print(f"\nexact duplicates removed: {outputs['exact_dedup'].summary['duplicates_removed']:,}; "
+          f"near duplicates removed: {fuzzy['duplicates_removed']:,} "
+          f"({fuzzy['verified_edges']:,} verified of {fuzzy['candidate_edges']:,} candidate edges, "
+          f"{fuzzy['cc_iterations']} connected-components rounds)")
+    if "train" in outputs:
+        t = outputs["train"].summary
+        evals = ", ".join(f"{k} {v['loss']:.3f}" for k, v in sorted(t["eval"].items()))
+        print(f"training: {t['steps']} steps, final loss {t['final_loss']:.3f}; eval loss: {evals}")
+
+
+def main() -> None:
+    print_summary(run(parse_args()))
+
+
+if __name__ == "__main__":
+    main()
