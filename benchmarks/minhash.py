@@ -21,34 +21,28 @@ The last line is one JSON object with the figures.
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
+from collections import defaultdict
 from pathlib import Path
 
-# Python puts this script's folder first on sys.path, where a sibling benchmark named like a
-# stdlib module (benchmarks/tokenize.py) would shadow it; import from the repository root instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-REPO = _HERE.parent
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[1]
+from itertools import combinations
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from itertools import combinations  # noqa: E402
-
-from zephyr import Dataset, execution  # noqa: E402
-from zephyr.operators.fuzzy_dedup import (  # noqa: E402
+from zephyr import Dataset, execution
+from zephyr.operators.fuzzy_dedup import (
     FuzzyDedupConfig,
     annotate_clusters,
     drop_fuzzy_duplicates,
     find_duplicate_clusters,
 )
-from zephyr.operators.minhash import MinHashConfig, jaccard, normalize_text, shingle_set, sketch_documents  # noqa: E402
-from zephyr.operators.minhash_corpus import (  # noqa: E402
+from zephyr.operators.minhash import MinHashConfig, jaccard, normalize_text, shingle_set, sketch_documents
+from zephyr.operators.minhash_corpus import (
     article_chunks,
     load_article_bodies,
     plant_near_duplicates,

@@ -1,6 +1,6 @@
 """Tokenization speed: ours end to end beside raw `tokenizers` and datatrove's tokenizer step.
 
-    .venv/bin/python benchmarks/tokenize.py [--quick] [--megabytes N]
+    .venv/bin/python benchmarks/tokenization.py [--quick] [--megabytes N]
 
 Input: real text from ../shared/data (the hand-labeled article bodies of aeb-dev, plus the plain
 text of the multilingual web-pages, extracted with resiliparse), repeated with paragraph order
