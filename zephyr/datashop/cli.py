@@ -1,0 +1,53 @@
+"""`zephyr datashop CONFIG.yaml`: run a Datashop config and print the stage table.
+
+Registered by `zephyr/cli.py` through `add_cli(subparsers)`; imports nothing heavy until it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+
+__all__ = ["add_cli", "run_cli"]
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "datashop",
+        help="prompt -> LM labels -> classifier -> filtered dataset (see zephyr.datashop.config)",
+        description="Run a Datashop config: sample a pool, label it with an LM, train a classifier, "
+                    "score and filter the corpus, stage after stage. Writes OUTPUT_DIR/report.json.",
+    )
+    parser.add_argument("config", help="YAML config (see zephyr/datashop/config.py for the keys)")
+    parser.add_argument("--output-dir", help="override the config's output_dir")
+    parser.add_argument("--engine-backend", choices=("local", "processes", "ray"), help="override engine_backend")
+    parser.add_argument("--workers", type=int, help="override workers")
+    parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of the table")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log labeling progress")
+    parser.set_defaults(func=run_cli)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from zephyr.datashop.config import load_config
+    from zephyr.datashop.pipeline import run_datashop
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        config = load_config(args.config)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"zephyr datashop: {exc}", file=sys.stderr)
+        return 2
+    overrides = {}
+    if args.output_dir:
+        overrides["output_dir"] = args.output_dir
+    if args.engine_backend:
+        overrides["engine_backend"] = args.engine_backend
+    if args.workers:
+        overrides["workers"] = args.workers
+    config = dataclasses.replace(config, **overrides)
+    report = run_datashop(config)
+    print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else report.summary())
+    return 0

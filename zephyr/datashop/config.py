@@ -1,0 +1,345 @@
+"""Datashop configuration: frozen dataclasses, checked when built, loadable from YAML.
+
+A run is a list of stages; each stage samples an annotation pool from its input, labels it with an
+LM, trains a classifier on the labels, scores its whole input and keeps the best documents. The
+first stage reads the corpus; each later stage reads the survivors of the one before (a cascade).
+
+Example YAML (every key except `input`, `output_dir` and the stages' `name`/`prompt.template` has
+a default)::
+
+    input: data/*.jsonl.zst
+    output_dir: out/datashop
+    stages:
+      - name: edu
+        prompt:
+          template: "Rate the educational value of this text from 0 to 5.\\n\\nText: {example}"
+          answer_prefix: "Score: "
+        labeler: {backend: transformers, model: smollm2-135m-instruct, batch_size: 8}
+        pool: {size: 500, seed: 0}
+        classifier: {kind: fasttext}
+        filter: {keep_fraction: 0.3}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "PromptConfig",
+    "LabelerConfig",
+    "PoolConfig",
+    "ClassifierConfig",
+    "FilterConfig",
+    "StageConfig",
+    "DatashopConfig",
+    "load_config",
+    "config_from_dict",
+]
+
+EXAMPLE_SLOT = "{example}"
+BACKENDS = ("transformers", "openai", "vllm")
+MODES = ("logprobs", "generate")
+CLASSIFIERS = ("fasttext", "embedding")
+
+
+def _fail(owner: str, message: str) -> None:
+    raise ValueError(f"{owner}: {message}")
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    """What the LM is asked, and which answers count as labels.
+
+    `template` holds exactly one `{example}` slot (other braces are left alone); when the prompt would
+    overflow the model context, the example is truncated, never the instructions. `labels` are the
+    answers scored from next-token probabilities (keep each a single token: digits, Yes/No);
+    `values` are their numeric scores (default: the labels read as numbers). `answer_prefix` is
+    appended after the chat-formatted prompt, i.e. put in the model's mouth ("Score: "), which makes
+    small models answer with a label far more often. `parse_regex` reads a score from generated text
+    in `generate` mode; its first group is read as a number or matched against the labels.
+    """
+
+    template: str
+    labels: tuple[str, ...] = ("0", "1", "2", "3", "4", "5")
+    values: tuple[float, ...] | None = None
+    answer_prefix: str = ""
+    system: str | None = None
+    use_chat_template: bool = True
+    parse_regex: str = r"(-?\d+(?:\.\d+)?)"
+
+    def __post_init__(self) -> None:
+        owner = "PromptConfig"
+        if self.template.count(EXAMPLE_SLOT) != 1:
+            _fail(owner, f"template must contain the slot {EXAMPLE_SLOT} exactly once, found "
+                         f"{self.template.count(EXAMPLE_SLOT)} in {self.template[:80]!r}")
+        object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
+        if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels):
+            _fail(owner, f"labels must be at least two distinct strings, got {self.labels!r}")
+        if self.values is None:
+            try:
+                values = tuple(float(x) for x in self.labels)
+            except ValueError:
+                _fail(owner, f"labels {self.labels!r} are not numbers, so give `values` (one number per label), "
+                             "e.g. labels: [No, Yes] with values: [0, 1]")
+            object.__setattr__(self, "values", values)
+        else:
+            object.__setattr__(self, "values", tuple(float(v) for v in self.values))
+        if len(self.values) != len(self.labels):
+            _fail(owner, f"values must have one number per label: {len(self.labels)} labels, {len(self.values)} values")
+        try:
+            pattern = re.compile(self.parse_regex)
+        except re.error as exc:
+            _fail(owner, f"parse_regex {self.parse_regex!r} does not compile: {exc}")
+        if pattern.groups < 1:
+            _fail(owner, f"parse_regex {self.parse_regex!r} needs one capturing group around the score")
+
+    @property
+    def score_range(self) -> tuple[float, float]:
+        assert self.values is not None
+        return min(self.values), max(self.values)
+
+
+@dataclass(frozen=True)
+class LabelerConfig:
+    """Which LM labels the pool, and how.
+
+    backend: `transformers` (local model on CPU, in process), `openai` (any OpenAI-compatible server
+    at `url`, completions API with logprobs, e.g. `vllm serve`), or `vllm` (`vllm.LLM` in process).
+    model: a local model directory, the alias `smollm2-135m-instruct` (packaged, offline), or for
+    `openai` the served model name. `tokenizer` (a local directory or the alias) lets the `openai`
+    backend apply the chat template and count tokens locally; without it prompts are sent raw and
+    lengths are estimated at 4 characters per token.
+    mode: `logprobs` (expected score from next-token probabilities over the labels) or `generate`
+    (greedy text, parsed with the prompt's `parse_regex`). `torch_threads` (transformers backend): PyTorch
+    threads for labeling; default: the cores the load average leaves idle (see backend_transformers).
+    """
+
+    backend: str = "transformers"
+    model: str = "smollm2-135m-instruct"
+    url: str | None = None
+    api_key_env: str | None = None
+    tokenizer: str | None = None
+    mode: str = "logprobs"
+    batch_size: int = 8
+    max_context_tokens: int = 2048
+    max_example_tokens: int | None = 512
+    max_new_tokens: int = 8
+    top_logprobs: int = 20
+    timeout_s: float = 300.0
+    torch_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = "LabelerConfig"
+        if self.backend not in BACKENDS:
+            _fail(owner, f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.mode not in MODES:
+            _fail(owner, f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.backend == "openai" and not self.url:
+            _fail(owner, "backend 'openai' needs `url`, e.g. url: http://127.0.0.1:8000/v1")
+        if self.batch_size < 1:
+            _fail(owner, f"batch_size must be >= 1, got {self.batch_size}")
+        if self.max_context_tokens < 16:
+            _fail(owner, f"max_context_tokens must be >= 16, got {self.max_context_tokens}")
+        if self.max_example_tokens is not None and self.max_example_tokens < 1:
+            _fail(owner, f"max_example_tokens must be >= 1 or null (no limit), got {self.max_example_tokens}")
+        if self.max_new_tokens < 1:
+            _fail(owner, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            _fail(owner, f"torch_threads must be >= 1 or null (PyTorch's default), got {self.torch_threads}")
+        if not 1 <= self.top_logprobs <= 20:
+            _fail(owner, f"top_logprobs must be in 1..20 (the OpenAI API limit), got {self.top_logprobs}")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """The annotation pool: the `size` documents with the smallest hash of (seed, id)."""
+
+    size: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size < 2:
+            _fail("PoolConfig", f"size must be >= 2 (a train and a held-out document), got {self.size}")
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """The fast classifier trained on LM labels.
+
+    kind: `fasttext` (supervised fastText on labels binned to the nearest label value; the score is
+    the expected value over the predicted bins) or `embedding` (sentence embeddings from
+    `embedding_model` + a ridge regression on the scores). `holdout_fraction` of the labels, chosen by
+    a hash of the id, is kept out of training to measure agreement with the LM.
+    """
+
+    kind: str = "fasttext"
+    holdout_fraction: float = 0.2
+    seed: int = 0
+    max_chars: int = 4000
+    epoch: int = 50  # annotation pools are small: fastText needs many passes (and lr 1.0) to leave uniform
+    lr: float = 1.0
+    word_ngrams: int = 2
+    dim: int = 32
+    min_count: int = 1
+    bucket: int = 100_000
+    embedding_model: str = "all-minilm-l6-v2"
+    ridge_alpha: float = 1.0
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        owner = "ClassifierConfig"
+        if self.kind not in CLASSIFIERS:
+            _fail(owner, f"kind must be one of {CLASSIFIERS}, got {self.kind!r}")
+        if not 0.0 < self.holdout_fraction < 1.0:
+            _fail(owner, f"holdout_fraction must be strictly between 0 and 1, got {self.holdout_fraction}")
+        if min(self.max_chars, self.epoch, self.dim, self.batch_size, self.bucket, self.word_ngrams) < 1:
+            _fail(owner, "max_chars, epoch, dim, bucket, word_ngrams and batch_size must all be >= 1")
+        if self.ridge_alpha < 0:
+            _fail(owner, f"ridge_alpha must be >= 0, got {self.ridge_alpha}")
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    """Keep documents whose score is >= `threshold`, or the best `keep_fraction` of them (give one)."""
+
+    threshold: float | None = None
+    keep_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.threshold is None) == (self.keep_fraction is None):
+            _fail("FilterConfig", "give exactly one of threshold (e.g. 3.0) or keep_fraction (e.g. 0.1), got "
+                                  f"threshold={self.threshold!r}, keep_fraction={self.keep_fraction!r}")
+        if self.keep_fraction is not None and not 0.0 < self.keep_fraction <= 1.0:
+            _fail("FilterConfig", f"keep_fraction must be in (0, 1], got {self.keep_fraction}")
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """One cascade stage: pool -> LM labels -> classifier -> score all -> filter."""
+
+    name: str
+    prompt: PromptConfig
+    labeler: LabelerConfig = field(default_factory=LabelerConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    filter: FilterConfig = field(default_factory=lambda: FilterConfig(keep_fraction=0.5))
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_\-]+", self.name or ""):
+            _fail("StageConfig", f"name must be a non-empty [A-Za-z0-9_-] string (used in paths and field names), "
+                                 f"got {self.name!r}")
+
+    @property
+    def score_field(self) -> str:
+        return f"datashop_{self.name}"
+
+
+@dataclass(frozen=True)
+class DatashopConfig:
+    """A whole Datashop run.
+
+    `input`: file glob(s) the engine reads (`Dataset.from_files`). Records need `id_field` and
+    `text_field`. Every stage's artifacts go to `output_dir/<stage name>/`; the final dataset is the last
+    stage's `kept/` directory. `engine_backend`/`workers` choose how the engine runs the scoring.
+    """
+
+    input: tuple[str, ...]
+    output_dir: str
+    stages: tuple[StageConfig, ...]
+    text_field: str = "text"
+    id_field: str = "id"
+    output_format: str = "jsonl"
+    engine_backend: str = "processes"
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = "DatashopConfig"
+        inputs = (self.input,) if isinstance(self.input, str) else tuple(self.input)
+        object.__setattr__(self, "input", inputs)
+        object.__setattr__(self, "stages", tuple(self.stages))
+        if not inputs or not all(isinstance(x, str) and x for x in inputs):
+            _fail(owner, f"input must be a file glob or a list of them, got {self.input!r}")
+        if not self.stages:
+            _fail(owner, "stages is empty: give at least one stage (name, prompt.template)")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            _fail(owner, f"stage names must be unique, got {names}")
+        if self.output_format not in ("jsonl", "parquet"):
+            _fail(owner, f"output_format must be 'jsonl' or 'parquet', got {self.output_format!r}")
+        if self.engine_backend not in ("local", "processes", "ray"):
+            _fail(owner, f"engine_backend must be local, processes or ray, got {self.engine_backend!r}")
+
+
+_NESTED = {"prompt": PromptConfig, "labeler": LabelerConfig, "pool": PoolConfig,
+           "classifier": ClassifierConfig, "filter": FilterConfig}
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping for {cls.__name__}, got {type(data).__name__}: {data!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown} for {cls.__name__}; allowed: {sorted(names)}")
+    kwargs = dict(data)
+    for key, value in kwargs.items():
+        if isinstance(value, list):
+            kwargs[key] = tuple(value)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+
+
+def config_from_dict(data: dict[str, Any], *, where: str = "config") -> DatashopConfig:
+    """Build a DatashopConfig from plain dicts/lists (what YAML or JSON gives)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping at the top level, got {type(data).__name__}")
+    data = dict(data)
+    raw_stages = data.pop("stages", None)
+    if not isinstance(raw_stages, list) or not raw_stages:
+        raise ValueError(f"{where}: `stages` must be a non-empty list of stages, got {raw_stages!r}")
+    stages = []
+    for i, raw in enumerate(raw_stages):
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where}: stages[{i}] must be a mapping, got {raw!r}")
+        raw = dict(raw)
+        for key, cls in _NESTED.items():
+            if key in raw:
+                raw[key] = _build(cls, raw[key], f"{where}: stages[{i}].{key}")
+        stages.append(_build(StageConfig, raw, f"{where}: stages[{i}]"))
+    data["stages"] = tuple(stages)
+    if isinstance(data.get("input"), list):
+        data["input"] = tuple(data["input"])
+    return _build(DatashopConfig, data, where)
+
+
+def load_config(path: str | Path) -> DatashopConfig:
+    """Read a YAML (or JSON) Datashop config; relative `input`/`output_dir` are relative to the file."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Datashop config {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    if isinstance(data, dict):
+        base = path.resolve().parent
+        if isinstance(data.get("output_dir"), str) and not _is_absolute(data["output_dir"]):
+            data["output_dir"] = str(base / data["output_dir"])
+        inputs = data.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if isinstance(inputs, list):
+            data["input"] = [x if not isinstance(x, str) or _is_absolute(x) else str(base / x) for x in inputs]
+    return config_from_dict(data, where=str(path))
+
+
+def _is_absolute(p: str) -> bool:
+    return "://" in p or Path(p).is_absolute()

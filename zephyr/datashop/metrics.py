@@ -1,0 +1,68 @@
+"""Agreement between a classifier and the LM it imitates, on held-out labels.
+
+Accuracy and macro-F1 compare the nearest label value of each score (the classes fastText trains
+on); Spearman compares the continuous scores, which is what a keep-fraction filter uses. The
+majority-class accuracy is reported beside them so a figure can be read against the trivial baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from zephyr.datashop.classifiers import nearest_bin
+
+__all__ = ["Agreement", "agreement", "macro_f1", "spearman"]
+
+
+@dataclass(frozen=True)
+class Agreement:
+    n: int
+    accuracy: float | None
+    macro_f1: float | None
+    spearman: float | None
+    majority_accuracy: float | None
+    mean_abs_error: float | None
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def macro_f1(true: Sequence[int], pred: Sequence[int]) -> float:
+    """Unweighted mean F1 over every class that occurs in `true` or `pred`."""
+    t, p = np.asarray(true), np.asarray(pred)
+    f1s = []
+    for c in np.union1d(t, p):
+        tp = float(np.sum((t == c) & (p == c)))
+        fp = float(np.sum((t != c) & (p == c)))
+        fn = float(np.sum((t == c) & (p != c)))
+        f1s.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(f1s)) if f1s else float("nan")
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman rank correlation (average ranks for ties); None when either side is constant."""
+    from scipy.stats import spearmanr
+
+    if len(a) < 2 or np.ptp(np.asarray(a, dtype=float)) == 0 or np.ptp(np.asarray(b, dtype=float)) == 0:
+        return None
+    value = float(spearmanr(a, b).statistic)
+    return value if math.isfinite(value) else None
+
+
+def agreement(lm_scores: Sequence[float], predicted: Sequence[float], bin_values: Sequence[float]) -> Agreement:
+    """How well `predicted` reproduces `lm_scores` (same documents, same order)."""
+    if len(lm_scores) != len(predicted):
+        raise ValueError(f"agreement needs paired scores: {len(lm_scores)} LM scores vs {len(predicted)} predictions")
+    n = len(lm_scores)
+    if n == 0:
+        return Agreement(0, None, None, None, None, None)
+    t = nearest_bin(lm_scores, bin_values)
+    p = nearest_bin(predicted, bin_values)
+    majority = float(np.bincount(t).max() / n)
+    mae = float(np.mean(np.abs(np.asarray(lm_scores, dtype=float) - np.asarray(predicted, dtype=float))))
+    return Agreement(n=n, accuracy=float(np.mean(t == p)), macro_f1=macro_f1(t, p), spearman=spearman(lm_scores, predicted),
+                     majority_accuracy=majority, mean_abs_error=mae)

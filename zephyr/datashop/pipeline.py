@@ -1,0 +1,232 @@
+"""`run_datashop(config)`: from a prompt to a filtered dataset, one cascade stage after another.
+
+Each stage, on its input (the corpus, then the previous stage's survivors):
+  1. samples an annotation pool (hash of seed and id),
+  2. labels it with the LM (cached in `labels.jsonl`, so a rerun resumes),
+  3. trains a classifier on part of the labels and measures agreement on the rest,
+  4. scores every input document on the engine (`scored/`, every record plus the score field),
+  5. keeps those above a threshold or the best fraction (`kept/`), the next stage's input.
+Everything a stage produced stays in `output_dir/<stage>/` with a `report.json`; the run's report is
+`output_dir/report.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zephyr.datashop.apply import KeepAtLeast, score_dataset, score_histogram, threshold_for_keep_fraction
+from zephyr.datashop.classifiers import nearest_bin, train_classifier
+from zephyr.datashop.config import DatashopConfig, LabelerConfig, StageConfig
+from zephyr.datashop.labeling import LabelBackend, label_documents, make_backend
+from zephyr.datashop.metrics import Agreement, agreement
+from zephyr.datashop.sample import sample_pool_dataset, split_holdout
+
+__all__ = ["StageReport", "DatashopReport", "run_datashop", "run_stage"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """What one stage did, with the paths of everything it kept."""
+
+    name: str
+    stage_dir: str
+    input_docs: int
+    pool_size: int
+    labeled_now: int
+    labels_from_cache: int
+    label_failures: int
+    label_truncated: int
+    label_seconds: float
+    label_docs_per_s: float
+    label_model: str
+    label_histogram: dict[str, int]
+    lm_mean_score: float | None
+    classifier_kind: str
+    classifier_dir: str
+    train_size: int
+    holdout_size: int
+    holdout_agreement: Agreement
+    train_agreement: Agreement
+    classifier_docs_per_s: float
+    threshold: float
+    kept_docs: int
+    kept_fraction: float
+    scored_files: tuple[str, ...]
+    kept_files: tuple[str, ...]
+    labels_path: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DatashopReport:
+    """The run: one report per stage; `output_files` is the final dataset (last stage's kept files)."""
+
+    stages: tuple[StageReport, ...]
+    output_dir: str
+    seconds: float
+    output_files: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output_dir": self.output_dir, "seconds": self.seconds, "output_files": list(self.output_files),
+                "stages": [s.to_dict() for s in self.stages]}
+
+    def summary(self) -> str:
+        """A readable table of the stages."""
+        head = (f"{'stage':<12} {'in':>8} {'pool':>6} {'fail':>5} {'LM doc/s':>9} {'clf':<9} "
+                f"{'acc':>5} {'maj':>5} {'F1':>5} {'rho':>6} {'thresh':>7} {'kept':>8} {'frac':>6}")
+        lines = [head, "-" * len(head)]
+        for s in self.stages:
+            a = s.holdout_agreement
+            lines.append(
+                f"{s.name:<12} {s.input_docs:>8} {s.pool_size:>6} {s.label_failures:>5} {s.label_docs_per_s:>9.2f} "
+                f"{s.classifier_kind:<9} {_fmt(a.accuracy):>5} {_fmt(a.majority_accuracy):>5} {_fmt(a.macro_f1):>5} "
+                f"{_fmt(a.spearman, 6):>6} {s.threshold:>7.3f} {s.kept_docs:>8} {s.kept_fraction:>6.3f}"
+            )
+        lines.append(f"final dataset: {len(self.output_files)} file(s) under {self.output_dir}  ({self.seconds:.1f} s)")
+        return "\n".join(lines)
+
+
+def _fmt(x: float | None, width: int = 5) -> str:
+    return "-" if x is None else f"{x:.{width - 3}f}"
+
+
+def _execution(config: DatashopConfig) -> Any:
+    from zephyr import execution
+
+    return execution(backend=config.engine_backend, workers=config.workers)
+
+
+def _write(dataset: Any, directory: Path, fmt: str) -> list[str]:
+    ext = "jsonl.zst" if fmt == "jsonl" else "parquet"
+    pattern = str(directory / f"part-{{shard:05d}}-of-{{total:05d}}.{ext}")
+    return dataset.write_jsonl(pattern) if fmt == "jsonl" else dataset.write_parquet(pattern)
+
+
+def run_stage(
+    stage: StageConfig,
+    inputs: tuple[str, ...],
+    config: DatashopConfig,
+    stage_dir: Path,
+    *,
+    backend: LabelBackend | None = None,
+) -> StageReport:
+    """Run one stage on the files `inputs`; artifacts go to `stage_dir`."""
+    from zephyr import Dataset
+
+    start = time.perf_counter()
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("scored", "kept", "classifier"):  # outputs are rebuilt; labels.jsonl (the cache) is kept
+        shutil.rmtree(stage_dir / stale, ignore_errors=True)
+    corpus = Dataset.from_files(list(inputs))
+    lo, hi = stage.prompt.score_range
+
+    # 1-2. annotation pool and LM labels
+    with _execution(config):
+        pool = sample_pool_dataset(corpus, stage.pool.size, seed=stage.pool.seed, id_field=config.id_field)
+    if len(pool) < 2:
+        raise ValueError(f"Stage {stage.name!r}: its input {list(inputs)} holds {len(pool)} document(s); "
+                         "a stage needs at least 2 to train and evaluate a classifier")
+    labels_path = stage_dir / "labels.jsonl"
+    labeling = label_documents(pool, stage.prompt, stage.labeler, cache_path=labels_path, backend=backend,
+                               text_field=config.text_field, id_field=config.id_field,
+                               on_batch=lambda done, total: log.info("stage %s: labeled %d/%d", stage.name, done, total))
+    texts = {str(d[config.id_field]): d[config.text_field] for d in pool}
+    scores = labeling.scores()
+    if len(scores) < 2:
+        errors = sorted({r.error for r in labeling.results if r.error})
+        raise RuntimeError(
+            f"Stage {stage.name!r}: only {len(scores)} of {len(pool)} pool documents got a usable label "
+            f"(errors: {errors}; see {labels_path}). In logprobs mode, add an answer_prefix such as 'Score: ' or use "
+            "a larger model; in generate mode, check parse_regex against the generated text."
+        )
+    assert stage.prompt.values is not None
+    label_bins = nearest_bin(list(scores.values()), stage.prompt.values)
+    histogram = {label: int(np.sum(label_bins == i)) for i, label in enumerate(stage.prompt.labels)}
+
+    # 3. classifier on the labels, agreement on the held-out part
+    train_ids, held_ids = split_holdout(sorted(scores), stage.classifier.holdout_fraction, seed=stage.classifier.seed)
+    classifier_dir = stage_dir / "classifier"
+    classifier = train_classifier([texts[i] for i in train_ids], [scores[i] for i in train_ids], stage.classifier,
+                                  classifier_dir, bin_values=stage.prompt.values)
+    t0 = time.perf_counter()
+    held_pred = classifier.predict([texts[i] for i in held_ids])
+    train_pred = classifier.predict([texts[i] for i in train_ids])
+    clf_seconds = time.perf_counter() - t0
+    held_agree = agreement([scores[i] for i in held_ids], held_pred, stage.prompt.values)
+    train_agree = agreement([scores[i] for i in train_ids], train_pred, stage.prompt.values)
+
+    # 4-5. score everything on the engine, then keep the best
+    field_name = stage.score_field
+    with _execution(config):
+        scored_files = _write(score_dataset(corpus, str(classifier_dir), text_field=config.text_field,
+                                            score_field=field_name), stage_dir / "scored", config.output_format)
+        scored = Dataset.from_files(scored_files)
+        hist = score_histogram(scored, field_name, lo=lo, hi=hi)
+        if stage.filter.threshold is not None:
+            threshold = float(stage.filter.threshold)
+        else:
+            assert stage.filter.keep_fraction is not None
+            threshold = threshold_for_keep_fraction(hist, stage.filter.keep_fraction)
+        keep = KeepAtLeast(field_name, threshold, counter_prefix=f"datashop/{stage.name}")
+        kept_files = _write(scored.filter(keep), stage_dir / "kept", config.output_format)
+        kept_docs = Dataset.from_files(kept_files).select(config.id_field).count() if kept_files else 0
+    input_docs = hist.total + hist.missing
+    report = StageReport(
+        name=stage.name, stage_dir=str(stage_dir), input_docs=input_docs, pool_size=len(pool),
+        labeled_now=labeling.labeled_now, labels_from_cache=labeling.from_cache, label_failures=labeling.failed,
+        label_truncated=labeling.truncated, label_seconds=labeling.seconds, label_docs_per_s=labeling.docs_per_s,
+        label_model=labeling.model_id, label_histogram=histogram,
+        lm_mean_score=float(np.mean(list(scores.values()))), classifier_kind=stage.classifier.kind,
+        classifier_dir=str(classifier_dir), train_size=len(train_ids), holdout_size=len(held_ids),
+        holdout_agreement=held_agree, train_agreement=train_agree,
+        classifier_docs_per_s=(len(held_ids) + len(train_ids)) / clf_seconds if clf_seconds > 0 else 0.0,
+        threshold=threshold, kept_docs=kept_docs, kept_fraction=kept_docs / input_docs if input_docs else 0.0,
+        scored_files=tuple(scored_files), kept_files=tuple(kept_files), labels_path=str(labels_path),
+        seconds=time.perf_counter() - start,
+    )
+    (stage_dir / "report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    return report
+
+
+def run_datashop(config: DatashopConfig) -> DatashopReport:
+    """Run every stage of `config` in order (a cascade: each stage reads the survivors of the last)."""
+    start = time.perf_counter()
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    backends: dict[LabelerConfig, LabelBackend] = {}
+    reports: list[StageReport] = []
+    inputs = config.input
+    try:
+        for stage in config.stages:
+            if stage.labeler not in backends:
+                backends[stage.labeler] = make_backend(stage.labeler)
+            report = run_stage(stage, inputs, config, out / stage.name, backend=backends[stage.labeler])
+            reports.append(report)
+            log.info("stage %s: kept %d of %d documents", stage.name, report.kept_docs, report.input_docs)
+            if not report.kept_files or report.kept_docs < 2:
+                if stage is not config.stages[-1]:
+                    raise RuntimeError(
+                        f"Stage {stage.name!r} kept {report.kept_docs} document(s), too few for the next stage "
+                        f"({config.stages[config.stages.index(stage) + 1].name!r}). Lower its threshold or raise keep_fraction."
+                    )
+            inputs = report.kept_files
+    finally:
+        for backend in backends.values():
+            backend.close()
+    result = DatashopReport(stages=tuple(reports), output_dir=str(out), seconds=time.perf_counter() - start,
+                            output_files=reports[-1].kept_files if reports else ())
+    (out / "report.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    return result
