@@ -148,6 +148,7 @@ def tokenize(path: str, *, config: dict, docs: str) -> dict:
             "store": result.output,
             "documents": result.manifest["documents"],
             "tokens": result.manifest["tokens"],
+            "validation_documents": validation.get("documents", 0),
             "validation_tokens": validation.get("tokens", 0),
         }
     return summary
@@ -197,6 +198,7 @@ class RecipeConfig:
     train_steps: int = 60
     tokenizer: str = "smollm2"
     num_shards: int = 4
+    sample_docs_per_split: int = 420
 
 
 def parse_args(argv: list[str] | None = None) -> RecipeConfig:
@@ -211,6 +213,8 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
     parser.add_argument("--train-steps", type=int, default=60)
     parser.add_argument("--tokenizer", default="smollm2", help="tokenizer.json path or hub name (default: SmolLM2)")
     parser.add_argument("--num-shards", type=int, default=4, help="shards of the dedup shuffles")
+    parser.add_argument("--sample-docs-per-split", type=int, default=420,
+                        help="size of the embedded sample (used when no --input is given)")
     args = parser.parse_args(argv)
     weights = {}
     for item in filter(None, args.weights.split(",")):
@@ -219,13 +223,14 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
             parser.error(f"--weights: unknown split {name!r}; splits are {', '.join(SPLITS)}")
         weights[name] = float(value)
     return RecipeConfig(args.input, args.output, weights, not args.no_train, args.train_steps, args.tokenizer,
-                        args.num_shards)
+                        args.num_shards, args.sample_docs_per_split)
 
 
 def run(config: RecipeConfig) -> dict[str, StepOutput]:
     inputs = config.input
     if not inputs:
-        sample = build_sample(Path(config.output) / "sample")
+        n = config.sample_docs_per_split
+        sample = build_sample(Path(config.output) / f"sample-{n}", docs_per_split=n)
         inputs = [str(sample / "*" / "*.jsonl.zst")]
     steps = StepRunner(config.output)
     docs = steps.run("normalize", normalize, config={}, inputs={"inputs": inputs})
@@ -280,8 +285,8 @@ def print_summary(outputs: dict[str, StepOutput]) -> None:
         print(f"training: {t['steps']} steps, final loss {t['final_loss']:.3f}; eval loss: {evals}")
 
 
-def main() -> None:
-    print_summary(run(parse_args()))
+def main(argv: list[str] | None = None) -> None:
+    print_summary(run(parse_args(argv)))
 
 
 if __name__ == "__main__":
