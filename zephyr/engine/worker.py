@@ -151,7 +151,7 @@ def _read_input(stage: Stage, task: ShardTask, result: ShardResult) -> Iterator[
                 shard.path, format=source.format, columns=source.columns, filter=source.filter,
                 batch_size=stage.ops[0].batch_size, on_bad_record=source.on_bad_record,
             )
-            return _counted(batches, result)
+            return _counted_batches(batches, result)
         return _counted(_read_source(stage.source, shard), result)
     shuffle = stage.shuffle_input
     budget = task.memory_per_worker // 2
@@ -180,14 +180,24 @@ def _reads_batches(stage: Stage) -> bool:
     return fmt in ("parquet", "vortex")
 
 
+_BATCH_TYPES = (pa.RecordBatch, pa.Table)  # a tuple: `A | B` would build a union at every call
+
+
 def _rows(item: Any) -> int:
-    return item.num_rows if isinstance(item, pa.RecordBatch | pa.Table) else 1
+    return item.num_rows if isinstance(item, _BATCH_TYPES) else 1
 
 
-def _counted(items: Iterable[Any], result: ShardResult) -> Iterator[Any]:
-    for item in items:
-        result.records_in += _rows(item)
-        yield item
+def _counted(records: Iterable[Any], result: ShardResult) -> Iterator[Any]:
+    # records only: the per-record type test of `_rows` cost ~5% of a group_by's worker time
+    for record in records:
+        result.records_in += 1
+        yield record
+
+
+def _counted_batches(batches: Iterable[Any], result: ShardResult) -> Iterator[Any]:
+    for batch in batches:
+        result.records_in += batch.num_rows
+        yield batch
 
 
 def _read_source(source: O.Source, shard: SourceShard) -> Iterator[Any]:
