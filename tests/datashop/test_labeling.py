@@ -108,3 +108,14 @@ def test_generate_mode_parses_generated_text(smol_backend, corpus_docs) -> None:
         if r.score is not None:
             assert r.error is None and r.label in EDU.labels
     print("\ngenerated:", [r.generated for r in run.results])
+
+
+def test_vllm_backend_without_vllm_says_where_it_lives() -> None:
+    import importlib.util
+
+    from zephyr.datashop.labeling import make_backend
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here; tests/datashop/test_vllm.py exercises it")
+    with pytest.raises(ImportError, match="make test-vllm"):
+        make_backend(LabelerConfig(backend="vllm"))

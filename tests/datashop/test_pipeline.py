@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,31 @@ def test_bad_input_field_is_reported(tmp_path: Path, scratch: str) -> None:
     config = DatashopConfig(input=pattern, output_dir=str(tmp_path / "o"), stages=(CHEAP,), engine_backend="local")
     with execution(scratch=scratch), pytest.raises(ValueError, match="string 'text' field"):
         run_datashop(config)
+
+
+@pytest.mark.slow
+def test_bigger_single_stage_run_on_all_pages(shared_data: Path, tmp_path: Path, scratch: str) -> None:
+    """~170 real documents, a 96-document pool, both classifier kinds compared on the same labels."""
+    from datashop_corpus import page_documents, pydoc_documents
+
+    docs = page_documents(shared_data, 60, 110) + pydoc_documents(40)
+    pattern = write_corpus(docs, tmp_path / "corpus", shards=4)
+    reports = {}
+    for kind in ("fasttext", "embedding"):
+        stage = StageConfig(name=f"prog_{kind}", prompt=CHEAP.prompt,
+                            labeler=LabelerConfig(batch_size=8, max_example_tokens=256),
+                            pool=PoolConfig(size=96, seed=0), classifier=ClassifierConfig(kind=kind),
+                            filter=FilterConfig(keep_fraction=0.3))
+        config = DatashopConfig(input=pattern, output_dir=str(tmp_path / "shop"), stages=(stage,), engine_backend="processes",
+                                workers=2)
+        if kind == "embedding":  # same prompt and model: reuse the labels (the cache key matches)
+            (tmp_path / "shop" / stage.name).mkdir(parents=True)
+            shutil.copy(reports["fasttext"].labels_path, tmp_path / "shop" / stage.name / "labels.jsonl")
+        with execution(scratch=scratch):
+            reports[kind] = run_datashop(config).stages[0]
+    assert reports["embedding"].labeled_now == 0 and reports["embedding"].labels_from_cache == 96
+    for kind, s in reports.items():
+        assert s.input_docs == len(docs) and s.pool_size == 96 and s.label_failures == 0
+        assert s.holdout_agreement.n == s.holdout_size >= 10
+        assert abs(s.kept_fraction - 0.3) < 0.05
+        print(f"\n{kind}: LM {s.label_docs_per_s:.2f} docs/s, held-out {s.holdout_agreement.to_dict()}")
