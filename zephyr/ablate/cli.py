@@ -1,0 +1,86 @@
+"""``zephyr ablate CONFIG.yaml [key=value ...]``: run a mixture ablation and print its report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["add_cli", "main"]
+
+_EXAMPLE = """example CONFIG.yaml:
+  output_dir: ablations/code_vs_prose
+  seeds: [0, 1, 2]
+  baseline:
+    mixture: {code: [stores/code, 0.75], prose: [stores/prose, 0.25]}
+  candidates:
+    - {name: prose_heavy, mixture: {code: [stores/code, 0.25], prose: [stores/prose, 0.75]}}
+    - add: {dataset: wiki, store: stores/wiki, fraction: 0.2}
+    - sweep: {dataset: prose, fractions: [0.5, 0.9]}
+    - negative_control: {dataset: prose}
+  matched_exposure: {wiki: {production_tokens: 1.0e12}}
+  model: {preset: tiny}
+  train: {tokens: 200000, seq_len: 64, batch_size: 8}
+  eval: {prose: stores/prose/validation}
+  primary_eval: prose
+
+Finished runs are skipped and interrupted ones resume from checkpoints, so the
+same command can be run again after a crash. See zephyr/ablate/config.py.
+"""
+
+
+def add_cli(subparsers: Any) -> None:
+    """Register ``zephyr ablate`` on the top-level argparse subparsers."""
+    parser = subparsers.add_parser(
+        "ablate",
+        help="train small models on candidate mixtures and compare them against a baseline",
+        description="Run every (mixture, seed) training run of an ablation (skipping finished ones), then print "
+                    "and write the report (report.csv, report.json, report.png in output_dir).",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", help="ablation YAML file")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=50 seeds=[0,1,2]")
+    parser.add_argument("--backend", choices=("local", "ray"), help="override the config's backend")
+    parser.add_argument("--plan", action="store_true", help="print the runs (and which are finished) without training")
+    parser.add_argument("--report-only", action="store_true", help="report on finished runs only; train nothing")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from .config import AblationConfigError, load_ablation_config
+
+    try:
+        config = load_ablation_config(args.config, list(args.overrides))
+    except AblationConfigError as exc:
+        print(f"zephyr ablate: {exc}", file=sys.stderr)
+        return 2
+    if args.plan or args.report_only:
+        from .report import build_report, format_report, write_report
+        from .runner import load_run_result, plan_ablation
+
+        plan = plan_ablation(config)
+        done = {(r.mixture, r.seed): load_run_result(r) for r in plan.runs}
+        if args.plan:
+            print(json.dumps(plan.to_json(), indent=1))
+            for r in plan.runs:
+                print(f"{r.mixture:<28} seed {r.seed:<4} {'finished' if done[(r.mixture, r.seed)] else 'to run':<9} {r.run_dir}")
+            return 0
+        missing = [k for k, v in done.items() if v is None]
+        if missing:
+            print(f"zephyr ablate: {len(missing)} run(s) have not finished: {missing}; run without --report-only.",
+                  file=sys.stderr)
+            return 1
+        report = build_report(plan, tuple(done[(r.mixture, r.seed)] for r in plan.runs))
+        write_report(report, config.output_dir)
+        print(format_report(report))
+        return 0
+    from .runner import run_ablation
+
+    try:
+        run_ablation(config, backend=args.backend)
+    except AblationConfigError as exc:
+        print(f"zephyr ablate: {exc}", file=sys.stderr)
+        return 2
+    return 0
