@@ -1,1 +1,29 @@
+"""The bundled JAX trainer: Llama-style model, fused cross-entropy, mixture data, checkpoints.
 
+Python API::
+
+    from zephyr.train import TrainConfig, load_config, train
+    result = train(load_config("configs/tiny.yaml", ["steps=100"]))
+    result.final_loss, result.eval["web"]["bpb"]
+
+Modules, each readable on its own: ``config`` (frozen dataclasses), ``model``
+(the decoder), ``loss`` (fused linear cross-entropy) and ``pallas_loss`` (its
+GPU kernel), ``optim``, ``data``, ``checkpoint``, ``trainer`` (the loop),
+``hf`` (Hugging Face import/export), ``cli``.
+"""
+
+from zephyr.train.config import ConfigError, DataConfig, LossConfig, ModelConfig, OptimizerConfig, TrainConfig, load_config
+from zephyr.train.trainer import TrainResult, TrainState, train
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "LossConfig",
+    "ModelConfig",
+    "OptimizerConfig",
+    "TrainConfig",
+    "load_config",
+    "TrainResult",
+    "TrainState",
+    "train",
+]

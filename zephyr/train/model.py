@@ -1,0 +1,193 @@
+"""A Llama-style decoder in Equinox, readable in one sitting.
+
+RMSNorm (computed in f32), rotary position embeddings, grouped-query attention
+through ``jax.nn.dot_product_attention`` (causal + document masking), SwiGLU,
+optional QK-norm, tied or untied embeddings. The blocks are stacked along a
+leading layer axis and run with ``lax.scan`` so compile time does not grow with
+depth; each block is rematerialised according to ``ModelConfig.remat``.
+
+Shapes: B batch, S sequence, D hidden, N query heads, K kv heads, H head dim,
+I intermediate, V vocab, L layers.
+
+The model returns final-normed hidden states; the loss (``loss.py``) applies the
+output projection itself so it never has to materialise [tokens x vocab] logits.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from zephyr.train.config import ModelConfig
+
+__all__ = ["RMSNorm", "Attention", "MLP", "Block", "Transformer", "segment_ids_from_eos", "rope_tables", "apply_rope"]
+
+
+def _normal(key: jax.Array, shape: tuple[int, ...], std: float) -> Array:
+    return std * jax.random.normal(key, shape, dtype=jnp.float32)
+
+
+class RMSNorm(eqx.Module):
+    weight: Float[Array, "D"]
+    eps: float = eqx.field(static=True)
+
+    @staticmethod
+    def init(dim: int, eps: float) -> "RMSNorm":
+        return RMSNorm(jnp.ones((dim,), jnp.float32), eps)
+
+    def __call__(self, x: Float[Array, "... D"]) -> Float[Array, "... D"]:
+        # Statistics in f32 whatever the compute dtype: bf16 variance loses the small components.
+        acc = jnp.promote_types(x.dtype, jnp.float32)
+        x32 = x.astype(acc)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (self.weight.astype(acc) * y).astype(x.dtype)
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float, dtype: jnp.dtype = jnp.float32) -> tuple[Float[Array, "S H"], Float[Array, "S H"]]:
+    """cos/sin tables in the 'rotate half' layout Hugging Face Llama uses."""
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=dtype) / head_dim))  # H/2
+    angles = jnp.arange(seq_len, dtype=dtype)[:, None] * inv_freq[None, :]  # S H/2
+    angles = jnp.concatenate([angles, angles], axis=-1)  # S H
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: Float[Array, "B S N H"], cos: Float[Array, "S H"], sin: Float[Array, "S H"]) -> Float[Array, "B S N H"]:
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)  # B S N H
+    acc = jnp.promote_types(x.dtype, jnp.float32)
+    cos, sin = cos[None, :, None, :].astype(acc), sin[None, :, None, :].astype(acc)  # 1 S 1 H
+    return (x.astype(acc) * cos + rotated.astype(acc) * sin).astype(x.dtype)
+
+
+def segment_ids_from_eos(tokens: Int[Array, "B S"], eos_id: int) -> Int[Array, "B S"]:
+    """Document index of each token: an EOS belongs to the document it ends.
+
+    ``[a b EOS c d]`` -> ``[0 0 0 1 1]``; attention is then allowed only within a segment.
+    """
+    is_eos = (tokens == eos_id).astype(jnp.int32)
+    return jnp.cumsum(is_eos, axis=-1) - is_eos
+
+
+class Attention(eqx.Module):
+    wq: Float[Array, "D NH"]
+    wk: Float[Array, "D KH"]
+    wv: Float[Array, "D KH"]
+    wo: Float[Array, "NH D"]
+    q_norm: RMSNorm | None
+    k_norm: RMSNorm | None
+    cfg: ModelConfig = eqx.field(static=True)
+
+    @staticmethod
+    def init(cfg: ModelConfig, *, key: jax.Array) -> "Attention":
+        d, h = cfg.hidden_dim, cfg.resolved_head_dim
+        kq, kk, kv, ko = jax.random.split(key, 4)
+        out_std = cfg.init_std / (2 * cfg.num_layers) ** 0.5  # residual-branch scaling (GPT-2)
+        return Attention(
+            wq=_normal(kq, (d, cfg.num_heads * h), cfg.init_std),
+            wk=_normal(kk, (d, cfg.num_kv_heads * h), cfg.init_std),
+            wv=_normal(kv, (d, cfg.num_kv_heads * h), cfg.init_std),
+            wo=_normal(ko, (cfg.num_heads * h, d), out_std),
+            q_norm=RMSNorm.init(h, cfg.norm_eps) if cfg.qk_norm else None,
+            k_norm=RMSNorm.init(h, cfg.norm_eps) if cfg.qk_norm else None,
+            cfg=cfg,
+        )
+
+    def __call__(self, x: Float[Array, "B S D"], cos: Array, sin: Array, mask: Array | None) -> Float[Array, "B S D"]:
+        cfg = self.cfg
+        b, s, _ = x.shape
+        h = cfg.resolved_head_dim
+        q = (x @ self.wq).reshape(b, s, cfg.num_heads, h)  # B S N H
+        k = (x @ self.wk).reshape(b, s, cfg.num_kv_heads, h)  # B S K H
+        v = (x @ self.wv).reshape(b, s, cfg.num_kv_heads, h)  # B S K H
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=cfg.attention_impl)  # B S N H
+        return out.reshape(b, s, cfg.num_heads * h) @ self.wo  # B S D
+
+
+class MLP(eqx.Module):
+    w_gate: Float[Array, "D I"]
+    w_up: Float[Array, "D I"]
+    w_down: Float[Array, "I D"]
+
+    @staticmethod
+    def init(cfg: ModelConfig, *, key: jax.Array) -> "MLP":
+        kg, ku, kd = jax.random.split(key, 3)
+        d, i = cfg.hidden_dim, cfg.intermediate_dim
+        out_std = cfg.init_std / (2 * cfg.num_layers) ** 0.5
+        return MLP(_normal(kg, (d, i), cfg.init_std), _normal(ku, (d, i), cfg.init_std), _normal(kd, (i, d), out_std))
+
+    def __call__(self, x: Float[Array, "B S D"]) -> Float[Array, "B S D"]:
+        return (jax.nn.silu(x @ self.w_gate) * (x @ self.w_up)) @ self.w_down  # B S I -> B S D
+
+
+class Block(eqx.Module):
+    attn_norm: RMSNorm
+    attn: Attention
+    mlp_norm: RMSNorm
+    mlp: MLP
+
+    @staticmethod
+    def init(cfg: ModelConfig, *, key: jax.Array) -> "Block":
+        ka, km = jax.random.split(key)
+        return Block(RMSNorm.init(cfg.hidden_dim, cfg.norm_eps), Attention.init(cfg, key=ka), RMSNorm.init(cfg.hidden_dim, cfg.norm_eps), MLP.init(cfg, key=km))
+
+    def __call__(self, x: Float[Array, "B S D"], cos: Array, sin: Array, mask: Array | None) -> Float[Array, "B S D"]:
+        x = x + self.attn(self.attn_norm(x), cos, sin, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+_REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class Transformer(eqx.Module):
+    embed: Float[Array, "V D"]
+    blocks: Block  # every array has a leading L axis
+    final_norm: RMSNorm
+    lm_head: Float[Array, "D V"] | None  # None when embeddings are tied
+    cfg: ModelConfig = eqx.field(static=True)
+
+    @staticmethod
+    def init(cfg: ModelConfig, *, key: jax.Array) -> "Transformer":
+        k_embed, k_blocks, k_head = jax.random.split(key, 3)
+        blocks = jax.vmap(lambda k: Block.init(cfg, key=k))(jax.random.split(k_blocks, cfg.num_layers))  # stacked: L ...
+        return Transformer(
+            embed=_normal(k_embed, (cfg.vocab_size, cfg.hidden_dim), cfg.init_std),
+            blocks=blocks,
+            final_norm=RMSNorm.init(cfg.hidden_dim, cfg.norm_eps),
+            lm_head=None if cfg.tie_embeddings else _normal(k_head, (cfg.hidden_dim, cfg.vocab_size), cfg.init_std),
+            cfg=cfg,
+        )
+
+    def __call__(self, tokens: Int[Array, "B S"], segment_ids: Int[Array, "B S"] | None = None) -> Float[Array, "B S D"]:
+        """Final-normed hidden states. ``segment_ids`` (e.g. from EOS) stop attention across documents."""
+        cfg = self.cfg
+        _, s = tokens.shape
+        if s > cfg.max_seq_len:
+            raise ValueError(f"sequence length {s} exceeds model.max_seq_len {cfg.max_seq_len}; raise max_seq_len in the model config.")
+        x = jnp.take(self.embed, tokens, axis=0)  # B S D
+        cos, sin = rope_tables(s, cfg.resolved_head_dim, cfg.rope_theta)  # S H (f32 angles, as in transformers)
+        mask = None if segment_ids is None else (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])  # B 1 S S
+
+        def layer(x: Array, block: Block) -> tuple[Array, None]:
+            return block(x, cos, sin, mask), None
+
+        if cfg.remat != "none":
+            layer = jax.checkpoint(layer, policy=_REMAT_POLICIES[cfg.remat])
+        x, _ = jax.lax.scan(layer, x, self.blocks)  # B S D
+        return self.final_norm(x)
+
+    def output_weight(self) -> Float[Array, "D V"]:
+        return self.embed.T if self.lm_head is None else self.lm_head
+
+    def logits(self, tokens: Int[Array, "B S"], segment_ids: Int[Array, "B S"] | None = None) -> Float[Array, "B S V"]:
+        """Full logits, for inference and checks against other implementations (not for training)."""
+        hidden = self(tokens, segment_ids)
+        acc = jnp.promote_types(hidden.dtype, jnp.float32)
+        return jnp.einsum("bsd,dv->bsv", hidden, self.output_weight().astype(hidden.dtype), preferred_element_type=acc)
