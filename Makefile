@@ -43,8 +43,9 @@ $(PEERS)/.installed:
 
 peers: $(PEERS)/.installed
 
+# `make bench BENCH_ARGS=--quick` for a fast pass; every benchmark accepts --quick.
 bench: $(STAMP) $(PEERS)/.installed
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -195,6 +195,7 @@ def _run_stage(
         join(stage_url, f"shard-{p.shard:05d}", f"attempt-{p.attempt}"),
         upstream_runs,
         config.memory_per_worker,
+        stage.name,
     )
     try:
         while pending or in_flight:

@@ -37,6 +37,7 @@ class ShardTask:
     out_dir: str  # this attempt's private directory: fenced outputs
     upstream_runs: tuple[tuple[RunFile, ...], ...] = ()  # per upstream stage, all of its run files
     memory_per_worker: int = 1 << 30
+    stage_name: str = ""  # for dashboards and logs
 
 
 @dataclass
