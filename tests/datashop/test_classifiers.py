@@ -63,3 +63,14 @@ def test_classifier_learns_labels_and_reloads(kind: str, corpus_docs, tmp_path: 
 def test_missing_classifier_says_how_to_get_one(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="Train one first"):
         load_classifier(tmp_path / "nothing")
+
+
+def test_spearman_matches_scipy_with_ties() -> None:
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from zephyr.datashop.metrics import spearman
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a = rng.integers(0, 5, 40).astype(float)  # many ties, like binned LM labels
+        b = a + rng.normal(0, 2, 40)
+        assert spearman(a, b) == pytest.approx(scipy_stats.spearmanr(a, b).statistic, abs=1e-12)

@@ -43,13 +43,23 @@ def macro_f1(true: Sequence[int], pred: Sequence[int]) -> float:
     return float(np.mean(f1s)) if f1s else float("nan")
 
 
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, tied values sharing the mean of their ranks."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.arange(1, len(x) + 1)
+    values, inverse = np.unique(x, return_inverse=True)
+    sums = np.bincount(inverse, weights=ranks, minlength=len(values))
+    counts = np.bincount(inverse, minlength=len(values))
+    return (sums / counts)[inverse]
+
+
 def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Spearman rank correlation (average ranks for ties); None when either side is constant."""
-    from scipy.stats import spearmanr
-
-    if len(a) < 2 or np.ptp(np.asarray(a, dtype=float)) == 0 or np.ptp(np.asarray(b, dtype=float)) == 0:
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return None
-    value = float(spearmanr(a, b).statistic)
+    value = float(np.corrcoef(_average_ranks(x), _average_ranks(y))[0, 1])
     return value if math.isfinite(value) else None
 
 
