@@ -46,6 +46,8 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
+from zephyr.train.config import ConfigError, apply_overrides
+
 __all__ = [
     "AblationConfigError",
     "Component",
@@ -454,15 +456,10 @@ def load_ablation_config(path: str | Path, overrides: list[str] = ()) -> Ablatio
     except FileNotFoundError:
         raise AblationConfigError(f"ablation config {path} does not exist; pass the path of a YAML file.") from None
     _require(isinstance(data, dict), f"{path}: expected a YAML mapping at top level, got {type(data).__name__}.")
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        _require(bool(sep) and bool(key), f"override {item!r} is not key=value; write e.g. train.steps=50.")
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            _require(isinstance(node, dict), f"override {item!r}: {part!r} is not a section.")
-        node[parts[-1]] = yaml.safe_load(raw)
+    try:
+        data = apply_overrides(data, list(overrides))
+    except ConfigError as e:
+        raise AblationConfigError(str(e)) from None
     try:
         return ablation_config_from_dict(data)
     except AblationConfigError as e:
