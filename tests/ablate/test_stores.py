@@ -100,6 +100,6 @@ def test_eval_bytes_per_token_counts_the_evaluated_targets(ablation_stores) -> N
     tok = load_tokenizer(ablation_stores.tokenizer)
     nbytes = len(tok.hf.decode(ids.tolist(), skip_special_tokens=True).encode())
     assert bpt == pytest.approx(nbytes / len(ids))
-    assert 2.0 < bpt < 6.0  # a 1k-entry BPE holds a few bytes per token
+    assert 1.5 < bpt < 6.0  # a 1k-entry BPE holds a few bytes per token (about 1.9 on markup-heavy READMEs)
     summary = store_summary(ablation_stores.prose)
     assert summary.vocab_size == 1024 and summary.eos_id == tok.info.eos_id and summary.tokens > 50_000
