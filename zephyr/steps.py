@@ -85,7 +85,11 @@ class StepRunner:
 
 
 def _version(name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str, Any]) -> str:
-    parts = [name, _describe(fn), _describe(config)]
+    code = _describe(fn)
+    if isinstance(code, list) and code and code[0] == getattr(fn, "__module__", None):
+        # the module name differs between `zephyr run x.py`, `python x.py` and an import: the code does not
+        code = code[1:]
+    parts = [name, code, _describe(config)]
     for key in sorted(inputs):
         value = inputs[key]
         parts.append([key, value.version if isinstance(value, StepOutput) else _describe(value)])
