@@ -66,7 +66,7 @@ def bench_speed(quick: bool) -> dict:
 
     model_cfg = _model_config(quick)
     batch, seq = (8, 256) if not quick else (4, 128)
-    steps_per_round, rounds = (5, 3) if not quick else (3, 2)
+    steps_per_round, rounds = (3, 2) if not quick else (2, 2)
     opt_cfg = OptimizerConfig(learning_rate=1e-3, warmup_steps=0, schedule="constant", weight_decay=0.1, max_grad_norm=1.0)
     cfg = TrainConfig(model=model_cfg, loss=LossConfig(impl="fused"), optimizer=opt_cfg, data=DataConfig(seq_len=seq, batch_size=batch), steps=1000)
     tokens = np.random.default_rng(0).integers(1, VOCAB, (batch, seq + 1)).astype(np.int32)  # no EOS: one document per row

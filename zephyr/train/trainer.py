@@ -253,7 +253,7 @@ def train(config: TrainConfig) -> TrainResult:
     eval_results: dict[str, dict[str, float | None]] = {}
     metrics: dict = {}
     timed_tokens, timed_seconds = 0, 0.0
-    window_start, window_steps = time.perf_counter(), 0
+    window_start, window_steps, paused = time.perf_counter(), 0, 0.0  # paused: eval/checkpoint time in the window
     first_step_done = False
     for step in range(start, cfg.steps):
         tokens = jax.device_put(mixture.batch(step, d.batch_size), batch_sharding)
@@ -262,8 +262,7 @@ def train(config: TrainConfig) -> TrainResult:
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
             metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            now = time.perf_counter()
-            elapsed = now - window_start
+            elapsed = time.perf_counter() - window_start - paused
             if first_step_done:  # the first window includes compilation; keep it out of the speed figures
                 timed_tokens += window_steps * tokens_per_step
                 timed_seconds += elapsed
@@ -278,14 +277,18 @@ def train(config: TrainConfig) -> TrainResult:
                     f"| {tok_s:,.0f} tok/s | MFU {100 * mfu:.1f}% | eta {eta:.0f}s",
                     final=done == cfg.steps,
                 )
-            window_start, window_steps, first_step_done = time.perf_counter(), 0, True
-        if evals and ((cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps):
-            eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
-            _write_jsonl(metrics_path, {"step": done, **{f"eval/{n}/{k}": v for n, r in eval_results.items() for k, v in r.items()}})
-            window_start = time.perf_counter()  # eval time is not training time
-        if cfg.checkpoint_every and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
-            last_ckpt = str(save_checkpoint(ckpt_dir, done, state, keep=cfg.keep_checkpoints, extra={"config": config_to_dict(cfg)}))
-            window_start = time.perf_counter()
+            window_start, window_steps, paused, first_step_done = time.perf_counter(), 0, 0.0, True
+        want_eval = bool(evals) and ((cfg.eval_every is not None and done % cfg.eval_every == 0) or done == cfg.steps)
+        want_checkpoint = cfg.checkpoint_every is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps)
+        if want_eval or want_checkpoint:
+            jax.block_until_ready(state)  # pending steps finish first: their time is training time
+            pause_start = time.perf_counter()  # eval and checkpoint time is not
+            if want_eval:
+                eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
+                _write_jsonl(metrics_path, {"step": done, **{f"eval/{n}/{k}": v for n, r in eval_results.items() for k, v in r.items()}})
+            if want_checkpoint:
+                last_ckpt = str(save_checkpoint(ckpt_dir, done, state, keep=cfg.keep_checkpoints, extra={"config": config_to_dict(cfg)}))
+            paused += time.perf_counter() - pause_start
 
     final_loss = float(metrics["loss"]) if metrics else float("nan")
     tok_s = timed_tokens / timed_seconds if timed_seconds else 0.0
