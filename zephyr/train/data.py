@@ -11,6 +11,7 @@ the UTF-8 byte counts that bits-per-byte needs.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,11 +65,19 @@ def count_target_bytes(store: TokenStore, batches: list[np.ndarray]) -> int | No
     return sum(len(tokenizer.decode(row[1:][row[1:] != eos]).encode("utf-8")) for batch in batches for row in batch)
 
 
-def eval_sets(mixture: Mixture, *, batch_size: int, max_batches: int) -> list[EvalSet]:
-    """Every validation store of the mixture as a fixed list of batches (same batches every eval)."""
+def eval_sets(mixture: Mixture, *, batch_size: int, max_batches: int, required: Collection[str] = ()) -> list[EvalSet]:
+    """Every validation store of the mixture as a fixed list of batches (same batches every eval).
+
+    An eval set named in `required` (the config's explicit `data.eval`) must hold at least one sequence;
+    a training store's own `validation/` split that is too small (a tiny source) is skipped with a warning.
+    """
     out = []
     for name, store in mixture.validation.items():
         batches = list(mixture.validation_batches(name, batch_size, max_batches=max_batches))
+        if not batches and name not in required:
+            warnings.warn(f"skipping eval set {name!r} ({store.path}): {store.num_tokens} tokens, fewer than one "
+                          f"sequence of {mixture.seq_len + 1}.", stacklevel=2)
+            continue
         if not batches:
             raise ValueError(f"eval set {name!r} ({store.path}) has {store.num_tokens} tokens, fewer than one sequence of {mixture.seq_len + 1}.")
         out.append(EvalSet(name, tuple(batches), count_target_bytes(store, batches)))

@@ -225,7 +225,7 @@ def train(config: TrainConfig) -> TrainResult:
     eos_id = eos_id_of(mixture, d.eos_id)
     if mixture.vocab_size > cfg.model.vocab_size:
         raise ValueError(f"the token stores have vocab_size {mixture.vocab_size} > model.vocab_size {cfg.model.vocab_size}; set model.vocab_size={mixture.vocab_size} (or larger).")
-    evals = eval_sets(mixture, batch_size=d.batch_size, max_batches=cfg.eval_batches)
+    evals = eval_sets(mixture, batch_size=d.batch_size, max_batches=cfg.eval_batches, required=set(d.eval))
 
     mesh = make_mesh(cfg.data_parallel)
     if d.batch_size % mesh.size:
