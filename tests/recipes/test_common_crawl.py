@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,17 +10,8 @@ import pytest
 from zephyr import Dataset, execution
 from zephyr.tokenize import open_store, verify_store
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "common_crawl.py"
 
 
-def _load_recipe():
-    name = "zephyr_recipe_common_crawl_under_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, RECIPE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def _docs(step_path: str, sub: str = "docs") -> list[dict]:
@@ -30,8 +19,8 @@ def _docs(step_path: str, sub: str = "docs") -> list[dict]:
         return Dataset.from_files(str(Path(step_path) / sub / "*.jsonl.zst")).collect()
 
 
-def test_common_crawl_recipe_end_to_end_and_rerun_skips(shared_data, tmp_path, capsys):
-    recipe = _load_recipe()
+def test_common_crawl_recipe_end_to_end_and_rerun_skips(load_recipe, shared_data, tmp_path, capsys):
+    recipe = load_recipe("common_crawl")
     output = tmp_path / "out"
     with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False, progress=False):
         result = recipe.run_recipe(recipe.RecipeConfig(output=str(output), data_dir=str(shared_data)))
@@ -101,17 +90,17 @@ def test_common_crawl_recipe_end_to_end_and_rerun_skips(shared_data, tmp_path, c
     assert f"tokens: {tokens['tokens']:,}" in printed
 
 
-def test_missing_pages_without_input_asks_for_input(tmp_path):
-    recipe = _load_recipe()
+def test_missing_pages_without_input_asks_for_input(load_recipe, tmp_path):
+    recipe = load_recipe("common_crawl")
     with pytest.raises(FileNotFoundError, match="--input"):
         recipe.run_recipe(recipe.RecipeConfig(output=str(tmp_path / "out"), data_dir=str(tmp_path / "nowhere")))
 
 
-def test_remote_input_and_output_through_the_fs_layer(shared_data, tmp_path):
+def test_remote_input_and_output_through_the_fs_layer(load_recipe, shared_data, tmp_path):
     """WARC input and step outputs on a non-local filesystem (memory://); the token store stays local."""
     import fsspec
 
-    recipe = _load_recipe()
+    recipe = load_recipe("common_crawl")
     fs = fsspec.filesystem("memory")
     root = f"memory://cc-recipe-{tmp_path.name}"
     try:

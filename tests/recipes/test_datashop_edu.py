@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,18 +14,9 @@ import zstandard
 from zephyr import Dataset, execution
 from zephyr.tokenize import open_store, verify_store
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "datashop_edu.py"
 STEPS = ["corpus", "pool", "label", "classifier", "score", "filter", "tokenize"]
 
 
-def _load_recipe():
-    name = "zephyr_recipe_datashop_edu_under_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, RECIPE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def _needs_local_model() -> None:
@@ -46,9 +36,9 @@ def _records(pattern: str) -> list[dict]:
         return Dataset.from_files(pattern).collect()
 
 
-def test_datashop_edu_recipe_end_to_end_and_rerun_skips(tmp_path, capsys):
+def test_datashop_edu_recipe_end_to_end_and_rerun_skips(load_recipe, tmp_path, capsys):
     _needs_local_model()
-    recipe = _load_recipe()
+    recipe = load_recipe("datashop_edu")
     output = tmp_path / "out"
     argv = ["--output", str(output), "--pool-size", "24", "--max-example-tokens", "128"]
     config, _ = recipe.parse_args(argv)
@@ -118,10 +108,10 @@ def test_datashop_edu_recipe_end_to_end_and_rerun_skips(tmp_path, capsys):
     assert f"tokens: {tok['tokens']:,} in {tok['documents']:,} documents" in printed
 
 
-def test_input_glob_without_ids_and_threshold_filter(tmp_path):
+def test_input_glob_without_ids_and_threshold_filter(load_recipe, tmp_path):
     """`--input` records need only `text`: ids are text hashes, records without text are dropped (no_text)."""
     _needs_local_model()
-    recipe = _load_recipe()
+    recipe = load_recipe("datashop_edu")
     records = [{"text": f"Lesson {i}: the water cycle moves water between oceans, air and land. " * (i + 1)}
                for i in range(6)]
     records += [{"text": "Home | About | Contact | Privacy Policy"}, {"text": ""}, {"title": "no text at all"}]
@@ -143,8 +133,8 @@ def test_input_glob_without_ids_and_threshold_filter(tmp_path):
     assert open_store(result.store).manifest["documents"] == 7 and verify_store(result.store).ok
 
 
-def test_corpus_without_shared_data_uses_contrasting_documents(tmp_path):
-    recipe = _load_recipe()
+def test_corpus_without_shared_data_uses_contrasting_documents(load_recipe, tmp_path):
+    recipe = load_recipe("datashop_edu")
     config = recipe.CorpusConfig.detect(tmp_path / "no-shared-data")
     assert config.pages == ()
     with _engine(tmp_path):
@@ -159,8 +149,8 @@ def test_corpus_without_shared_data_uses_contrasting_documents(tmp_path):
     assert all(len(d["text"]) <= config.max_chars for d in docs_a if d["source"] == "package-readme")
 
 
-def test_prompt_without_example_slot_is_refused_before_anything_runs(tmp_path, capsys):
-    recipe = _load_recipe()
+def test_prompt_without_example_slot_is_refused_before_anything_runs(load_recipe, tmp_path, capsys):
+    recipe = load_recipe("datashop_edu")
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("Rate this text from 0 to 5.")
     assert recipe.main(["--prompt-file", str(prompt), "--output", str(tmp_path / "out")]) == 2

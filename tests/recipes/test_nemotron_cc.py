@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from zephyr import execution
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "nemotron_cc.py"
 
 
-def _load_recipe():
-    spec = importlib.util.spec_from_file_location("nemotron_cc_recipe", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.timeout(600)
-def test_nemotron_recipe_on_small_sample(tmp_path, capsys):
-    recipe = _load_recipe()
+def test_nemotron_recipe_on_small_sample(load_recipe, tmp_path, capsys):
+    recipe = load_recipe("nemotron_cc")
     argv = ["--output", str(tmp_path / "out"), "--sample-docs-per-split", "80", "--train-steps", "4",
             "--num-shards", "2"]
     with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False, progress=False):

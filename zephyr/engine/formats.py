@@ -414,6 +414,16 @@ def _is_plain_local(fs: Any) -> bool:
     return type(fs) is LocalFileSystem
 
 
+def _unreadable_columnar_file(url: str, fs: Any, path: str, skip: bool, kind: str, exc: BaseException) -> None:
+    """Report a parquet/vortex file whose footer cannot be read: empty (0 bytes) or corrupt."""
+    empty = fs.size(path) == 0
+    _bad_file(
+        url, skip, "empty" if empty else "corrupt",
+        "the file is empty (0 bytes)" if empty else f"not a readable {kind} file: truncated, corrupt or not {kind} ({_short(exc)})",
+        fix=f"re-create or re-download the file ({kind} needs its footer; a cut-off file has none)", kept=0,
+    )
+
+
 def _parquet_batches(
     url: str, columns: Sequence[str] | None, filter: Expr | None, batch_size: int, skip: bool
 ) -> Iterator[pa.RecordBatch]:
@@ -429,12 +439,7 @@ def _parquet_batches(
             raise BadInputError(f"{url}: no such file; check the path") from None
         if not isinstance(exc, pa.ArrowException):
             raise  # an error of the filesystem itself (network, permissions): not bad data, let it retry
-        empty = fs.size(path) == 0
-        _bad_file(
-            url, skip, "empty" if empty else "corrupt",
-            "the file is empty (0 bytes)" if empty else f"not a readable parquet file: truncated, corrupt or not parquet ({_short(exc)})",
-            fix="re-create or re-download the file (parquet needs its footer; a cut-off file has none)", kept=0,
-        )
+        _unreadable_columnar_file(url, fs, path, skip, "parquet", exc)
         return
     _check_columns(url, columns, schema)
     pushdown = filter is not None and filter.columns() <= set(schema.names)
@@ -503,12 +508,7 @@ def _vortex_batches(
         except FileNotFoundError:
             raise BadInputError(f"{url}: no such file; check the path") from None
         except (RuntimeError, ValueError, OSError) as exc:
-            empty = fs.size(path) == 0
-            _bad_file(
-                url, skip, "empty" if empty else "corrupt",
-                "the file is empty (0 bytes)" if empty else f"not a readable vortex file: truncated, corrupt or not vortex ({_short(exc)})",
-                fix="re-create or re-download the file (vortex needs its footer; a cut-off file has none)", kept=0,
-            )
+            _unreadable_columnar_file(url, fs, path, skip, "vortex", exc)
             return
         _check_columns(url, columns, schema)
         vx_filter = filter.to_vortex(schema) if filter is not None else None
