@@ -20,6 +20,7 @@ from zephyr.operators.fuzzy_dedup import (
     find_duplicate_clusters,
     fuzzy_dedup,
 )
+from zephyr.operators.minhash import jaccard, shingle_set
 from zephyr.operators.minhash_corpus import (
     article_chunks,
     exact_similar_pairs,
@@ -162,12 +163,51 @@ def test_precision_recall_on_planted_near_duplicates(local, tmp_path, articles):
     print("\nwith verification:   ", scores[True])
     print("without verification:", scores[False])
     verified = scores[True]
+    # every removed document matches the document kept in its place at >= 0.8 (exact ground truth)
+    assert verified.removal_precision == 1.0 and verified.removed > 200
     assert verified.closure_precision >= 0.98  # clusters never join documents that no >=0.8 chain links
     assert verified.recall >= 0.95 and verified.closure_recall >= 0.95
-    # strict pairs: transitivity links sibling copies below 0.8 to each other; still mostly right
+    # strict pairs also count sibling copies of one keeper, which may be < 0.8 with each other
     assert verified.precision >= 0.9
-    # verification is what keeps LSH false positives (pairs at J 0.5-0.8) out of the clusters
+    # verification is what keeps LSH false positives (pairs at J 0.5-0.8) away from keepers
+    assert scores[False].removal_precision < verified.removal_precision - 0.1
     assert scores[False].closure_precision < verified.closure_precision - 0.1
+
+
+def _chain(articles: list[str], links: int) -> list[dict]:
+    """links + 1 documents, each a copy of the previous with ~1.5% of its words replaced."""
+    rng = random.Random(5)
+    text = article_chunks(articles)[3]
+    vocabulary = text.split()
+    docs = []
+    for i in range(links + 1):
+        docs.append({"id": f"c{i}", "text": text})
+        words = text.split()
+        for _ in range(max(1, len(words) * 15 // 1000)):
+            words[rng.randrange(len(words))] = rng.choice(vocabulary)
+        text = " ".join(words)
+    return docs
+
+
+def test_removed_documents_match_their_keeper_not_just_a_chain(local, tmp_path, articles):
+    """A chain c0 - c1 - ... - c5 of >= 0.8 links whose ends are far below 0.8: connected components
+    put all in one cluster, but no document may be removed on account of a keeper it does not match."""
+    docs = _chain(articles, 5)
+    sets = {d["id"]: shingle_set(d["text"]) for d in docs}
+    truth = exact_similar_pairs(docs, threshold=0.8)
+    assert ("c0", "c1") in truth and ("c0", "c5") not in truth and len(truth) < 15  # a chain, not a clique
+    out = fuzzy_dedup(Dataset.from_list(docs, num_shards=2), work_dir=str(tmp_path / "w")).collect()
+    report = json.loads((tmp_path / "w" / "report.json").read_text())
+    assert report["cc_iterations"] >= 1 and report["verified_edges"] == len(truth)
+    kept = {d["id"] for d in out if d["dup_keep"]}
+    removed = [d for d in out if not d["dup_keep"]]
+    assert removed and len(kept) >= 2  # one component, more than one keeper
+    for doc in removed:
+        assert doc["dup_cluster"] in kept and doc["filter_reason"] == FUZZY_DUPLICATE_REASON
+        assert jaccard(sets[doc["id"]], sets[doc["dup_cluster"]]) >= 0.8
+    # every document, kept or not, is within 0.8 of a kept one (or kept itself): nothing unmatched is lost
+    for doc in out:
+        assert doc["dup_keep"] or any(jaccard(sets[doc["id"]], sets[k]) >= 0.8 for k in kept)
 
 
 # --------------------------------------------------------------------------- determinism
@@ -216,9 +256,12 @@ def test_annotations_keepers_and_filter(local, tmp_path, small_corpus):
         assert {"id", "text", "source", "metadata"} <= doc.keys()
     for cluster, members in by_cluster.items():
         keepers = [d for d in members if d["dup_keep"]]
-        assert len(keepers) == 1 and keepers[0]["id"] == cluster == min(d["id"] for d in members)
+        assert len(keepers) == 1 and keepers[0]["id"] == cluster
+        keeper_set = shingle_set(keepers[0]["text"])
         for d in members:
             assert d.get("filter_reason") == (None if d["dup_keep"] else FUZZY_DUPLICATE_REASON)
+            if not d["dup_keep"]:  # every removed document is verified against its own keeper
+                assert jaccard(shingle_set(d["text"]), keeper_set) >= 0.8
     run = drop_fuzzy_duplicates(annotated).execute()
     assert sorted(d["id"] for d in run.outputs) == sorted(by_cluster)
     assert run.counters[f"filter/{FUZZY_DUPLICATE_REASON}"] == len(out) - len(by_cluster)

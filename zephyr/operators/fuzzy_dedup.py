@@ -11,12 +11,16 @@ Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun sk
 1. ``signatures/``  one record per document with shingles: id, LSH band keys and, with
    verification, its sorted set of 32-bit shingle hashes. Documents without words are never
    duplicates.
-2. ``candidates/``  `group_by` LSH bucket; each bucket links its members to its
-   `anchors_per_bucket` smallest ids (star edges: linear in the bucket size, not all pairs).
-   Two anchors rather than one keep a pair connected when the smallest member of their bucket
-   is itself a false positive that verification will cut.
+2. ``candidates/``  LSH: the (bucket key, id) entries are packed per partition of the key space
+   (bucket key modulo a partition count sized so one partition fits a quarter of a worker's
+   memory) and `group_by` partition sorts them with numpy; each bucket links its members to its
+   `anchors_per_bucket` smallest ids (star edges: linear in the bucket size, not all pairs). Two
+   anchors rather than one keep a pair connected when the smallest member of their bucket is
+   itself a false positive that verification will cut. Packing makes the shuffle carry a few
+   records per partition instead of one per (document, band).
 3. ``verified/``    `group_by` node over the candidate edges and the signature files together
-   (one `from_files` reads both: the engine's union) sends each node's shingle set to its edges;
+   (one `from_files` reads both: the engine's union) sends each node's shingle set to its edges
+   (once per distinct edge: a pair found in several bands arrives repeated);
    `group_by` edge then computes the Jaccard similarity of the two sets and keeps edges >=
    `threshold` (exact up to 32-bit hash collisions between shingles, ~3e-5 per pair of 2 KB
    documents).
@@ -24,12 +28,22 @@ Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun sk
    (Kiveris et al., "Connected Components in Map Reduce and Beyond", SoCC 2014), each a
    `group_by` on node id streaming neighbours in sorted order (no neighbour list in memory).
    Rounds repeat until the edges form one star per component centred on its smallest id. That
-   fixed point is unique, so clusters do not depend on shard or worker counts.
-5. ``clusters/``    (id, cluster) for every non-keeper: the converged star edges.
+   fixed point is unique, so components do not depend on shard or worker counts.
+5. ``clusters/``    keepers by star clustering inside each component: `group_by` node gives
+   every node its component and degree, `group_by` component visits nodes by degree
+   (descending, then id); an unclaimed node is kept and claims its unclaimed neighbours. Output:
+   (id, cluster) for every non-keeper, where cluster is the id of the document kept for it.
 
-The result annotates each document with ``dup_cluster`` (the smallest id of its cluster, its own
-id when it has no near-duplicate) and ``dup_keep`` (True for exactly one document per cluster:
-the one whose id is the cluster id). Non-keepers also get ``filter_reason="fuzzy_duplicate"``
+Why step 5: a component is transitive (copy A and copy B of one original may each match it at
+>= threshold and not each other; a chain of edits links documents far apart), so removing all
+but one member of a component removes text that no kept document matches. Star clustering
+removes a document only when it has a graph edge, with verification an exact Jaccard >=
+`threshold`, to the very document kept in its place; the highest-degree node (typically the
+original its copies came from) is kept first, so one keeper covers a family of copies.
+
+The result annotates each document with ``dup_cluster`` (the id of the document kept for it; its
+own id when it is kept) and ``dup_keep`` (True for exactly one document per cluster: the one
+whose id is the cluster id). Non-keepers also get ``filter_reason="fuzzy_duplicate"``
 unless an earlier operator set a reason; :func:`drop_fuzzy_duplicates` removes them.
 """
 
@@ -43,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from zephyr.engine import counters
+from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.operators.minhash import MinHashConfig, sketch_documents
@@ -107,7 +122,13 @@ class FuzzyDedupConfig:
 class FuzzyDedupReport:
     """What a cluster-finding run found; also saved as ``work_dir/report.json``.
 
-    clusters_paths: parquet files of {"id", "cluster"} for every non-keeper (none: no duplicates).
+    candidate_edges: distinct candidate pairs from LSH when verifying; without verification, the
+        edges the LSH partitions emitted (a pair found in partitions of several bands counts once
+        per partition).
+    verified_edges: edges of the similarity graph (without verification: the candidate edges).
+    duplicates: documents removed (non-keepers).
+    clusters_paths: parquet files of {"id", "cluster"} for every non-keeper, cluster being the id
+        of the document kept for it (none: no duplicates).
     """
 
     documents: int
@@ -191,11 +212,89 @@ def _doc_id(record: Any, id_field: str) -> str | int:
 
 # --------------------------------------------------------------------------- stage 2: LSH buckets
 
+_ENTRY_BYTES = 96  # memory per (bucket key, document) entry in a partition reducer, ids included
 
-def _band_entries(record: dict) -> Iterator[tuple[int, Any]]:
-    doc_id = record["id"]
-    for key in np.frombuffer(record["bands"], dtype="<i8").tolist():
-        yield (key, doc_id)
+
+@dataclass(frozen=True)
+class _PackBands:
+    """map_shard over signature records: (bucket key, id) entries packed per LSH partition.
+
+    One shuffle record per partition and chunk of `chunk` documents instead of one per (band,
+    document): the shuffle's per-record cost is paid ~`chunk * num_bands / partitions` times less.
+    A partition is the bucket key modulo `partitions`, so all members of a bucket meet in one.
+    """
+
+    partitions: int
+    chunk: int = 8192
+
+    def __call__(self, records: Iterable[dict]) -> Iterator[tuple[int, bytes, list]]:
+        ids: list[Any] = []
+        bands: list[bytes] = []
+        for record in records:
+            ids.append(record["id"])
+            bands.append(record["bands"])
+            if len(ids) >= self.chunk:
+                yield from self._pack(ids, bands)
+                ids, bands = [], []
+        if ids:
+            yield from self._pack(ids, bands)
+
+    def _pack(self, ids: list[Any], bands: list[bytes]) -> Iterator[tuple[int, bytes, list]]:
+        keys = np.frombuffer(b"".join(bands), dtype="<i8").reshape(len(ids), -1)
+        flat = keys.ravel()
+        owner = np.repeat(np.arange(len(ids)), keys.shape[1])
+        part = flat.view(np.uint64) % np.uint64(self.partitions)
+        order = np.argsort(part, kind="stable")
+        part = part[order]
+        bounds = np.flatnonzero(np.diff(part)) + 1
+        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist()):
+            sel = order[lo:hi]
+            yield (int(part[lo]), flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
+
+
+@dataclass(frozen=True)
+class _BucketEdges:
+    """Reducer per LSH partition: sort (bucket key, id) entries, link bucket members to anchors.
+
+    Each bucket links every member to its `anchors` smallest ids (star edges: linear in the
+    bucket size, not all pairs), vectorized over the whole partition. A pair met in several
+    partitions (several bands) is emitted once per partition; verification and connected
+    components skip the repeats.
+    """
+
+    anchors: int
+
+    def __call__(self, partition: int, items: Iterable[tuple[int, bytes, list]]) -> Iterator[dict]:
+        key_parts: list[np.ndarray] = []
+        ids: list[Any] = []
+        for _, keys, chunk_ids in items:
+            key_parts.append(np.frombuffer(keys, dtype="<i8"))
+            ids.extend(chunk_ids)
+        keys = np.concatenate(key_parts)
+        # Ranks of ids in id order (str or int), so one integer sort orders (key, id).
+        unique_ids, members = np.unique(np.array(ids), return_inverse=True)
+        members = members.astype(np.int64)
+        order = np.lexsort((members, keys))
+        keys, members = keys[order], members[order]
+        fresh = np.ones(len(keys), dtype=bool)
+        fresh[1:] = (keys[1:] != keys[:-1]) | (members[1:] != members[:-1])  # one id twice: a collision
+        keys, members = keys[fresh], members[fresh]
+        new_bucket = np.ones(len(keys), dtype=bool)
+        new_bucket[1:] = keys[1:] != keys[:-1]
+        starts = np.flatnonzero(new_bucket)
+        bucket = np.cumsum(new_bucket) - 1
+        rank = np.arange(len(keys)) - starts[bucket]  # position inside the bucket, in id order
+        a_parts, b_parts = [], []
+        for j in range(self.anchors):
+            later = rank > j
+            a_parts.append(members[starts[bucket[later]] + j])
+            b_parts.append(members[later])
+        pairs = np.unique(np.stack([np.concatenate(a_parts), np.concatenate(b_parts)], axis=1), axis=0)
+        counters.increment("fuzzy_dedup/candidate_edges_emitted", len(pairs))
+        names = unique_ids.tolist()
+        for a, b in pairs.tolist():
+            # "jaccard": unknown until verified (stage 5 tells graph edges from component edges by it)
+            yield {"a": names[a], "b": names[b], "jaccard": None}
 
 
 def _first(item: tuple) -> Any:
@@ -206,32 +305,8 @@ def _second(item: tuple) -> Any:
     return item[1]
 
 
-@dataclass(frozen=True)
-class _StarEdges:
-    """Reducer per bucket: members arrive sorted by id; link each to the bucket's smallest ids."""
-
-    anchors: int
-
-    def __call__(self, key: int, items: Iterable[tuple[int, Any]]) -> Iterator[tuple[Any, Any]]:
-        anchors: list[Any] = []
-        previous = None
-        for _, doc_id in items:
-            if doc_id == previous:  # a document hitting one key in two bands (64-bit collision)
-                continue
-            previous = doc_id
-            for anchor in anchors:
-                yield (anchor, doc_id)
-            if len(anchors) < self.anchors:
-                anchors.append(doc_id)
-
-
-def _identity(item: Any) -> Any:
-    return item
-
-
-def _edge_record(edge: tuple[Any, Any]) -> dict:
-    counters.increment("fuzzy_dedup/candidate_edges")
-    return {"a": edge[0], "b": edge[1]}
+def _tag_other(item: tuple) -> tuple:
+    return (item[1], item[2])
 
 
 # --------------------------------------------------------------------------- stage 3: verification
@@ -241,24 +316,23 @@ _SET, _EDGE = 0, 1
 
 def _route_by_node(record: dict) -> Iterator[tuple]:
     if "shingles" in record:  # a signature file's record
-        yield (record["id"], _SET, record["shingles"])
+        yield (record["id"], _SET, None, record["shingles"])
     else:  # a candidate edge
-        yield (record["a"], _EDGE, record["b"])
-        yield (record["b"], _EDGE, record["a"])
-
-
-def _tag(item: tuple) -> int:
-    return item[1]
+        yield (record["a"], _EDGE, record["b"], None)
+        yield (record["b"], _EDGE, record["a"], None)
 
 
 def _fan_out(node: Any, items: Iterable[tuple]) -> Iterator[tuple]:
-    """Items sorted by tag: the node's shingle set first, then its edges; send the set to each edge."""
+    """Items sorted by (tag, other): the node's shingle set first, then its neighbours in id order;
+    send the set to each distinct edge (a pair found in several LSH partitions arrives repeated)."""
     shingles = None
-    for _, tag, payload in items:
+    previous = None
+    for _, tag, other, payload in items:
         if tag == _SET:
             shingles = payload
-        elif shingles is not None:
-            yield ((node, payload) if node < payload else (payload, node), shingles)
+        elif shingles is not None and other != previous:
+            previous = other
+            yield ((node, other) if node < other else (other, node), shingles)
 
 
 @dataclass(frozen=True)
@@ -274,6 +348,7 @@ class _VerifyPair:
         a, b = sets
         inter = len(np.intersect1d(a, b, assume_unique=True))
         similarity = inter / (len(a) + len(b) - inter)
+        counters.increment("fuzzy_dedup/candidate_edges")
         if similarity < self.threshold:
             counters.increment("fuzzy_dedup/edges_rejected")
             return None
@@ -376,12 +451,57 @@ def connected_components(
     )
 
 
-# --------------------------------------------------------------------------- stage 5: assignments
+# --------------------------------------------------------------------------- stage 5: star clusters
+
+_COMPONENT, _NEIGHBOUR = 0, 1
 
 
-def _assignment(edge: dict) -> dict:
-    counters.increment("fuzzy_dedup/duplicates")
-    return {"id": edge["b"], "cluster": edge["a"]}
+def _route_to_components(record: dict) -> Iterator[tuple]:
+    if "jaccard" in record:  # an edge of the similarity graph (verified, or a raw candidate)
+        yield (record["a"], _NEIGHBOUR, record["b"])
+        yield (record["b"], _NEIGHBOUR, record["a"])
+    else:  # a converged component edge: member b belongs to the component of a
+        yield (record["b"], _COMPONENT, record["a"])
+
+
+def _node_summary(node: Any, items: Iterable[tuple]) -> tuple:
+    """Items sorted by (tag, other): a node's component (absent: it is the component's minimum),
+    then its graph neighbours in id order. Out: (component, -degree, node, neighbours)."""
+    component = node
+    neighbours: list[Any] = []
+    for _, tag, other in items:
+        if tag == _COMPONENT:
+            component = other
+        elif not neighbours or other != neighbours[-1]:
+            neighbours.append(other)
+    return (component, -len(neighbours), node, neighbours)
+
+
+def _priority(item: tuple) -> tuple:
+    return (item[1], item[2])  # highest degree first, ties to the smallest id
+
+
+def _star_clusters(component: Any, nodes: Iterable[tuple]) -> Iterator[dict]:
+    """Reducer per component: greedy star clustering (Aslam, Pelekhov and Rus, "The Star
+    Clustering Algorithm for Static and Dynamic Information Organization", JGAA 2004).
+
+    Nodes arrive by priority (degree descending, then id). A node not yet claimed becomes a keeper
+    and claims every unclaimed neighbour as its duplicate. So every removed document has an edge
+    (with verification: exact Jaccard >= threshold) to the very document kept in its place; chains
+    of links never remove a document on a keeper's account it does not itself match. The
+    highest-degree node is the family's centre (typically the original its copies were made from),
+    so one keeper covers its copies. Memory: the set of claimed ids of one component.
+    """
+    claimed: set[Any] = set()
+    for _, _, node, neighbours in nodes:
+        if node in claimed:
+            continue
+        claimed.add(node)
+        for other in neighbours:
+            if other not in claimed:
+                claimed.add(other)
+                counters.increment("fuzzy_dedup/duplicates")
+                yield {"id": other, "cluster": node}
 
 
 # --------------------------------------------------------------------------- storage helpers
@@ -448,25 +568,31 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     where it stopped. A work_dir belongs to one input and one configuration.
     """
     _check_work_dir(work_dir, config)
-    shards = config.num_shards
+    engine = current_config()
+    # Shuffle targets: one per worker unless set; every reducer streams, so memory does not grow
+    # with a target's size.
+    shards = config.num_shards or engine.num_workers
 
     sig = _stage(join(work_dir, "signatures"), lambda: _write_stage(ds.map_shard(_Sketch(config)), join(work_dir, "signatures")))
+    documents = sig["counters"].get("fuzzy_dedup/documents", 0)
 
     def candidates() -> tuple[list[str], dict[str, int]]:
         if not sig["paths"]:
             return [], {}
+        # Enough LSH partitions that one partition's entries fit in a quarter of a worker's memory.
+        entries = documents * config.minhash.num_bands
+        partitions = max(shards, -(-entries * _ENTRY_BYTES // (engine.memory_per_worker // 4)))
         return _write_stage(
             Dataset.from_files(sig["paths"], format="parquet", columns=["id", "bands"])
-            .flat_map(_band_entries)
-            .group_by(_first, _StarEdges(config.anchors_per_bucket), sort_by=_second, num_shards=shards)
-            .deduplicate(_identity, num_shards=shards)
-            .map(_edge_record),
+            .map_shard(_PackBands(partitions))
+            .group_by(_first, _BucketEdges(config.anchors_per_bucket), num_shards=shards),
             join(work_dir, "candidates"),
         )
 
     cand = _stage(join(work_dir, "candidates"), candidates)
     edge_paths: list[str] = cand["paths"]
-    edges_in_cc = cand["counters"].get("fuzzy_dedup/candidate_edges", 0)
+    candidate_edges = cand["counters"].get("fuzzy_dedup/candidate_edges_emitted", 0)
+    graph_edges = candidate_edges
 
     if config.verify:
 
@@ -476,14 +602,15 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
             return _write_stage(
                 Dataset.from_files([*edge_paths, *sig["paths"]], format="parquet")
                 .flat_map(_route_by_node)
-                .group_by(_first, _fan_out, sort_by=_tag, num_shards=shards)
+                .group_by(_first, _fan_out, sort_by=_tag_other, num_shards=shards)
                 .group_by(_first, _VerifyPair(config.threshold), num_shards=shards),
                 join(work_dir, "verified"),
             )
 
         ver = _stage(join(work_dir, "verified"), verified)
         edge_paths = ver["paths"]
-        edges_in_cc = ver["counters"].get("fuzzy_dedup/edges_verified", 0)
+        candidate_edges = ver["counters"].get("fuzzy_dedup/candidate_edges", 0)
+        graph_edges = ver["counters"].get("fuzzy_dedup/edges_verified", 0)
 
     star_paths, iterations = connected_components(
         edge_paths, work_dir=join(work_dir, "cc"), max_iterations=config.max_iterations, num_shards=shards
@@ -493,17 +620,20 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
         if not star_paths:
             return [], {}
         return _write_stage(
-            Dataset.from_files(star_paths, format="parquet", columns=["a", "b"]).map(_assignment),
+            Dataset.from_files([*edge_paths, *star_paths], format="parquet")
+            .flat_map(_route_to_components)
+            .group_by(_first, _node_summary, sort_by=_tag_other, num_shards=shards)
+            .group_by(_first, _star_clusters, sort_by=_priority, num_shards=shards),
             join(work_dir, "clusters"),
         )
 
     cl = _stage(join(work_dir, "clusters"), clusters)
     found = sig["counters"]
     report = FuzzyDedupReport(
-        documents=found.get("fuzzy_dedup/documents", 0),
+        documents=documents,
         documents_without_shingles=found.get("fuzzy_dedup/documents_without_shingles", 0),
-        candidate_edges=cand["counters"].get("fuzzy_dedup/candidate_edges", 0),
-        verified_edges=edges_in_cc,
+        candidate_edges=candidate_edges,
+        verified_edges=graph_edges,
         cc_iterations=iterations,
         duplicates=cl["counters"].get("fuzzy_dedup/duplicates", 0),
         clusters_paths=tuple(cl["paths"]),
@@ -519,16 +649,39 @@ class _Annotate:
     id_field: str
 
     def __call__(self, doc: dict, assignment: dict | None = None) -> dict:
-        out = dict(doc)
-        if assignment is None:
-            out["dup_cluster"] = doc[self.id_field]
-            out["dup_keep"] = True
-        else:
-            out["dup_cluster"] = assignment["cluster"]
-            out["dup_keep"] = False
-            if not out.get("filter_reason"):
-                out["filter_reason"] = FUZZY_DUPLICATE_REASON
-        return out
+        return _annotated(doc, self.id_field, None if assignment is None else assignment["cluster"])
+
+
+def _annotated(doc: dict, id_field: str, cluster: Any) -> dict:
+    out = dict(doc)
+    if cluster is None:
+        out["dup_cluster"] = doc[id_field]
+        out["dup_keep"] = True
+    else:
+        out["dup_cluster"] = cluster
+        out["dup_keep"] = False
+        if not out.get("filter_reason"):
+            out["filter_reason"] = FUZZY_DUPLICATE_REASON
+    return out
+
+
+@dataclass(frozen=True)
+class _AnnotateFromTable:
+    """map_shard: load the (id -> cluster) table of non-keepers once per shard, annotate by lookup."""
+
+    paths: tuple[str, ...]
+    id_field: str
+
+    def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
+        from zephyr.engine.formats import read_batches
+
+        cluster_of: dict[Any, Any] = {}
+        for path in self.paths:
+            for batch in read_batches(path, format="parquet", columns=["id", "cluster"]):
+                cluster_of.update(zip(batch.column("id").to_pylist(), batch.column("cluster").to_pylist()))
+        id_field = self.id_field
+        for doc in docs:
+            yield _annotated(doc, id_field, cluster_of.get(doc[id_field]))
 
 
 @dataclass(frozen=True)
@@ -539,14 +692,21 @@ class _Field:
         return record[self.name]
 
 
+_LOOKUP_BYTES = 200  # memory per non-keeper in a lookup table (dict slot, id and cluster strings)
+
+
 def annotate_clusters(ds: Dataset, report: FuzzyDedupReport, *, config: FuzzyDedupConfig) -> Dataset:
     """`ds` with ``dup_cluster`` / ``dup_keep`` (and ``filter_reason`` on non-keepers); lazy.
 
-    A `sorted_merge_join` of the documents with the (id, cluster) table of non-keepers, so output
-    shards follow the join's order, not the input's.
+    When the (id, cluster) table of non-keepers fits in an eighth of a worker's memory, every
+    shard loads it and annotates by lookup: no shuffle of the documents, and input order is kept.
+    Otherwise a `sorted_merge_join` of the documents with that table, so output shards follow the
+    join's order, not the input's.
     """
     if not report.clusters_paths:
         return ds.map(_Annotate(config.id_field))
+    if report.duplicates * _LOOKUP_BYTES <= current_config().memory_per_worker // 8:
+        return ds.map_shard(_AnnotateFromTable(report.clusters_paths, config.id_field))
     return ds.sorted_merge_join(
         Dataset.from_files(list(report.clusters_paths), format="parquet"),
         left_key=_Field(config.id_field),

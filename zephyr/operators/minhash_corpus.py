@@ -199,6 +199,12 @@ class PairScores:
     copies that each match an original but not each other count against strict precision; the
     ``closure_*`` figures score against the connected components of the true-pair graph instead,
     which is what clustering by connected components can achieve at best.
+
+    ``removal_precision`` is what a user of dedup cares about: of the documents removed (every
+    document whose cluster id is not its own id), the fraction whose similarity with the document
+    kept for it (the one whose id is the cluster id) is >= threshold. Removing sibling copies of
+    one original is correct here even when the siblings are below threshold with each other,
+    which the strict figure counts as errors.
     """
 
     precision: float
@@ -207,6 +213,8 @@ class PairScores:
     closure_recall: float
     predicted_pairs: int
     true_pairs: int
+    removal_precision: float = 1.0
+    removed: int = 0
 
 
 def _pairs_in(sizes: Iterable[int]) -> int:
@@ -214,8 +222,14 @@ def _pairs_in(sizes: Iterable[int]) -> int:
 
 
 def score_clusters(cluster_of: Mapping[str, str], true_pairs: Iterable[tuple[str, str]]) -> PairScores:
-    """Score `cluster_of` (doc id -> cluster id, every document present) against `true_pairs`."""
+    """Score `cluster_of` (doc id -> cluster id, every document present) against `true_pairs`.
+
+    The cluster id must be the id of the cluster's kept document (as ``dup_cluster`` is).
+    """
     true_pairs = list(true_pairs)
+    true_set = {(a, b) if a < b else (b, a) for a, b in true_pairs}
+    removed = [(doc, keeper) for doc, keeper in cluster_of.items() if doc != keeper]
+    verified_removals = sum(1 for doc, keeper in removed if ((doc, keeper) if doc < keeper else (keeper, doc)) in true_set)
     predicted = _pairs_in(Counter(cluster_of.values()).values())
     hits = sum(1 for a, b in true_pairs if cluster_of[a] == cluster_of[b])
     # Components of the true-pair graph (union-find: evaluation only, never on the pipeline path).
@@ -241,4 +255,6 @@ def score_clusters(cluster_of: Mapping[str, str], true_pairs: Iterable[tuple[str
         closure_recall=closure_hits / closure_true if closure_true else 1.0,
         predicted_pairs=predicted,
         true_pairs=len(true_pairs),
+        removal_precision=verified_removals / len(removed) if removed else 1.0,
+        removed=len(removed),
     )
