@@ -62,7 +62,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     init_std: float = 0.02
     remat: RematPolicy = "dots"
-    attention_impl: Literal["xla", "cudnn"] | None = None  # None: let JAX choose (XLA today)
+    attention_impl: Literal["xla", "cudnn", "pallas"] | None = None  # None: cuDNN on GPU in bf16, else XLA (model.causal_attention)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
@@ -83,6 +83,7 @@ class ModelConfig:
         _require(self.resolved_head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.resolved_head_dim}.")
         _require(self.rope_theta > 0, f"model.rope_theta must be > 0, got {self.rope_theta}.")
         _require(self.remat in ("none", "full", "dots"), f"model.remat must be 'none', 'full' or 'dots', got {self.remat!r}.")
+        _require(self.attention_impl in (None, "xla", "cudnn", "pallas"), f"model.attention_impl must be null, 'xla', 'cudnn' or 'pallas', got {self.attention_impl!r}.")
 
     @property
     def resolved_head_dim(self) -> int:
