@@ -237,3 +237,19 @@ def test_config_errors_say_what_to_do():
         MinHashConfig(num_bands=0)
     with pytest.raises(ValueError, match="threshold must be in"):
         optimal_bands(1.5, 112)
+
+
+def test_batched_word_hashes_are_per_word_and_collision_free(articles):
+    texts = articles[:30] + ["", "  !!! ", "Ünïcödé — wörds, “quoted” ＦＵＬＬ width", "x" * 5000 + " y", "x" * 5001]
+    tokens, lengths = mh._word_tokens(texts)
+    assert lengths.tolist() == [len(mh._words(t)) for t in texts]
+    # a word's hash depends on the word alone, not on its batch or its position
+    for text, part in zip(texts, np.split(tokens, np.cumsum(lengths)[:-1])):
+        alone, _ = mh._word_tokens([text])
+        assert np.array_equal(part, alone)
+    words = [w for t in texts for w in mh._words(t)]
+    by_hash = dict(zip(tokens.tolist(), words))
+    assert len(by_hash) == len(set(words))  # equal words, equal hashes; distinct words, distinct hashes
+    # words that differ only in length, zero-padding or chunk order
+    tricky = ["a", "a0", "ab", "ba", "abcdefgh", "abcdefgh0", "abcdefghabcdefgh", "abcdefgh" * 3, "0", "00"]
+    assert len(set(mh._word_tokens([" ".join(tricky)])[0].tolist())) == len(tricky)

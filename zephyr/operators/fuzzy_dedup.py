@@ -55,12 +55,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from zephyr.engine import counters
 from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
-from zephyr.operators.minhash import MinHashConfig, sketch_documents
+from zephyr.operators.minhash import MinHashConfig, sketch_batch
 
 __all__ = [
     "FUZZY_DUPLICATE_REASON",
@@ -77,6 +78,7 @@ FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
 """`filter_reason` of documents that are near-duplicates of their cluster's keeper."""
 
 _DONE = "_DONE.json"
+_LOOKUP_BYTES = 200  # memory per entry of an in-memory id table (set or dict slot, id strings)
 
 
 @dataclass(frozen=True)
@@ -145,11 +147,12 @@ class FuzzyDedupReport:
 
 @dataclass(frozen=True)
 class _Sketch:
-    """map_shard: vectorized signatures per batch; one small record per document with shingles."""
+    """map_shard: vectorized signatures per batch; per document with shingles a row of id, band
+    keys and (with verification) its set of 32-bit shingle hashes, as Arrow batches."""
 
     config: FuzzyDedupConfig
 
-    def __call__(self, records: Iterable[dict]) -> Iterator[dict]:
+    def __call__(self, records: Iterable[dict]) -> Iterator[pa.RecordBatch]:
         batch: list[dict] = []
         for record in records:
             batch.append(record)
@@ -159,7 +162,7 @@ class _Sketch:
         if batch:
             yield from self._batch(batch)
 
-    def _batch(self, batch: list[dict]) -> Iterator[dict]:
+    def _batch(self, batch: list[dict]) -> Iterator[pa.RecordBatch]:
         cfg = self.config
         ids, texts = [], []
         for record in batch:
@@ -172,30 +175,29 @@ class _Sketch:
                     "missing text with ''."
                 )
             texts.append(text)
-        keys, counts, sets = sketch_documents(texts, cfg.minhash, with_sets=cfg.verify)
+        sketch = sketch_batch(texts, cfg.minhash)
         counters.increment("fuzzy_dedup/documents", len(batch))
-        signed = keys.view(np.int64)  # the engine orders int keys as signed 64-bit
-        for i, doc_id in enumerate(ids):
-            if counts[i] == 0:
-                counters.increment("fuzzy_dedup/documents_without_shingles")
-                continue
-            out = {"id": doc_id, "bands": signed[i].tobytes()}
-            if sets is not None:
-                out["shingles"] = _top32(sets[i]).tobytes()
-            yield out
-
-
-def _top32(shingles: np.ndarray) -> np.ndarray:
-    """The sorted set of the top 32 bits of sorted 64-bit shingle hashes.
-
-    Verification ships every document's set through one shuffle, so half the bytes is worth it:
-    two distinct shingles of a pair collide in 32 bits with probability ~n^2 / 2^32 (~3e-5 for
-    2 KB documents), which moves a Jaccard value by about 1/n when it happens.
-    """
-    top = (shingles >> np.uint64(32)).astype(np.uint32)
-    if len(top) > 1:
-        top = top[np.concatenate(([True], top[1:] != top[:-1]))]
-    return top
+        keep = np.flatnonzero(sketch.counts > 0)
+        if len(keep) < len(batch):
+            counters.increment("fuzzy_dedup/documents_without_shingles", len(batch) - len(keep))
+        if not len(keep):
+            return
+        # One Arrow batch straight to the parquet writer: no per-document record or array.
+        keys = np.ascontiguousarray(sketch.keys[keep])
+        columns = {
+            "id": pa.array([ids[i] for i in keep.tolist()]),
+            "bands": pa.Array.from_buffers(pa.binary(keys.shape[1] * 8), len(keep), [None, pa.py_buffer(keys)]),
+        }
+        if cfg.verify:
+            # Documents without shingles have empty sets, so the kept ones' values are contiguous.
+            sizes = np.diff(sketch.set_offsets)[keep]
+            offsets = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(sizes * 4, out=offsets[1:])
+            values = np.ascontiguousarray(sketch.set_values, dtype="<u4")
+            columns["shingles"] = pa.Array.from_buffers(
+                pa.large_binary(), len(keep), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+            )
+        yield pa.RecordBatch.from_pydict(columns)
 
 
 def _doc_id(record: Any, id_field: str) -> str | int:
@@ -314,12 +316,39 @@ def _tag_other(item: tuple) -> tuple:
 _SET, _EDGE = 0, 1
 
 
-def _route_by_node(record: dict) -> Iterator[tuple]:
-    if "shingles" in record:  # a signature file's record
-        yield (record["id"], _SET, None, record["shingles"])
-    else:  # a candidate edge
-        yield (record["a"], _EDGE, record["b"], None)
-        yield (record["b"], _EDGE, record["a"], None)
+@dataclass(frozen=True)
+class _RouteByNode:
+    """map_shard over candidate edges and signatures: key everything by node.
+
+    With `edge_paths` (when the candidate nodes fit in memory), a signature shard first loads the
+    set of ids that have a candidate edge and ships only their shingle sets: the others (most of
+    a corpus) have nothing to verify.
+    """
+
+    edge_paths: tuple[str, ...] | None
+
+    def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
+        wanted: set[Any] | None = None
+        for record in records:
+            if "shingles" in record:  # a signature file's record
+                if wanted is None and self.edge_paths is not None:
+                    wanted = _candidate_nodes(self.edge_paths)
+                if wanted is None or record["id"] in wanted:
+                    yield (record["id"], _SET, None, record["shingles"])
+            else:  # a candidate edge
+                yield (record["a"], _EDGE, record["b"], None)
+                yield (record["b"], _EDGE, record["a"], None)
+
+
+def _candidate_nodes(paths: Sequence[str]) -> set[Any]:
+    from zephyr.engine.formats import read_batches
+
+    nodes: set[Any] = set()
+    for path in paths:
+        for batch in read_batches(path, format="parquet", columns=["a", "b"]):
+            nodes.update(batch.column("a").to_pylist())
+            nodes.update(batch.column("b").to_pylist())
+    return nodes
 
 
 def _fan_out(node: Any, items: Iterable[tuple]) -> Iterator[tuple]:
@@ -599,9 +628,11 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
         def verified() -> tuple[list[str], dict[str, int]]:
             if not edge_paths:
                 return [], {}
+            # Each candidate edge adds at most two ids to the set of nodes a signature shard loads.
+            fits_in_memory = 2 * candidate_edges * _LOOKUP_BYTES <= engine.memory_per_worker // 8
             return _write_stage(
                 Dataset.from_files([*edge_paths, *sig["paths"]], format="parquet")
-                .flat_map(_route_by_node)
+                .map_shard(_RouteByNode(tuple(edge_paths) if fits_in_memory else None))
                 .group_by(_first, _fan_out, sort_by=_tag_other, num_shards=shards)
                 .group_by(_first, _VerifyPair(config.threshold), num_shards=shards),
                 join(work_dir, "verified"),
@@ -690,9 +721,6 @@ class _Field:
 
     def __call__(self, record: dict) -> Any:
         return record[self.name]
-
-
-_LOOKUP_BYTES = 200  # memory per non-keeper in a lookup table (dict slot, id and cluster strings)
 
 
 def annotate_clusters(ds: Dataset, report: FuzzyDedupReport, *, config: FuzzyDedupConfig) -> Dataset:
