@@ -326,13 +326,17 @@ class _RouteByNode:
     """
 
     edge_paths: tuple[str, ...] | None
+    # Loaded once per worker process: the engine keeps a stage's objects across its shards.
+    _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
         wanted: set[Any] | None = None
         for record in records:
             if "shingles" in record:  # a signature file's record
                 if wanted is None and self.edge_paths is not None:
-                    wanted = _candidate_nodes(self.edge_paths)
+                    if "nodes" not in self._loaded:
+                        self._loaded["nodes"] = _candidate_nodes(self.edge_paths)
+                    wanted = self._loaded["nodes"]
                 if wanted is None or record["id"] in wanted:
                     yield (record["id"], _SET, None, record["shingles"])
             else:  # a candidate edge
@@ -702,14 +706,19 @@ class _AnnotateFromTable:
 
     paths: tuple[str, ...]
     id_field: str
+    # Loaded once per worker process: the engine keeps a stage's objects across its shards.
+    _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
         from zephyr.engine.formats import read_batches
 
-        cluster_of: dict[Any, Any] = {}
-        for path in self.paths:
-            for batch in read_batches(path, format="parquet", columns=["id", "cluster"]):
-                cluster_of.update(zip(batch.column("id").to_pylist(), batch.column("cluster").to_pylist()))
+        if "table" not in self._loaded:
+            table: dict[Any, Any] = {}
+            for path in self.paths:
+                for batch in read_batches(path, format="parquet", columns=["id", "cluster"]):
+                    table.update(zip(batch.column("id").to_pylist(), batch.column("cluster").to_pylist()))
+            self._loaded["table"] = table
+        cluster_of = self._loaded["table"]
         id_field = self.id_field
         for doc in docs:
             yield _annotated(doc, id_field, cluster_of.get(doc[id_field]))
