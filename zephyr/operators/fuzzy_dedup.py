@@ -3,14 +3,15 @@
 Why it is built this way: the usual single-process clustering step (union-find over every
 candidate pair) is where fuzzy dedup stops scaling, and chains of weak LSH links are how it
 wipes out unrelated documents. Here every step after the signatures is an engine `group_by`, so
-memory stays bounded by the engine's budget whatever the corpus size, and (with verification)
-only edges whose exact Jaccard similarity passes the threshold reach the clustering.
+memory stays bounded by the engine's budget whatever the corpus size (one exception: step 5
+holds the ids of one connected component at a time), and (with verification) only edges whose
+exact Jaccard similarity passes the threshold reach the clustering.
 
 Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun skips finished work):
 
-1. ``signatures/``  one record per document with shingles: id, LSH band keys and, with
-   verification, its sorted set of 32-bit shingle hashes. Documents without words are never
-   duplicates.
+1. ``signatures/``  one row per document with shingles: id, LSH band keys and, with
+   verification, its sorted set of 32-bit shingle hashes, written as Arrow batches of
+   `batch_size` documents. Documents without words are never duplicates.
 2. ``candidates/``  LSH: the (bucket key, id) entries are packed per partition of the key space
    (bucket key modulo a partition count sized so one partition fits a quarter of a worker's
    memory) and `group_by` partition sorts them with numpy; each bucket links its members to its
@@ -20,7 +21,8 @@ Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun sk
    records per partition instead of one per (document, band).
 3. ``verified/``    `group_by` node over the candidate edges and the signature files together
    (one `from_files` reads both: the engine's union) sends each node's shingle set to its edges
-   (once per distinct edge: a pair found in several bands arrives repeated);
+   (once per distinct edge: a pair found in several bands arrives repeated; when the ids of
+   candidate nodes fit in an eighth of a worker's memory, only their sets travel);
    `group_by` edge then computes the Jaccard similarity of the two sets and keeps edges >=
    `threshold` (exact up to 32-bit hash collisions between shingles, ~3e-5 per pair of 2 KB
    documents).
@@ -44,7 +46,8 @@ original its copies came from) is kept first, so one keeper covers a family of c
 The result annotates each document with ``dup_cluster`` (the id of the document kept for it; its
 own id when it is kept) and ``dup_keep`` (True for exactly one document per cluster: the one
 whose id is the cluster id). Non-keepers also get ``filter_reason="fuzzy_duplicate"``
-unless an earlier operator set a reason; :func:`drop_fuzzy_duplicates` removes them.
+unless an earlier operator set a reason; :func:`drop_fuzzy_duplicates` removes them. Without
+verification, steps 4-5 run on the raw LSH candidate edges.
 """
 
 from __future__ import annotations
@@ -90,11 +93,13 @@ class FuzzyDedupConfig:
         false positives and chains of weak links cannot merge unrelated documents.
     threshold: minimum exact Jaccard of a verified edge (used only with `verify`).
     anchors_per_bucket: each LSH bucket links every member to this many of its smallest ids.
-    id_field / text_field: where documents keep their unique id (str or int) and their text.
+    id_field / text_field: where documents keep their unique id (all str or all int) and their
+        text.
     batch_size: documents per vectorized signature batch.
     max_iterations: connected-components rounds before giving up (a handful is typical: rounds
         grow with the logarithm of the largest cluster's size).
-    num_shards: shard count of the shuffles (None: the engine's default).
+    num_shards: shard count of the shuffles (None: one per engine worker; each reducer streams,
+        so a shard's size does not bound memory).
     """
 
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
