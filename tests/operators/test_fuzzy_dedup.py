@@ -322,8 +322,9 @@ def test_bad_documents_name_the_field(local, tmp_path):
 
 
 def test_memory_bounded_paths_give_the_same_result(local, tmp_path, small_corpus, monkeypatch):
-    """Small memory per worker: many LSH partitions, verification ships every set, annotation by a
-    join instead of an in-memory lookup table. Same clusters, same annotations (up to order)."""
+    """Small memory per worker: many LSH and verification partitions, tiny packed records,
+    verification ships every set, annotation by a join instead of an in-memory lookup table.
+    Same clusters, same annotations (up to order)."""
     from zephyr.operators import fuzzy_dedup as module
 
     def run(name: str) -> list[tuple]:
@@ -333,6 +334,7 @@ def test_memory_bounded_paths_give_the_same_result(local, tmp_path, small_corpus
     roomy = run("roomy")
     monkeypatch.setattr(module, "_ENTRY_BYTES", 1 << 20)  # 256 entries per LSH partition: ~17 partitions
     monkeypatch.setattr(module, "_LOOKUP_BYTES", 1 << 30)  # no table fits: route all sets, join to annotate
+    monkeypatch.setattr(module, "_FLUSH_ITEMS", 3)  # packed shuffle records of at most 3 entries
     tight = run("tight")
     assert tight == roomy and sum(1 for r in roomy if not r[2]) > 50
     report = json.loads((tmp_path / "tight" / "report.json").read_text())

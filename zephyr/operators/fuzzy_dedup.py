@@ -19,13 +19,14 @@ Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun sk
    anchors rather than one keep a pair connected when the smallest member of their bucket is
    itself a false positive that verification will cut. Packing makes the shuffle carry a few
    records per partition instead of one per (document, band).
-3. ``verified/``    `group_by` node over the candidate edges and the signature files together
-   (one `from_files` reads both: the engine's union) sends each node's shingle set to its edges
-   (once per distinct edge: a pair found in several bands arrives repeated; when the ids of
-   candidate nodes fit in an eighth of a worker's memory, only their sets travel);
-   `group_by` edge then computes the Jaccard similarity of the two sets and keeps edges >=
-   `threshold` (exact up to 32-bit hash collisions between shingles, ~3e-5 per pair of 2 KB
-   documents).
+3. ``verified/``    `group_by` node partition over the candidate edges and the signature files
+   together (one `from_files` reads both: the engine's union) sends each node's shingle set to
+   its edges (once per distinct edge: a pair found in several bands arrives repeated; when the
+   ids of candidate nodes fit in an eighth of a worker's memory, only their sets travel);
+   `group_by` edge partition then computes the Jaccard similarity of the two sets of each edge
+   and keeps edges >= `threshold` (exact up to 32-bit hash collisions between shingles, ~3e-5
+   per pair of 2 KB documents). Both shuffles carry records packed per partition (partitions
+   sized to a quarter of a worker's memory), not one per edge or set.
 4. ``cc/iter-NNNN/`` connected components by alternating large-star and small-star rounds
    (Kiveris et al., "Connected Components in Map Reduce and Beyond", SoCC 2014), each a
    `group_by` on node id streaming neighbours in sorted order (no neighbour list in memory).
@@ -59,6 +60,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 from zephyr.engine import counters
 from zephyr.engine.context import current_config
@@ -318,35 +320,56 @@ def _tag_other(item: tuple) -> tuple:
 
 # --------------------------------------------------------------------------- stage 3: verification
 
-_SET, _EDGE = 0, 1
+_EDGES, _SETS = 0, 1  # chunk tags: a node partition's edges arrive before its sets
+_FLUSH_ITEMS = 4096  # entries per packed record
+
+
+def _partition_of(value: Any, partitions: int) -> int:
+    """A partition from a stable hash (Python's own hash of str differs between processes)."""
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else repr(value).encode("utf-8")
+    return xxhash.xxh3_64_intdigest(data) % partitions
 
 
 @dataclass(frozen=True)
-class _RouteByNode:
-    """map_shard over candidate edges and signatures: key everything by node.
+class _PackByNode:
+    """map_shard over candidate edges and signatures: pack both per partition of node ids.
 
     With `edge_paths` (when the candidate nodes fit in memory), a signature shard first loads the
     set of ids that have a candidate edge and ships only their shingle sets: the others (most of
-    a corpus) have nothing to verify.
+    a corpus) have nothing to verify. One shuffle record per partition and chunk, not per item.
     """
 
+    partitions: int
     edge_paths: tuple[str, ...] | None
     # Loaded once per worker process: the engine keeps a stage's objects across its shards.
     _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
         wanted: set[Any] | None = None
+        chunks: dict[tuple[int, int], tuple[list, list]] = {}
+        pending = 0
         for record in records:
             if "shingles" in record:  # a signature file's record
                 if wanted is None and self.edge_paths is not None:
                     if "nodes" not in self._loaded:
                         self._loaded["nodes"] = _candidate_nodes(self.edge_paths)
                     wanted = self._loaded["nodes"]
-                if wanted is None or record["id"] in wanted:
-                    yield (record["id"], _SET, None, record["shingles"])
-            else:  # a candidate edge
-                yield (record["a"], _EDGE, record["b"], None)
-                yield (record["b"], _EDGE, record["a"], None)
+                node = record["id"]
+                if wanted is not None and node not in wanted:
+                    continue
+                keys, values = chunks.setdefault((_partition_of(node, self.partitions), _SETS), ([], []))
+                keys.append(node)
+                values.append(record["shingles"])
+            else:  # a candidate edge, both directions
+                for node, other in ((record["a"], record["b"]), (record["b"], record["a"])):
+                    keys, values = chunks.setdefault((_partition_of(node, self.partitions), _EDGES), ([], []))
+                    keys.append(node)
+                    values.append(other)
+            pending += 1
+            if pending >= _FLUSH_ITEMS:
+                yield from ((part, tag, keys, values) for (part, tag), (keys, values) in chunks.items())
+                chunks, pending = {}, 0
+        yield from ((part, tag, keys, values) for (part, tag), (keys, values) in chunks.items())
 
 
 def _candidate_nodes(paths: Sequence[str]) -> set[Any]:
@@ -360,38 +383,70 @@ def _candidate_nodes(paths: Sequence[str]) -> set[Any]:
     return nodes
 
 
-def _fan_out(node: Any, items: Iterable[tuple]) -> Iterator[tuple]:
-    """Items sorted by (tag, other): the node's shingle set first, then its neighbours in id order;
-    send the set to each distinct edge (a pair found in several LSH partitions arrives repeated)."""
-    shingles = None
-    previous = None
-    for _, tag, other, payload in items:
-        if tag == _SET:
-            shingles = payload
-        elif shingles is not None and other != previous:
-            previous = other
-            yield ((node, other) if node < other else (other, node), shingles)
+@dataclass(frozen=True)
+class _FanOut:
+    """Reducer per node partition: send each node's shingle set to each of its distinct edges.
+
+    Chunks arrive edges first (a pair found in several LSH partitions arrives repeated: kept
+    once), then sets; out come (edge partition, a's, b's, sets) records packed per partition.
+    Memory: the partition's adjacency plus one chunk of output per edge partition.
+    """
+
+    partitions: int
+
+    def __call__(self, partition: int, chunks: Iterable[tuple]) -> Iterator[tuple]:
+        neighbours: dict[Any, set[Any]] = {}
+        out: dict[int, tuple[list, list, list]] = {}
+        for _, tag, keys, values in chunks:
+            if tag == _EDGES:
+                for node, other in zip(keys, values):
+                    neighbours.setdefault(node, set()).add(other)
+                continue
+            for node, shingles in zip(keys, values):
+                for other in sorted(neighbours.get(node, ())):
+                    edge = (node, other) if node < other else (other, node)
+                    part = _partition_of(edge, self.partitions)
+                    target = out.setdefault(part, ([], [], []))
+                    target[0].append(edge[0])
+                    target[1].append(edge[1])
+                    target[2].append(shingles)
+                    if len(target[0]) >= _FLUSH_ITEMS:
+                        yield (part, *out.pop(part))
+        for part, (a_ids, b_ids, sets) in out.items():
+            yield (part, a_ids, b_ids, sets)
 
 
 @dataclass(frozen=True)
-class _VerifyPair:
-    """Reducer per candidate edge: Jaccard of the two shingle sets (sorted uint32 as bytes)."""
+class _VerifyPairs:
+    """Reducer per edge partition: each edge meets its two shingle sets (sorted uint32 as bytes);
+    keep it when their Jaccard similarity is >= threshold. Memory: edges still waiting for their
+    second set."""
 
     threshold: float
 
-    def __call__(self, edge: tuple, items: Iterable[tuple]) -> dict | None:
-        sets = [np.frombuffer(payload, dtype=np.uint32) for _, payload in items]
-        if len(sets) != 2:
-            raise RuntimeError(f"candidate edge {edge!r} met {len(sets)} shingle sets, expected 2; are ids unique?")
-        a, b = sets
-        inter = len(np.intersect1d(a, b, assume_unique=True))
-        similarity = inter / (len(a) + len(b) - inter)
-        counters.increment("fuzzy_dedup/candidate_edges")
-        if similarity < self.threshold:
-            counters.increment("fuzzy_dedup/edges_rejected")
-            return None
-        counters.increment("fuzzy_dedup/edges_verified")
-        return {"a": edge[0], "b": edge[1], "jaccard": similarity}
+    def __call__(self, partition: int, chunks: Iterable[tuple]) -> Iterator[dict]:
+        waiting: dict[tuple, bytes] = {}
+        for _, a_ids, b_ids, sets in chunks:
+            for a, b, shingles in zip(a_ids, b_ids, sets):
+                first = waiting.pop((a, b), None)
+                if first is None:
+                    waiting[(a, b)] = shingles
+                    continue
+                x, y = np.frombuffer(first, dtype=np.uint32), np.frombuffer(shingles, dtype=np.uint32)
+                inter = len(np.intersect1d(x, y, assume_unique=True))
+                similarity = inter / (len(x) + len(y) - inter)
+                counters.increment("fuzzy_dedup/candidate_edges")
+                if similarity < self.threshold:
+                    counters.increment("fuzzy_dedup/edges_rejected")
+                    continue
+                counters.increment("fuzzy_dedup/edges_verified")
+                yield {"a": a, "b": b, "jaccard": similarity}
+        if waiting:
+            edge = next(iter(waiting))
+            raise RuntimeError(
+                f"candidate edge {edge!r} met 1 shingle set, expected 2: are document ids unique, and the "
+                f"signature files complete? ({len(waiting)} such edges in partition {partition})"
+            )
 
 
 # --------------------------------------------------------------------------- stage 4: components
@@ -555,6 +610,14 @@ def _write_stage(ds: Dataset, out_dir: str) -> tuple[list[str], dict[str, int]]:
     return list(run.outputs), dict(run.counters)
 
 
+def _bytes_of(paths: Sequence[str]) -> int:
+    total = 0
+    for url in paths:
+        fs, path = url_to_fs(url)
+        total += fs.size(path)
+    return total
+
+
 def _read_json(url: str) -> dict | None:
     fs, path = url_to_fs(url)
     if not fs.exists(path):
@@ -639,11 +702,14 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
                 return [], {}
             # Each candidate edge adds at most two ids to the set of nodes a signature shard loads.
             fits_in_memory = 2 * candidate_edges * _LOOKUP_BYTES <= engine.memory_per_worker // 8
+            # Enough partitions that one holds its edges' sets in a quarter of a worker's memory.
+            set_bytes = _bytes_of(sig["paths"]) // max(1, documents) + _LOOKUP_BYTES
+            partitions = max(shards, -(-2 * candidate_edges * set_bytes // (engine.memory_per_worker // 4)))
             return _write_stage(
                 Dataset.from_files([*edge_paths, *sig["paths"]], format="parquet")
-                .map_shard(_RouteByNode(tuple(edge_paths) if fits_in_memory else None))
-                .group_by(_first, _fan_out, sort_by=_tag_other, num_shards=shards)
-                .group_by(_first, _VerifyPair(config.threshold), num_shards=shards),
+                .map_shard(_PackByNode(partitions, tuple(edge_paths) if fits_in_memory else None))
+                .group_by(_first, _FanOut(partitions), sort_by=_second, num_shards=shards)
+                .group_by(_first, _VerifyPairs(config.threshold), num_shards=shards),
                 join(work_dir, "verified"),
             )
 
