@@ -280,9 +280,11 @@ class _BucketEdges:
             key_parts.append(np.frombuffer(keys, dtype="<i8"))
             ids.extend(chunk_ids)
         keys = np.concatenate(key_parts)
-        # Ranks of ids in id order (str or int), so one integer sort orders (key, id).
-        unique_ids, members = np.unique(np.array(ids), return_inverse=True)
-        members = members.astype(np.int64)
+        # Ranks of ids in id order (str or int, Python's order), so one integer sort orders (key,
+        # id); a numpy string array would cost the longest id's width for every entry.
+        unique_ids = sorted(set(ids))
+        rank = {doc_id: i for i, doc_id in enumerate(unique_ids)}
+        members = np.fromiter(map(rank.__getitem__, ids), dtype=np.int64, count=len(ids))
         order = np.lexsort((members, keys))
         keys, members = keys[order], members[order]
         fresh = np.ones(len(keys), dtype=bool)
@@ -300,10 +302,9 @@ class _BucketEdges:
             b_parts.append(members[later])
         pairs = np.unique(np.stack([np.concatenate(a_parts), np.concatenate(b_parts)], axis=1), axis=0)
         counters.increment("fuzzy_dedup/candidate_edges_emitted", len(pairs))
-        names = unique_ids.tolist()
         for a, b in pairs.tolist():
             # "jaccard": unknown until verified (stage 5 tells graph edges from component edges by it)
-            yield {"a": names[a], "b": names[b], "jaccard": None}
+            yield {"a": unique_ids[a], "b": unique_ids[b], "jaccard": None}
 
 
 def _first(item: tuple) -> Any:
