@@ -207,6 +207,8 @@ class TrainConfig:
     data_parallel: int | None = None  # devices in the data mesh axis; None: all local devices
     peak_flops_per_device: float | None = None  # None: from a table of known devices, else measured
     progress: bool = True
+    tensorboard: bool = False  # also write TensorBoard events to output_dir/tensorboard
+    wandb_project: str | None = None  # also log to this Weights & Biases project (WANDB_MODE etc. apply)
 
     def __post_init__(self) -> None:
         _require(self.steps > 0, f"steps must be > 0, got {self.steps}.")

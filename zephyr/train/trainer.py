@@ -37,6 +37,7 @@ from zephyr.train.data import EvalSet, eos_id_of, eval_sets, make_mixture
 from zephyr.train.loss import linear_cross_entropy_loss
 from zephyr.train.model import Transformer, segment_ids_from_eos
 from zephyr.train.optim import learning_rate_schedule, make_optimizer
+from zephyr.train.tracking import open_trackers
 
 __all__ = [
     "TrainState",
@@ -255,40 +256,44 @@ def train(config: TrainConfig) -> TrainResult:
     timed_tokens, timed_seconds = 0, 0.0
     window_start, window_steps, paused = time.perf_counter(), 0, 0.0  # paused: eval/checkpoint time in the window
     first_step_done = False
-    for step in range(start, cfg.steps):
-        tokens = jax.device_put(mixture.batch(step, d.batch_size), batch_sharding)
-        state, metrics = step_fn(state, tokens)
-        window_steps += 1
-        done = step + 1
-        if done % cfg.log_every == 0 or done == cfg.steps:
-            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            elapsed = time.perf_counter() - window_start - paused
-            if first_step_done:  # the first window includes compilation; keep it out of the speed figures
-                timed_tokens += window_steps * tokens_per_step
-                timed_seconds += elapsed
-            tok_s = window_steps * tokens_per_step / max(elapsed, 1e-9)
-            mfu = tok_s * flops_per_token / (peak * mesh.size)
-            record = {"step": done, **metrics, "tokens_per_s": tok_s, "mfu": mfu, "tokens": done * tokens_per_step, "time": time.time()}
-            _write_jsonl(metrics_path, record)
-            if cfg.progress:
-                eta = (cfg.steps - done) * elapsed / window_steps
-                _progress(
-                    f"step {done}/{cfg.steps} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e} gnorm {metrics['grad_norm']:.2f} "
-                    f"| {tok_s:,.0f} tok/s | MFU {100 * mfu:.1f}% | eta {eta:.0f}s",
-                    final=done == cfg.steps,
-                )
-            window_start, window_steps, paused, first_step_done = time.perf_counter(), 0, 0.0, True
-        want_eval = bool(evals) and ((cfg.eval_every is not None and done % cfg.eval_every == 0) or done == cfg.steps)
-        want_checkpoint = cfg.checkpoint_every is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps)
-        if want_eval or want_checkpoint:
-            jax.block_until_ready(state)  # pending steps finish first: their time is training time
-            pause_start = time.perf_counter()  # eval and checkpoint time is not
-            if want_eval:
-                eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
-                _write_jsonl(metrics_path, {"step": done, **{f"eval/{n}/{k}": v for n, r in eval_results.items() for k, v in r.items()}})
-            if want_checkpoint:
-                last_ckpt = str(save_checkpoint(ckpt_dir, done, state, keep=cfg.keep_checkpoints, extra={"config": config_to_dict(cfg)}))
-            paused += time.perf_counter() - pause_start
+    with open_trackers(output_dir=out, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=config_to_dict(cfg)) as trackers:
+        for step in range(start, cfg.steps):
+            tokens = jax.device_put(mixture.batch(step, d.batch_size), batch_sharding)
+            state, metrics = step_fn(state, tokens)
+            window_steps += 1
+            done = step + 1
+            if done % cfg.log_every == 0 or done == cfg.steps:
+                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                elapsed = time.perf_counter() - window_start - paused
+                if first_step_done:  # the first window includes compilation; keep it out of the speed figures
+                    timed_tokens += window_steps * tokens_per_step
+                    timed_seconds += elapsed
+                tok_s = window_steps * tokens_per_step / max(elapsed, 1e-9)
+                mfu = tok_s * flops_per_token / (peak * mesh.size)
+                record = {"step": done, **metrics, "tokens_per_s": tok_s, "mfu": mfu, "tokens": done * tokens_per_step, "time": time.time()}
+                _write_jsonl(metrics_path, record)
+                trackers.log(done, {f"train/{k}": record[k] for k in ("loss", "z_loss", "grad_norm", "lr", "tokens_per_s", "mfu")})
+                if cfg.progress:
+                    eta = (cfg.steps - done) * elapsed / window_steps
+                    _progress(
+                        f"step {done}/{cfg.steps} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e} gnorm {metrics['grad_norm']:.2f} "
+                        f"| {tok_s:,.0f} tok/s | MFU {100 * mfu:.1f}% | eta {eta:.0f}s",
+                        final=done == cfg.steps,
+                    )
+                window_start, window_steps, paused, first_step_done = time.perf_counter(), 0, 0.0, True
+            want_eval = bool(evals) and ((cfg.eval_every is not None and done % cfg.eval_every == 0) or done == cfg.steps)
+            want_checkpoint = cfg.checkpoint_every is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps)
+            if want_eval or want_checkpoint:
+                jax.block_until_ready(state)  # pending steps finish first: their time is training time
+                pause_start = time.perf_counter()  # eval and checkpoint time is not
+                if want_eval:
+                    eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
+                    scalars = {f"eval/{n}/{k}": v for n, r in eval_results.items() for k, v in r.items()}
+                    _write_jsonl(metrics_path, {"step": done, **scalars})
+                    trackers.log(done, scalars)
+                if want_checkpoint:
+                    last_ckpt = str(save_checkpoint(ckpt_dir, done, state, keep=cfg.keep_checkpoints, extra={"config": config_to_dict(cfg)}))
+                paused += time.perf_counter() - pause_start
 
     final_loss = float(metrics["loss"]) if metrics else float("nan")
     tok_s = timed_tokens / timed_seconds if timed_seconds else 0.0
