@@ -310,6 +310,11 @@ def test_integer_ids_and_no_duplicates(local, tmp_path, articles):
     docs = [{"id": i, "text": t} for i, t in enumerate(article_chunks(articles)[:20])]
     out = fuzzy_dedup(Dataset.from_list(docs), work_dir=str(tmp_path / "w")).collect()
     assert sorted((d["id"], d["dup_cluster"], d["dup_keep"]) for d in out) == [(i, i, True) for i in range(20)]
+    # with a copy (ids beyond 2^32, so the int paths of every stage see real numbers)
+    docs = [{"id": 10**12 + d["id"], "text": d["text"]} for d in docs] + [{"id": 10**13, "text": docs[3]["text"]}]
+    out = fuzzy_dedup(Dataset.from_list(docs, num_shards=3), work_dir=str(tmp_path / "w2")).collect()
+    removed = [(d["id"], d["dup_cluster"]) for d in out if not d["dup_keep"]]
+    assert removed == [(10**13, 10**12 + 3)] and len(out) == 21
 
 
 def test_bad_documents_name_the_field(local, tmp_path):

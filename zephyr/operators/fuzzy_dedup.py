@@ -283,8 +283,8 @@ class _BucketEdges:
         # Ranks of ids in id order (str or int, Python's order), so one integer sort orders (key,
         # id); a numpy string array would cost the longest id's width for every entry.
         unique_ids = sorted(set(ids))
-        rank = {doc_id: i for i, doc_id in enumerate(unique_ids)}
-        members = np.fromiter(map(rank.__getitem__, ids), dtype=np.int64, count=len(ids))
+        rank_of = {doc_id: i for i, doc_id in enumerate(unique_ids)}
+        members = np.fromiter(map(rank_of.__getitem__, ids), dtype=np.int64, count=len(ids))
         order = np.lexsort((members, keys))
         keys, members = keys[order], members[order]
         fresh = np.ones(len(keys), dtype=bool)
