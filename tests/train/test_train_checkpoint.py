@@ -64,3 +64,8 @@ def test_train_resume_is_bit_exact(tiny_run, tmp_path):
     assert resumed.eval == straight.eval
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert any('"event": "resume"' in line and f'"step": {k}' in line for line in lines)
+
+    # Run again: resumed at the final checkpoint, nothing left to train, the same result is reported.
+    again = train(dataclasses.replace(config, output_dir=str(run_dir)))
+    assert again.steps == n and again.final_loss == straight.final_loss
+    assert again.eval == straight.eval  # evaluated from the restored state

@@ -298,19 +298,6 @@ def load_run_result(spec: RunSpec) -> RunResult | None:
     return RunResult(**{**data, "status": "cached"})
 
 
-def _final_eval_from_log(metrics_path: Path, step: int) -> dict[str, dict[str, float | None]]:
-    """The eval record the trainer logged at ``step`` (used when a resumed run had nothing left to train)."""
-    found: dict[str, dict[str, float | None]] = {}
-    for record in _read_jsonl(metrics_path):
-        if record.get("step") == step and any(k.startswith("eval/") for k in record):
-            found = {}
-            for key, value in record.items():
-                if key.startswith("eval/"):
-                    _, name, metric = key.split("/", 2)
-                    found.setdefault(name, {})[metric] = value
-    return found
-
-
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
@@ -356,11 +343,7 @@ def execute_run(spec: RunSpec) -> RunResult:
     start = time.perf_counter()
     result = train(cfg)
     wall = time.perf_counter() - start
-    evals = result.eval or _final_eval_from_log(Path(result.metrics_path), result.steps)
-    final_loss = float(result.final_loss)
-    if math.isnan(final_loss):  # resumed from the final checkpoint: nothing was trained in this call
-        final_loss = next((float(r["loss"]) for r in reversed(_read_jsonl(Path(result.metrics_path)))
-                           if r.get("step") == result.steps and "loss" in r), final_loss)
+    evals = result.eval
     if not evals:
         raise RuntimeError(f"run {spec.run_dir} finished without eval results (metrics {result.metrics_path}); "
                            "delete its checkpoints/ to retrain it.")
@@ -369,7 +352,7 @@ def execute_run(spec: RunSpec) -> RunResult:
         seed=spec.seed,
         status="resumed" if resumed else "trained",
         steps=int(result.steps),
-        final_loss=final_loss,
+        final_loss=float(result.final_loss),
         eval=_with_bpb(evals, spec.train_config),
         metrics_path=str(result.metrics_path),
         checkpoint=result.checkpoint,

@@ -188,6 +188,11 @@ def _write_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def _progress(line: str, *, final: bool = False) -> None:
     if sys.stderr.isatty():
         sys.stderr.write("\r" + line.ljust(100) + ("\n" if final else ""))
@@ -295,7 +300,12 @@ def train(config: TrainConfig) -> TrainResult:
                     last_ckpt = str(save_checkpoint(ckpt_dir, done, state, keep=cfg.keep_checkpoints, extra={"config": config_to_dict(cfg)}))
                 paused += time.perf_counter() - pause_start
 
-    final_loss = float(metrics["loss"]) if metrics else float("nan")
+    if metrics:
+        final_loss = float(metrics["loss"])
+    else:  # resumed at the last step: nothing trained in this call, so report what the log and the state say
+        final_loss = next((float(r["loss"]) for r in reversed(_read_jsonl(metrics_path)) if r.get("step") == start and "loss" in r), float("nan"))
+        if evals:
+            eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
     tok_s = timed_tokens / timed_seconds if timed_seconds else 0.0
     result = TrainResult(
         steps=int(state.step),
