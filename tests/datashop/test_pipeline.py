@@ -143,3 +143,18 @@ def test_bigger_single_stage_run_on_all_pages(shared_data: Path, tmp_path: Path,
         assert s.holdout_agreement.n == s.holdout_size >= 10
         assert abs(s.kept_fraction - 0.3) < 0.05
         print(f"\n{kind}: LM {s.label_docs_per_s:.2f} docs/s, held-out {s.holdout_agreement.to_dict()}")
+
+
+def test_engine_backend_follows_the_surrounding_execution(tmp_path):
+    """Unset, the engine settings are those of `zephyr run --backend ...` / `execution(...)`; set, they win."""
+    import dataclasses
+
+    from zephyr import execution
+    from zephyr.datashop.pipeline import _execution
+
+    config = DatashopConfig(input=str(tmp_path / "*.jsonl"), output_dir=str(tmp_path / "o"), stages=(CHEAP,))
+    with execution(backend="local", workers=1):
+        with _execution(config) as inherited:
+            assert (inherited.backend, inherited.workers) == ("local", 1)
+        with _execution(dataclasses.replace(config, engine_backend="processes", workers=2)) as explicit:
+            assert (explicit.backend, explicit.workers) == ("processes", 2)

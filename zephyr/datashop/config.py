@@ -244,7 +244,8 @@ class DatashopConfig:
 
     `input`: file glob(s) the engine reads (`Dataset.from_files`). Records need `id_field` and
     `text_field`. Every stage's artifacts go to `output_dir/<stage name>/`; the final dataset is the last
-    stage's `kept/` directory. `engine_backend`/`workers` choose how the engine runs the scoring.
+    stage's `kept/` directory. `engine_backend`/`workers` choose how the engine runs the scoring;
+    unset, they follow the surrounding `execution(...)` (e.g. `zephyr run --backend ray`).
     """
 
     input: tuple[str, ...]
@@ -253,7 +254,7 @@ class DatashopConfig:
     text_field: str = "text"
     id_field: str = "id"
     output_format: str = "jsonl"
-    engine_backend: str = "processes"
+    engine_backend: str | None = None
     workers: int | None = None
 
     def __post_init__(self) -> None:
@@ -270,8 +271,8 @@ class DatashopConfig:
             _fail(owner, f"stage names must be unique, got {names}")
         if self.output_format not in ("jsonl", "parquet"):
             _fail(owner, f"output_format must be 'jsonl' or 'parquet', got {self.output_format!r}")
-        if self.engine_backend not in ("local", "processes", "ray"):
-            _fail(owner, f"engine_backend must be local, processes or ray, got {self.engine_backend!r}")
+        if self.engine_backend not in (None, "local", "processes", "ray"):
+            _fail(owner, f"engine_backend must be local, processes or ray (or unset: the current execution's), got {self.engine_backend!r}")
 
 
 _NESTED = {"prompt": PromptConfig, "labeler": LabelerConfig, "pool": PoolConfig,

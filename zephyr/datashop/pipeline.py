@@ -106,7 +106,8 @@ def _fmt(x: float | None, width: int = 5) -> str:
 def _execution(config: DatashopConfig) -> Any:
     from zephyr import execution
 
-    return execution(backend=config.engine_backend, workers=config.workers)
+    overrides = {"backend": config.engine_backend, "workers": config.workers}
+    return execution(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def _write(dataset: Any, directory: Path, fmt: str) -> list[str]:
