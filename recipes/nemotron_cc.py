@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zephyr import Dataset, col, counters
-from zephyr.engine.fs import expand_glob, join
+from zephyr import Dataset, counters
+from zephyr.engine.fs import expand_glob, join, url_to_fs
 from zephyr.operators import dedup_documents
 from zephyr.operators.fuzzy_dedup import (
     FuzzyDedupConfig,
@@ -124,7 +124,8 @@ def fuzzy_dedup(path: str, *, config: dict, docs: str) -> dict:
     source = Dataset.from_files(join(docs, "*.jsonl.zst"))
     report = find_duplicate_clusters(source, config=fuzzy, work_dir=join(path, "work"))
     annotated = annotate_clusters(source, report, config=fuzzy)
-    run = drop_fuzzy_duplicates(annotated).write(join(path, "docs", "part-{shard:05d}.jsonl.zst")).execute()
+    # kept documents land per quality split in the same pass, ready for one token store per split
+    run = drop_fuzzy_duplicates(annotated).write(join(path, "docs", "{split}", "part-{shard:05d}.jsonl.zst"), partition_by="split").execute()
     kept = run.stages[-1].records_out
     return {"documents_in": report.documents, "documents_out": kept, "duplicates_removed": report.documents - kept,
             "candidate_edges": report.candidate_edges, "verified_edges": report.verified_edges,
@@ -136,12 +137,10 @@ def tokenize(path: str, *, config: dict, docs: str) -> dict:
 
     summary: dict[str, Any] = {}
     for split in config["splits"]:
-        split_docs = join(path, "docs", split)
-        written = Dataset.from_files(join(docs, "docs", "*.jsonl.zst")).filter(col("split") == split).write(
-            join(split_docs, "part-{shard:05d}.jsonl.zst")).execute().outputs
-        if not written:
+        fs, split_dir = url_to_fs(join(docs, "docs", split))
+        if not fs.exists(split_dir):  # every document of this split was a duplicate
             continue
-        result = tokenize_dataset(join(split_docs, "*.jsonl.zst"), join(path, "stores", split),
+        result = tokenize_dataset(join(docs, "docs", split, "*.jsonl.zst"), join(path, "stores", split),
                                   tokenizer=config["tokenizer"], validation_fraction=config["validation_fraction"])
         validation = result.validation_manifest or {}
         summary[split] = {

@@ -263,3 +263,42 @@ def test_parquet_batches_flow_straight_into_map_batches(local, tmp_path):
     written = (Dataset.from_files(str(tmp_path / "*.parquet")).map_batches(inc, batch_size=1000)
                .write_parquet(str(tmp_path / "out" / "p-{shard}.parquet")))
     assert pq.read_table(written[0]).column("x").to_pylist() == list(range(1, 5001))
+
+
+def test_partitioned_write_splits_each_shard_by_field_in_one_pass(local, tmp_path, monkeypatch):
+    import zephyr.engine.formats as formats
+
+    monkeypatch.setattr(formats, "_PARTITION_BUFFER", 7)  # spill to disk many times over
+    langs = ["en", "de", "fr", "en", "en", "de"]
+    records = [{"id": i, "lang": langs[i % len(langs)], "text": f"doc {i}"} for i in range(100)]
+    run = Dataset.from_list(records, num_shards=3).write(str(tmp_path / "{lang}" / "part-{shard:05d}.jsonl.zst"), partition_by="lang").execute()
+    assert sorted(run.outputs) == sorted(str(p) for p in tmp_path.glob("*/part-*.jsonl.zst"))
+    assert {p.parent.name for p in tmp_path.glob("*/*")} == {"en", "de", "fr"} and len(run.outputs) == 9
+    for lang in ("en", "de", "fr"):
+        got = Dataset.from_files(str(tmp_path / lang / "*.jsonl.zst")).collect()
+        assert got == [r for r in records if r["lang"] == lang]  # shard order, then input order
+    assert run.stages[-1].records_out == 100
+
+
+def test_partitioned_parquet_write_from_arrow_batches(local, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": list(range(50)), "split": ["high" if i % 3 else "low" for i in range(50)]})
+    pq.write_table(table, tmp_path / "in.parquet")
+    out = tmp_path / "out"
+    Dataset.from_files(str(tmp_path / "in.parquet")).write(str(out / "split={split}" / "{shard}.parquet"), partition_by="split").execute()
+    high, low = pq.read_table(out / "split=high" / "0.parquet"), pq.read_table(out / "split=low" / "0.parquet")
+    assert high.column("id").to_pylist() == [i for i in range(50) if i % 3] and set(high.column("split").to_pylist()) == {"high"}
+    assert low.column("id").to_pylist() == list(range(0, 50, 3))
+
+
+def test_partitioned_write_errors_name_the_record(local, tmp_path):
+    pattern = str(tmp_path / "{lang}" / "part-{shard}.jsonl")
+    with pytest.raises(ValueError, match=r"no \{lang\} placeholder"):
+        Dataset.from_list([{"lang": "en"}]).write(str(tmp_path / "part-{shard}.jsonl"), partition_by="lang")
+    with pytest.raises(UserCodeError, match=r"record 2: partition_by='lang' but the record has no 'lang' field"):
+        Dataset.from_list([{"lang": "en"}, {"text": "x"}]).write(pattern, partition_by="lang").execute()
+    with pytest.raises(UserCodeError, match=r"record 1: partition_by='lang' needs a non-empty string or int without '/'"):
+        Dataset.from_list([{"lang": "../etc"}]).write(pattern, partition_by="lang").execute()
+    assert not list(tmp_path.rglob("*.jsonl"))  # nothing half-written

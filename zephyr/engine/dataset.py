@@ -193,25 +193,35 @@ class Dataset:
             raise ValueError("reduce() of an empty dataset")
         return functools.reduce(fn, partials)
 
-    def write(self, pattern: str, *, format: str | None = None, skip_existing: bool = False) -> Dataset:
+    def write(
+        self, pattern: str, *, format: str | None = None, skip_existing: bool = False, partition_by: str | None = None
+    ) -> Dataset:
         """Lazily end the pipeline in a writer: shard i goes to `pattern.format(shard=i, total=n)`.
 
         `format` is inferred from the pattern's suffix when None. `execute()` on the result runs it and
         returns the written paths as outputs together with counters and stage stats (`write_jsonl` and
         friends do that and return the paths). With skip_existing, shards whose file exists are not rerun.
+
+        `partition_by="lang"` splits each shard by that field in the same pass: records go to
+        `pattern.format(shard=i, total=n, lang=value)`, e.g. 'out/{lang}/part-{shard:05d}.jsonl.zst'.
         """
         if "{shard" not in pattern:
             raise ValueError(
                 f"output pattern {pattern!r} has no {{shard}} placeholder, so every shard would write the "
                 "same file; use e.g. 'out/part-{shard:05d}-of-{total:05d}.jsonl.zst'"
             )
+        if partition_by is not None:
+            if "{" + partition_by + "}" not in pattern:
+                raise ValueError(f"output pattern {pattern!r} has no {{{partition_by}}} placeholder for partition_by={partition_by!r}; use e.g. 'out/{{{partition_by}}}/part-{{shard:05d}}.jsonl.zst'")
+            if skip_existing:
+                raise ValueError("skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it")
         if format is None:
             from zephyr.engine.formats import infer_format
 
             format = infer_format(pattern)
         if format not in _FORMATS:
             raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(_FORMATS)}")
-        return self._then(O.Sink(pattern, format, skip_existing))
+        return self._then(O.Sink(pattern, format, skip_existing, partition_by))
 
     def write_jsonl(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
         """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst)."""

@@ -130,11 +130,13 @@ class Reshard:
 # ------------------------------------------------------------------------------------------ sinks
 @dataclass(frozen=True)
 class Sink:
-    """Write each shard to `pattern.format(shard=i, total=n)` atomically."""
+    """Write each shard to `pattern.format(shard=i, total=n)` atomically; with `partition_by`, one
+    file per shard and value of that field, named by `pattern.format(shard=i, total=n, <field>=value)`."""
 
     pattern: str
     format: str
     skip_existing: bool = False
+    partition_by: str | None = None
 
 
 def op_name(op: Any) -> str:

@@ -422,8 +422,17 @@ def _write_output(stage: Stage, task: ShardTask, records: Iterator[Any], result:
         result.bytes_out = sum(run.bytes for run in result.runs)
         return
     if isinstance(output, O.Sink):
-        from zephyr.engine.formats import write_records
+        from zephyr.engine.formats import write_partitioned, write_records
 
+        if output.partition_by is not None:
+            written = write_partitioned(
+                _count_out(records, result), output.partition_by,
+                lambda value: output.pattern.format(shard=task.shard, total=stage.num_shards, **{output.partition_by: value}),
+                format=output.format,
+            )
+            result.paths = [stats.path for stats in written]
+            result.bytes_out = sum(stats.bytes for stats in written)
+            return
         path = output.pattern.format(shard=task.shard, total=stage.num_shards)
         stats = write_records(_count_out(records, result), path, format=output.format)
         if stats.records:
