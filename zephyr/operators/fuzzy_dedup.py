@@ -83,6 +83,7 @@ FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
 """`filter_reason` of documents that are near-duplicates of their cluster's keeper."""
 
 _DONE = "_DONE.json"
+_WORK_DIR_FORMAT = 2
 _LOOKUP_BYTES = 200  # memory per entry of an in-memory id table (set or dict slot, id strings)
 
 
@@ -643,10 +644,16 @@ def _stage(out_dir: str, build: Any) -> dict:
 
 
 def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> None:
-    """A work_dir belongs to one configuration: resuming with another would mix results."""
+    """A work_dir belongs to one configuration: resuming with another would mix results.
+
+    ``format`` names the layout of the stage files (2: Arrow signature batches with 32-bit sets and
+    batch word hashes, candidate edges with "jaccard", star-clustering keepers), so a work_dir
+    left by an older version is refused rather than half reused.
+    """
     settings = json.loads(json.dumps(asdict(config), default=str))
     for tuning_only in ("batch_size", "max_iterations", "num_shards"):
         settings.pop(tuning_only)
+    settings["format"] = _WORK_DIR_FORMAT
     url = join(work_dir, "config.json")
     saved = _read_json(url)
     if saved is None:
