@@ -213,3 +213,24 @@ def test_stage_objects_load_once_per_worker(ray_cluster, tmp_path):
     assert [r["score"] for r in result.outputs] == list(range(600))
     loads = log.read_text().split()
     assert len(loads) == len(set(loads)) <= 2, f"12 shards on 2 workers unpickled the model {len(loads)} times"
+
+
+def test_actor_pool_stays_warm_across_runs(ray_cluster, tmp_path):
+    """A second run with the same settings reuses the first run's actors (no 1-2 s restart per run);
+    other settings get a pool of their own."""
+    import time
+
+    def pid(x):
+        time.sleep(0.05)  # long enough that both actors take shards
+        return os.getpid()
+
+    ds = Dataset.from_list(range(8), num_shards=8).map(pid)
+
+    def pids(run_dir: str, workers: int) -> set[int]:
+        with execution(backend="ray", workers=workers, scratch=str(tmp_path / run_dir), progress=False, summary=False):
+            return set(ds.collect())
+
+    first, second = pids("a", 2), pids("b", 2)
+    assert len(first) == 2 and second == first
+    single = pids("c", 1)
+    assert len(single) == 1 and not single & first  # a new pool; the old actors were closed

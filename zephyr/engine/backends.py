@@ -109,6 +109,7 @@ class ProcessBackend:
 
     def __init__(self, workers: int) -> None:
         self.capacity = workers
+        self.reuse_key = ("processes", workers)
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["zephyr.engine.worker"])
         self._workers = [self._start() for _ in range(workers)]
@@ -178,39 +179,42 @@ def _signal_name(code: int | None) -> str:
 
 # One warm process pool per driver, reused by every run with the same worker count: starting workers
 # costs about a second, which a recipe of many small steps would otherwise pay at every step.
-_warm_pool: ProcessBackend | None = None
+_warm_pool: Any = None  # the last run's idle worker pool (processes or Ray actors), for the next run
 
 
 def make_backend(config: Any) -> Backend:
+    """The backend `config` asks for, reusing the last run's worker pool when it was built the same way."""
     global _warm_pool
     if config.backend == "local":
         return LocalBackend()
     if config.backend == "processes":
-        pool, _warm_pool = _warm_pool, None
-        if pool is not None and pool.capacity == config.num_workers and pool.healthy():
-            return pool
-        if pool is not None:
-            pool.close()
-        return ProcessBackend(config.num_workers)
-    if config.backend == "ray":
+        key: tuple = ("processes", config.num_workers)
+    elif config.backend == "ray":
         try:
             from zephyr.engine.ray_backend import RayBackend
         except ImportError as error:
             raise ImportError(
                 f"the ray backend needs Ray: pip install 'zephyr[ray]' ({error})"
             ) from error
-        return RayBackend(config)
-    raise ValueError(f"unknown backend {config.backend!r}")
+        key = RayBackend.reuse_key_for(config)
+    else:
+        raise ValueError(f"unknown backend {config.backend!r}")
+    pool, _warm_pool = _warm_pool, None
+    if pool is not None and pool.reuse_key == key and pool.healthy():
+        return pool
+    if pool is not None:
+        pool.close()
+    return ProcessBackend(config.num_workers) if config.backend == "processes" else RayBackend(config)
 
 
 def release_backend(backend: Backend, *, idle: bool) -> None:
-    """Done with `backend`: keep an idle process pool warm for the next run, close anything else.
+    """Done with `backend`: keep an idle worker pool warm for the next run, close anything else.
 
     A pool with tasks still running (a run that failed) is closed: its late results must never reach
     another run.
     """
     global _warm_pool
-    if idle and isinstance(backend, ProcessBackend) and backend.healthy():
+    if idle and hasattr(backend, "reuse_key") and backend.healthy():
         if _warm_pool is not None and _warm_pool is not backend:
             _warm_pool.close()
         _warm_pool = backend

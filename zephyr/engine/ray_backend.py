@@ -168,6 +168,7 @@ class RayBackend:
             "num_gpus": self.resources.num_gpus,
             "memory": self._memory,
         }
+        self.reuse_key = self.reuse_key_for(config, mode=mode, resources=resources)
         self._running: dict[Any, _Actor | ShardTask] = {}  # ObjectRef -> actor (actors) or task (tasks)
         self._actors: list[_Actor] = []
         self._started = 0
@@ -178,6 +179,23 @@ class RayBackend:
             self._actors = [self._start_actor() for _ in range(self.capacity)]
         else:
             self._remote = ray.remote(_run_as_task)
+
+    @staticmethod
+    def reuse_key_for(config: Any, *, mode: str = "actors", resources: WorkerResources | None = None) -> tuple:
+        """What must match for the next run to reuse this pool's actors (they hold the driver's sys.path)."""
+        return ("ray", mode, resources, config.ray_address, config.workers, config.memory_per_worker,
+                float(getattr(config, "worker_cpus", 1.0)), float(getattr(config, "worker_gpus", 0.0)),
+                tuple(sys.path), os.getcwd())
+
+    def healthy(self) -> bool:
+        """Every actor idle and answering (a lost actor's replacement counts; a new Ray session does not)."""
+        if not (self.mode == "actors" and ray.is_initialized() and not self._running and len(self._actors) == self.capacity):
+            return False
+        try:
+            ray.get([actor.handle.where.remote() for actor in self._actors], timeout=10)
+        except Exception:  # noqa: BLE001 - dead, or from an earlier Ray session: build a new pool
+            return False
+        return True
 
     # ----------------------------------------------------------------------------------- sizing
     def _pool_size(self, workers: int | None) -> int:
@@ -236,8 +254,11 @@ class RayBackend:
         return [self._outcome(ref) for ref in ready]
 
     def close(self) -> None:
-        for actor in self._actors:
-            ray.kill(actor.handle, no_restart=True)
+        for actor in self._actors if ray.is_initialized() else ():
+            try:
+                ray.kill(actor.handle, no_restart=True)
+            except Exception:  # noqa: BLE001 - an actor of an earlier Ray session is already gone
+                pass
         self._actors = []
         for ref in list(self._running):
             if self.mode == "tasks":
