@@ -80,3 +80,58 @@ def test_group_by_larger_than_budget_stays_within_memory(scratch):
     assert peak < base_rss + budget + 48 * MB, (
         f"peak RSS {peak / MB:.0f} MB exceeds baseline {base_rss / MB:.0f} MB + budget {budget / MB:.0f} MB"
     )
+
+
+def test_encode_column_gives_the_bytes_of_encode():
+    import pyarrow as pa
+
+    from zephyr.engine.sortkey import encode_column
+
+    columns = [
+        pa.array([0, -1, 7, 2**63 - 1, -(2**63)], pa.int64()),
+        pa.array([3, -3], pa.int8()),
+        pa.array([0, 2**32 - 1], pa.uint32()),
+        pa.array([2**64 - 1, 1], pa.uint64()),  # beyond int64: the generic path
+        pa.array(["", "a", "b\x00c", "héllo", "z" * 40]),
+        pa.array(["x"], pa.large_string()),
+        pa.array([1, None], pa.int64()),  # nulls: the generic path
+        pa.array([1.5, -0.0, None]),
+        pa.array([b"\x00\x01", b""], pa.binary()),
+    ]
+    for values in columns:
+        assert encode_column(values) == [encode(v) for v in values.to_pylist()], values.type
+
+
+def test_group_by_on_fields_scatters_arrow_batches_and_matches_key_functions(tmp_path, monkeypatch):
+    """group_by("user", sort_by="ts") over parquet: whole batches go into the shuffle (ScatterWriter.add
+    is never called), and the output equals the same group_by written with key functions."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(5)
+    for part in range(3):  # three files, three shards; one lacks the ts column (missing -> None)
+        n = 700
+        table = {
+            "user": [rng.choice(["ann", "bob", "c\x00d", "dee", "", "émile"]) + str(rng.randrange(40)) for _ in range(n)],
+            "n": [rng.randrange(-5, 5) for _ in range(n)],
+        }
+        if part != 2:
+            table["ts"] = [rng.randrange(1000) for _ in range(n)]
+        pq.write_table(pa.table(table), tmp_path / f"part-{part}.parquet", row_group_size=256)
+
+    def summary(user, items):
+        rows = list(items)
+        return {"user": user, "count": len(rows), "ts": [r.get("ts") for r in rows], "n": [r["n"] for r in rows]}
+
+    files = Dataset.from_files(str(tmp_path / "*.parquet"))
+    with execution(backend="local", scratch=str(tmp_path / "scratch"), memory_per_worker=16 << 20):
+        want = files.group_by(lambda r: r["user"], summary, sort_by=lambda r: r.get("ts"), num_shards=4).collect()
+
+        def no_per_record_add(self, record):
+            raise AssertionError("the field-keyed group_by took the per-record path")
+
+        monkeypatch.setattr(ScatterWriter, "add", no_per_record_add)
+        got = files.group_by("user", summary, sort_by="ts", num_shards=4).collect()
+        by_int = Dataset.from_files(str(tmp_path / "*.parquet")).group_by("n", lambda k, items: (k, sum(1 for _ in items))).collect()
+    assert got == want and len(got) > 100
+    assert sorted(by_int) == sorted((k, sum(1 for r in want for v in r["n"] if v == k)) for k in range(-5, 5))

@@ -124,10 +124,10 @@ class Dataset:
 
     def group_by(
         self,
-        key: Callable[[Any], Any],
+        key: Callable[[Any], Any] | str,
         reducer: Callable[[Any, Iterable[Any]], Any],
         *,
-        sort_by: Callable[[Any], Any] | None = None,
+        sort_by: Callable[[Any], Any] | str | None = None,
         combiner: Callable[[Any, Iterable[Any]], Any] | None = None,
         num_shards: int | None = None,
     ) -> Dataset:
@@ -138,12 +138,14 @@ class Dataset:
         an iterator) whose items all become records; returning None emits nothing. `combiner(key, items)`
         has the same contract and pre-aggregates on the map side; its outputs are what the reducer sees.
         Keys and sort keys must be None/bool/int/float/str/bytes or tuples of them to be ordered; any
-        picklable key groups correctly.
+        picklable key groups correctly. A field name (`"user"`, or `col("user")`) as key or sort key
+        reads that field (missing -> None); over parquet/vortex input the shuffle then takes whole
+        Arrow batches at once instead of one record at a time.
         """
-        return self._then(O.GroupBy(key, reducer, sort_by, combiner, num_shards))
+        return self._then(O.GroupBy(_field_or_fn(key), reducer, _field_or_fn(sort_by), combiner, num_shards))
 
-    def deduplicate(self, key: Callable[[Any], Any], *, num_shards: int | None = None) -> Dataset:
-        """Keep the first record (in input order) of every `key(record)`."""
+    def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
+        """Keep the first record (in input order) of every `key(record)` (or field `key`)."""
         return self.group_by(key, _first_of_group, combiner=_first_of_group, num_shards=num_shards)
 
     def sorted_merge_join(
@@ -245,6 +247,15 @@ class Dataset:
     def __repr__(self) -> str:
         names = [type(self.source).__name__] + [O.op_name(op) for op in self.ops]
         return f"Dataset({' -> '.join(names)})"
+
+
+def _field_or_fn(key: Any) -> Any:
+    """A field name becomes `col(name)`, an expression that is also a record -> value function."""
+    if isinstance(key, str):
+        from zephyr.engine.expr import col
+
+        return col(key)
+    return key
 
 
 def _first_of_group(key: Any, items: Iterable[Any]) -> Any:

@@ -6,6 +6,7 @@ Narrow ops run as one chain of generators. Each user call is wrapped so an excep
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import resource
 import time
@@ -23,7 +24,9 @@ from zephyr.engine import ops as O
 from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.engine.plan import SourceShard, Stage, is_expression
-from zephyr.engine.shuffle import RunFile, ScatterWriter, ShuffleSpec, _as_records, iter_groups, iter_values, merged_rows
+from zephyr.engine.shuffle import (
+    RunFile, ScatterWriter, ShuffleSpec, _as_records, column_keyed, iter_groups, iter_values, merged_rows,
+)
 
 __all__ = ["ShardTask", "ShardResult", "run_task", "load_stage"]
 
@@ -90,9 +93,10 @@ def run_task(task: ShardTask) -> ShardResult:
                 return _finish(result, started)
         records = _read_input(stage, task, result)
         columnar_sink = isinstance(stage.output, O.Sink) and stage.output.format in ("parquet", "vortex")
+        batch_scatter = isinstance(stage.output, ShuffleSpec) and column_keyed(stage.output)
         records = _apply_ops(
             stage.ops, records, where, batched=_reads_batches(stage) if stage.shuffle_input is None else False,
-            keep_batches_at_end=columnar_sink,
+            keep_batches_at_end=columnar_sink or batch_scatter,
         )
         _write_output(stage, task, records, result)
     except (UserCodeError, BadInputError):
@@ -150,7 +154,7 @@ def _read_input(stage: Stage, task: ShardTask, result: ShardResult) -> Iterator[
             source = stage.source
             batches = read_batches(
                 shard.path, format=source.format, columns=source.columns, filter=source.filter,
-                batch_size=stage.ops[0].batch_size, on_bad_record=source.on_bad_record,
+                batch_size=stage.ops[0].batch_size if stage.ops else _SCATTER_BATCH_ROWS, on_bad_record=source.on_bad_record,
             )
             return _counted_batches(batches, result)
         return _counted(_read_source(stage.source, shard), result)
@@ -170,11 +174,20 @@ def _read_input(stage: Stage, task: ShardTask, result: ShardResult) -> Iterator[
     return _join_groups(iter_groups(rows), shuffle.join)
 
 
+_SCATTER_BATCH_ROWS = 65536  # Arrow batch size read for a group_by on fields straight from columnar files
+
+
 def _reads_batches(stage: Stage) -> bool:
-    """A columnar file source followed by map_batches: hand the reader's Arrow batches straight over."""
+    """A columnar file source followed by map_batches, or feeding a group_by on fields directly:
+    hand the reader's Arrow batches straight over."""
     from zephyr.engine.formats import infer_format
 
-    if not (isinstance(stage.source, O.FilesSource) and stage.ops and isinstance(stage.ops[0], O.MapBatches)):
+    if not isinstance(stage.source, O.FilesSource):
+        return False
+    if stage.ops:
+        if not isinstance(stage.ops[0], O.MapBatches):
+            return False
+    elif not (isinstance(stage.output, ShuffleSpec) and column_keyed(stage.output)):
         return False
     shard = stage.shards[0] if stage.shards else None
     fmt = stage.source.format or (infer_format(shard.path) if shard else None)
@@ -415,8 +428,11 @@ def _write_output(stage: Stage, task: ShardTask, records: Iterator[Any], result:
         writer = ScatterWriter(
             output, join(task.out_dir, "runs"), shard=task.shard, flush_bytes=task.memory_per_worker // 4
         )
-        for record in records:
-            writer.add(record)
+        first = next(records, None)
+        if first is not None:
+            add = writer.add_batch if isinstance(first, _BATCH_TYPES) else writer.add  # a stream is all one kind
+            for item in itertools.chain([first], records):
+                add(item)
         result.runs = writer.close()
         result.records_out = writer.records
         result.bytes_out = sum(run.bytes for run in result.runs)
