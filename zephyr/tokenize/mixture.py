@@ -155,7 +155,7 @@ class Mixture:
                 )
             windows = store.num_windows(seq_len)
             if counts[name] and windows == 0:
-                raise ValueError(f"component {name!r}: store {store.path} has {store.num_tokens} tokens, "
+                raise ValueError(f"component {name!r}: store {store.location} has {store.num_tokens} tokens, "
                                  f"fewer than one window of seq_len {seq_len} + 1.")
             comps.append(MixtureComponent(name, store, weights[name], counts[name], windows))
         self.components: tuple[MixtureComponent, ...] = tuple(comps)
@@ -295,7 +295,7 @@ class Mixture:
             "seq_len": self.seq_len,
             "seed": self.seed,
             "block_size": self.block_size,
-            "components": {c.name: {"store": str(c.store.path), "weight": c.weight} for c in self.components},
-            "validation": {n: str(s.path) for n, s in self.validation.items()},
+            "components": {c.name: {"store": c.store.location, "weight": c.weight} for c in self.components},
+            "validation": {n: s.location for n, s in self.validation.items()},
             "include_store_validation": False,  # the sub-stores are already listed under "validation"
         }

@@ -15,6 +15,11 @@ validation).
 
 Documents whose text is missing or empty are dropped and counted in the
 manifest's ``skipped`` under the reasons ``missing_text`` and ``empty_text``.
+
+``output`` may be a URL (``gs://bucket/stores/web``, ``s3://...``): every worker
+stages its shard locally and uploads it (see :mod:`zephyr.tokenize.store`), and
+resume, stale-shard removal and the manifest work the same on the bucket. Each
+worker needs credentials for the bucket.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any, Sequence
 
 import xxhash
 
-from .store import ShardRecord, ShardWriter, completed_shard, token_dtype, write_manifest
+from .store import ShardRecord, ShardWriter, completed_shard, is_remote, token_dtype, write_manifest
 from .tokenizer import TokenizerSpec, load_tokenizer
 
 __all__ = ["TokenizeConfig", "TokenizeResult", "tokenize_dataset", "tokenize_file", "is_validation_document"]
@@ -185,7 +190,8 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     """Tokenize every file matching ``input_glob`` into the token store ``output``.
 
     Runs under the current :func:`zephyr.execution` settings (backend,
-    workers). ``tokenizer`` is a source string or a :class:`TokenizerSpec`.
+    workers). ``output`` is a local directory or a URL (``gs://``, ``s3://``).
+    ``tokenizer`` is a source string or a :class:`TokenizerSpec`.
     EOS (the tokenizer's document separator) is appended to every document by
     default; BOS is not. Returns the manifests written; the store is complete
     once ``manifest.json`` exists. See :mod:`zephyr.tokenize.store` for the format.
@@ -198,7 +204,7 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
             tokenize_dataset("data/*.jsonl.zst", "stores/web", validation_fraction=0.01)
     """
     from zephyr import Dataset
-    from zephyr.engine.fs import expand_glob
+    from zephyr.engine.fs import expand_glob, join
 
     spec = tokenizer if isinstance(tokenizer, TokenizerSpec) else TokenizerSpec(source=os.fspath(tokenizer))
     config = TokenizeConfig(tokenizer=spec, text_field=text_field, id_field=id_field, add_bos=add_bos,
@@ -210,20 +216,23 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
             if match not in files:
                 files.append(match)
     files.sort()
-    if "://" in os.fspath(output):
-        raise ValueError(f"output {os.fspath(output)!r}: token stores are local directories (they are memory-mapped); "
-                         "write to a local or mounted path and copy the directory afterwards.")
-    out = str(Path(output).absolute())
-    if Path(out).exists() and not Path(out).is_dir():
+    remote = is_remote(output)
+    out = os.fspath(output).rstrip("/") if remote else str(Path(output).absolute())
+    if remote:
+        _check_remote_output(out)
+    elif Path(out).exists() and not Path(out).is_dir():
         raise NotADirectoryError(f"output {out} exists and is not a directory; a token store is a directory.")
     info = load_tokenizer(spec).info  # fail fast in the driver (bad source, missing EOS) before any worker starts
     if add_eos and info.eos_id is None or add_bos and info.bos_id is None:
         raise ValueError(f"tokenizer {info.name!r} has no {'EOS' if add_eos and info.eos_id is None else 'BOS'} token; "
                          "pass TokenizerSpec(eos_token=..., bos_token=...) or add_eos=False / add_bos=False.")
     config_hash = config.hash_with(info.content_hash)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "manifest.json").unlink(missing_ok=True)  # the store is incomplete until rewritten below
-    _remove_stale(Path(out), len(files), validation_fraction > 0)
+    if remote:
+        _remove_stale_remote(out, len(files), validation_fraction > 0)
+    else:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "manifest.json").unlink(missing_ok=True)  # the store is incomplete until rewritten below
+        _remove_stale(Path(out), len(files), validation_fraction > 0)
     # A fresh nonce per call keeps the engine's own stage checkpoints from replaying an older run's
     # results; resumption is per store shard (shard.json + config hash), which is exact.
     nonce = uuid.uuid4().hex
@@ -239,7 +248,7 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     common = dict(dtype=dtype, tokenizer=tok_manifest, sources=globs, config=config.to_json(), config_hash=config_hash)
     val_manifest = None
     if validation_fraction > 0:
-        val_manifest = write_manifest(Path(out) / "validation",
+        val_manifest = write_manifest(join(out, "validation") if remote else Path(out) / "validation",
                                       shards=[_relative(r["validation"], "validation/") for r in results],
                                       split="validation", skipped={}, **common)
     manifest = write_manifest(out, shards=[_record(r["train"]) for r in results], split="train", skipped=skipped,
@@ -274,3 +283,46 @@ def _remove_stale(root: Path, num_shards: int, keep_validation: bool) -> None:
                     shutil.rmtree(entry)
     if keep_validation:
         (root / "validation" / "manifest.json").unlink(missing_ok=True)
+
+
+def _check_remote_output(url: str) -> None:
+    from zephyr.engine.fs import url_to_fs
+
+    fs, path = url_to_fs(url)
+    try:
+        is_file = fs.isfile(path)
+    except OSError as exc:
+        raise OSError(f"output {url}: cannot reach the bucket ({exc}); check the URL and the credentials.") from exc
+    if is_file:
+        raise NotADirectoryError(f"output {url} is an object, not a prefix; a token store is a directory: "
+                                 f"choose another output, e.g. {url}-store.")
+
+
+def _remove_stale_remote(url: str, num_shards: int, keep_validation: bool) -> None:
+    """:func:`_remove_stale` on a bucket, after deleting ``manifest.json`` (incomplete until rewritten)."""
+    from zephyr.engine.fs import url_to_fs
+
+    fs, root = url_to_fs(url)
+    fs.invalidate_cache()
+
+    def remove(path: str, recursive: bool = False) -> None:
+        try:
+            fs.rm(path, recursive=recursive)
+        except FileNotFoundError:
+            pass
+        fs.invalidate_cache()
+
+    remove(f"{root}/manifest.json")
+    if not keep_validation and fs.exists(f"{root}/validation"):
+        remove(f"{root}/validation", recursive=True)
+    for sub in ("shards", "validation/shards"):
+        try:
+            entries = fs.ls(f"{root}/{sub}", detail=True)
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            if entry.get("type") == "directory" and name.isdigit() and int(name) >= num_shards:
+                remove(entry["name"].rstrip("/"), recursive=True)
+    if keep_validation:
+        remove(f"{root}/validation/manifest.json")

@@ -36,18 +36,34 @@ Reading without Zephyr::
 Every file is written to a temporary name and renamed into place; a shard
 counts as complete only once its ``shard.json`` exists, and the store only
 once ``manifest.json`` exists.
+
+Stores on buckets (``gs://``, ``s3://``, any fsspec URL): writers stage each
+shard in a local temporary directory and upload it on :meth:`ShardWriter.close`
+(data files first, ``shard.json`` last, each an atomic object write), so the
+completion rules above hold unchanged. Readers cannot memory-map a bucket, so
+:class:`TokenStore` copies a remote store once into a local cache
+(``$ZEPHYR_STORE_CACHE``, default ``~/.cache/zephyr/stores``), one directory per
+URL and manifest content hash (a rewritten store is fetched again), filled
+under :func:`zephyr.engine.copy_once.run_once` so that the processes of one
+host copy it once, and maps it there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
+import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+import xxhash
 
 __all__ = [
     "STORE_FORMAT",
@@ -60,10 +76,28 @@ __all__ = [
     "verify_store",
     "VerifyReport",
     "inspect_store",
+    "STORE_CACHE_ENV",
+    "store_cache_root",
+    "is_remote",
+    "materialize_store",
 ]
 
 STORE_FORMAT = "zephyr-token-store"
 STORE_VERSION = 1
+STORE_CACHE_ENV = "ZEPHYR_STORE_CACHE"
+_COPY_CHUNK = 8 << 20
+_PESSIMISTIC_COPY_RATE = 20e6  # bytes/s, stretches the copy lock's lifetime for big stores
+_log = logging.getLogger("zephyr.tokenize")
+
+
+def is_remote(location: str | os.PathLike[str]) -> bool:
+    """True for a URL (``gs://``, ``s3://``, ``memory://`` ...): stored through fsspec, not a local directory."""
+    return "://" in os.fspath(location)
+
+
+def store_cache_root() -> Path:
+    """Where remote stores are materialised: ``$ZEPHYR_STORE_CACHE``, default ``~/.cache/zephyr/stores``."""
+    return Path(os.environ.get(STORE_CACHE_ENV) or Path.home() / ".cache" / "zephyr" / "stores").expanduser()
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -78,8 +112,26 @@ def _atomic_bytes(path: Path, payload: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
+
+
 def _atomic_json(path: Path, obj: Any) -> None:
-    _atomic_bytes(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
+    _atomic_bytes(path, _json_bytes(obj))
+
+
+def _put_bytes(url: str, payload: bytes) -> None:
+    from zephyr.engine.fs import atomic_write
+
+    with atomic_write(url, "wb", compression=None) as handle:
+        handle.write(payload)
+
+
+def _upload_file(local: Path, url: str) -> None:
+    from zephyr.engine.fs import atomic_write
+
+    with open(local, "rb") as src, atomic_write(url, "wb", compression=None) as dst:
+        shutil.copyfileobj(src, dst, _COPY_CHUNK)
 
 
 @dataclass(frozen=True)
@@ -101,14 +153,28 @@ class ShardWriter:
     Tokens go straight to a temporary file, so memory stays at one batch plus
     8 bytes per document. Use as a context manager: an exception discards the
     temporary files and leaves no partial shard behind.
+
+    For a remote store (``store_root`` a URL) the shard is built in a local
+    temporary directory (``self.dir``) and uploaded by :meth:`close`;
+    ``self.location`` names the destination in messages either way.
     """
 
     def __init__(self, store_root: str | os.PathLike[str], relpath: str, *, dtype: np.dtype, vocab_size: int,
                  source: str, config_hash: str) -> None:
-        self.root = Path(store_root)
         self.relpath = relpath
-        self.dir = self.root / relpath
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.url: str | None = None
+        if is_remote(store_root):
+            from zephyr.engine.fs import join
+
+            self.root: Path | str = os.fspath(store_root).rstrip("/")
+            self.url = join(self.root, relpath)
+            self.dir = Path(tempfile.mkdtemp(prefix="zephyr-shard-"))
+            self.location = self.url
+        else:
+            self.root = Path(store_root)
+            self.dir = self.root / relpath
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.location = str(self.dir)
         self.dtype = np.dtype(dtype)
         self.vocab_size = vocab_size
         self.source = source
@@ -133,10 +199,10 @@ class ShardWriter:
             return
         if int(lengths.sum()) != len(flat):
             raise ValueError(f"add_flat: lengths sum to {int(lengths.sum())} but {len(flat)} ids were given "
-                             f"(shard {self.dir}).")
+                             f"(shard {self.location}).")
         if flat.size and int(flat.max()) >= self.vocab_size:
             raise ValueError(
-                f"token id {int(flat.max())} >= vocab_size {self.vocab_size} while writing shard {self.dir}; "
+                f"token id {int(flat.max())} >= vocab_size {self.vocab_size} while writing shard {self.location}; "
                 "the tokenizer and the store's vocab_size disagree."
             )
         flat.astype(self.dtype, copy=False).tofile(self._handle)
@@ -145,7 +211,11 @@ class ShardWriter:
         self._documents += len(lengths)
 
     def close(self) -> ShardRecord:
-        """Rename the data files into place, then write ``shard.json`` (the completion mark)."""
+        """Rename the data files into place, then write ``shard.json`` (the completion mark).
+
+        Remote: upload ``tokens.bin`` and ``offsets.npy``, then ``shard.json``, after deleting any
+        older ``shard.json`` there, so a shard half-replaced by a crash never reads as complete.
+        """
         self._handle.close()
         ends = np.concatenate(self._ends) if self._ends else np.zeros(0, dtype=np.int64)
         offsets_tmp = self.dir / f".tmp-{uuid.uuid4().hex}-offsets.npy"
@@ -154,13 +224,33 @@ class ShardWriter:
         os.replace(self._tmp, self.dir / "tokens.bin")
         os.replace(offsets_tmp, self.dir / "offsets.npy")
         record = ShardRecord(self.relpath, self._documents, self._tokens, self.source)
-        _atomic_json(self.dir / "shard.json", {**record.to_json(), "dtype": self.dtype.name,
-                                               "config_hash": self.config_hash})
+        info = {**record.to_json(), "dtype": self.dtype.name, "config_hash": self.config_hash}
+        if self.url is None:
+            _atomic_json(self.dir / "shard.json", info)
+            return record
+        try:
+            self._upload(info)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
         return record
+
+    def _upload(self, info: dict[str, Any]) -> None:
+        from zephyr.engine.fs import join, url_to_fs
+
+        assert self.url is not None
+        fs, path = url_to_fs(join(self.url, "shard.json"))
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(path)
+        for name in ("tokens.bin", "offsets.npy"):
+            _upload_file(self.dir / name, join(self.url, name))
+        _put_bytes(join(self.url, "shard.json"), _json_bytes(info))
 
     def abort(self) -> None:
         self._handle.close()
-        self._tmp.unlink(missing_ok=True)
+        if self.url is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            self._tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -172,6 +262,8 @@ class ShardWriter:
 
 def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_hash: str) -> ShardRecord | None:
     """The shard's record if it was completed with the same settings (so a rerun can skip it)."""
+    if is_remote(store_root):
+        return _completed_remote_shard(os.fspath(store_root), relpath, config_hash)
     marker = Path(store_root) / relpath / "shard.json"
     if not marker.is_file():
         return None
@@ -180,6 +272,21 @@ def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_has
         return None
     tokens_bin = Path(store_root) / relpath / "tokens.bin"
     if not tokens_bin.is_file() or tokens_bin.stat().st_size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
+        return None
+    return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]))
+
+
+def _completed_remote_shard(store_url: str, relpath: str, config_hash: str) -> ShardRecord | None:
+    from zephyr.engine.fs import join, url_to_fs
+
+    fs, path = url_to_fs(join(store_url, relpath))
+    fs.invalidate_cache(path)
+    try:
+        info = json.loads(fs.cat_file(f"{path}/shard.json"))
+        size = fs.size(f"{path}/tokens.bin")
+    except FileNotFoundError:
+        return None
+    if info.get("config_hash") != config_hash or size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
         return None
     return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]))
 
@@ -204,6 +311,11 @@ def write_manifest(store_root: str | os.PathLike[str], *, shards: Iterable[Shard
         "config_hash": config_hash,
         "skipped": dict(sorted((skipped or {}).items())),
     }
+    if is_remote(store_root):
+        from zephyr.engine.fs import join
+
+        _put_bytes(join(os.fspath(store_root), "manifest.json"), _json_bytes(manifest))
+        return manifest
     root = Path(store_root)
     root.mkdir(parents=True, exist_ok=True)
     _atomic_json(root / "manifest.json", manifest)
@@ -248,17 +360,28 @@ class TokenStore:
     :meth:`window` (``seq_len + 1`` tokens so inputs and shifted targets come
     from one slice; consecutive windows overlap by one token, so every token
     but the first is a target exactly once per pass).
+
+    ``path`` may be a URL (``gs://...``): the store is then copied once into
+    the local cache (see the module docstring) and ``self.path`` is that copy;
+    ``self.url`` keeps the URL (None for a local store) and ``self.location``
+    names the store in messages either way.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.url: str | None = None
+        if is_remote(path):
+            self.url = os.fspath(path).rstrip("/")
+            self.path = materialize_store(self.url)
+        else:
+            self.path = Path(path)
         manifest_path = self.path / "manifest.json"
         if not manifest_path.is_file():
             hint = " (a tokenize run that has not finished yet?)" if (self.path / "shards").is_dir() else ""
             raise FileNotFoundError(f"{manifest_path} not found: {self.path} is not a complete token store{hint}.")
         self.manifest: dict[str, Any] = json.loads(manifest_path.read_text())
         if self.manifest.get("format") != STORE_FORMAT:
-            raise ValueError(f"{manifest_path}: expected format {STORE_FORMAT!r}, found {self.manifest.get('format')!r}.")
+            raise ValueError(f"{self.location}/manifest.json: expected format {STORE_FORMAT!r}, "
+                             f"found {self.manifest.get('format')!r}.")
         self.dtype = np.dtype(self.manifest["dtype"])
         self.vocab_size = int(self.manifest["vocab_size"])
         self.tokenizer: dict[str, Any] = self.manifest["tokenizer"]
@@ -267,6 +390,11 @@ class TokenStore:
         ]
         self._doc_starts = np.concatenate([[0], np.cumsum([s.documents for s in self._shards], dtype=np.int64)])
         self._tok_starts = np.concatenate([[0], np.cumsum([s.tokens for s in self._shards], dtype=np.int64)])
+
+    @property
+    def location(self) -> str:
+        """The URL the store was opened from, else its local path (for messages)."""
+        return self.url if self.url is not None else str(self.path)
 
     @property
     def num_documents(self) -> int:
@@ -284,19 +412,24 @@ class TokenStore:
     def validation(self) -> TokenStore | None:
         """The ``validation/`` sub-store written by ``--validation-fraction``, if any."""
         sub = self.path / "validation"
-        return TokenStore(sub) if (sub / "manifest.json").is_file() else None
+        if not (sub / "manifest.json").is_file():
+            return None
+        store = TokenStore(sub)
+        if self.url is not None:
+            store.url = f"{self.url}/validation"
+        return store
 
     def __len__(self) -> int:
         return self.num_documents
 
     def __repr__(self) -> str:
-        return (f"TokenStore({str(self.path)!r}, documents={self.num_documents}, tokens={self.num_tokens}, "
+        return (f"TokenStore({self.location!r}, documents={self.num_documents}, tokens={self.num_tokens}, "
                 f"dtype={self.dtype.name}, tokenizer={self.tokenizer.get('name')!r})")
 
     def _locate_doc(self, i: int) -> tuple[_Shard, int]:
         n = self.num_documents
         if not -n <= i < n:
-            raise IndexError(f"document {i} out of range: store {self.path} has {n} documents.")
+            raise IndexError(f"document {i} out of range: store {self.location} has {n} documents.")
         i %= n
         k = int(np.searchsorted(self._doc_starts, i, side="right")) - 1
         return self._shards[k], i - int(self._doc_starts[k])
@@ -315,7 +448,7 @@ class TokenStore:
     def tokens(self, start: int, stop: int) -> np.ndarray:
         """Tokens ``[start, stop)`` of the concatenated stream (a view inside one shard, else a copy)."""
         if not 0 <= start <= stop <= self.num_tokens:
-            raise IndexError(f"token range [{start}, {stop}) outside [0, {self.num_tokens}] of store {self.path}.")
+            raise IndexError(f"token range [{start}, {stop}) outside [0, {self.num_tokens}] of store {self.location}.")
         if start == stop:
             return np.zeros(0, dtype=self.dtype)
         k = int(np.searchsorted(self._tok_starts, start, side="right")) - 1
@@ -342,13 +475,142 @@ class TokenStore:
         """Tokens ``[i * seq_len, i * seq_len + seq_len + 1)``: inputs ``w[:-1]``, targets ``w[1:]``."""
         n = self.num_windows(seq_len)
         if not 0 <= i < n:
-            raise IndexError(f"window {i} out of range: store {self.path} has {n} windows of seq_len {seq_len}.")
+            raise IndexError(f"window {i} out of range: store {self.location} has {n} windows of seq_len {seq_len}.")
         return self.tokens(i * seq_len, i * seq_len + seq_len + 1)
 
 
 def open_store(path: str | os.PathLike[str]) -> TokenStore:
-    """Open the token store at ``path`` (see :class:`TokenStore`)."""
+    """Open the token store at ``path``, a local directory or a URL (see :class:`TokenStore`)."""
     return TokenStore(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Remote stores: materialised once per host into the local cache
+# ---------------------------------------------------------------------------------------------
+
+
+def materialize_store(url: str) -> Path:
+    """The local copy of the remote store at ``url``, fetching it first unless the cache has it.
+
+    The copy lives in ``store_cache_root() / <name>-<url hash>-<manifest hash>``: a store rewritten
+    at the same URL (a different ``manifest.json``) gets a new directory and is fetched again. The
+    processes of one host fetch it once (:func:`zephyr.engine.copy_once.run_once`, lock under the
+    cache root); the others wait and map the same copy.
+    """
+    import fsspec
+
+    from zephyr.engine.copy_once import LOCK_DIRNAME, run_once
+
+    url = url.rstrip("/")
+    manifest_bytes = _remote_manifest(url)
+    manifest = _parse_manifest(url, manifest_bytes)
+    root = store_cache_root()
+    name = (re.sub(r"[^A-Za-z0-9._-]+", "_", url.split("://", 1)[-1])[-60:].strip("_") + "-"
+            + xxhash.xxh3_64_hexdigest(url.encode())[:12] + "-" + xxhash.xxh3_64_hexdigest(manifest_bytes))
+    dest = root / name
+    done = (dest / "manifest.json").is_file
+    if done():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    size = sum(int(s["tokens"]) * np.dtype(manifest["dtype"]).itemsize for s in manifest["shards"])
+    ttl = 300.0 + size / _PESSIMISTIC_COPY_RATE
+    run_once(key=str(dest), lock_fs=fsspec.filesystem("file"), lock_path=str(root / LOCK_DIRNAME / f"{name}.lock"),
+             done=done, action=lambda: _fetch_store(url, manifest_bytes, dest), ttl_s=ttl,
+             wait_timeout_s=2 * ttl + 30)
+    return dest
+
+
+def _remote_manifest(url: str) -> bytes:
+    from zephyr.engine.fs import join, url_to_fs
+
+    fs, path = url_to_fs(join(url, "manifest.json"))
+    fs.invalidate_cache(path)
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        try:
+            unfinished = fs.exists(join(path.rsplit("/", 1)[0], "shards"))
+        except OSError:
+            unfinished = False
+        hint = " (shards/ exists: a tokenize run that has not finished yet, or one that died?)" if unfinished else ""
+        raise FileNotFoundError(
+            f"{url}/manifest.json not found: {url} is not a complete token store{hint}. Point at a store that "
+            f"tokenize_dataset(..., output={url!r}) finished writing, or rerun it (complete shards are reused)."
+        ) from None
+
+
+def _parse_manifest(url: str, payload: bytes) -> dict[str, Any]:
+    try:
+        manifest = json.loads(payload)
+    except ValueError as exc:
+        raise ValueError(f"{url}/manifest.json is not valid JSON ({exc}); rewrite the store with tokenize_dataset.") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise ValueError(f"{url}/manifest.json: expected format {STORE_FORMAT!r}, found {found!r}.")
+    return manifest
+
+
+def _fetch_store(url: str, manifest_bytes: bytes, dest: Path) -> None:
+    """Copy the store (and its ``validation/`` split, if any) into a temporary sibling of ``dest``, then
+    rename it into place: ``dest/manifest.json`` exists only once everything was copied and checked."""
+    from zephyr.engine.fs import join, url_to_fs
+
+    tmp = dest.with_name(f".tmp-{uuid.uuid4().hex}-{dest.name}")
+    _log.info("zephyr: copying token store %s into the local cache %s", url, dest)
+    try:
+        _fetch_tree(url, manifest_bytes, tmp)
+        fs, vpath = url_to_fs(join(url, "validation", "manifest.json"))
+        try:
+            val_bytes = fs.cat_file(vpath)
+        except FileNotFoundError:
+            val_bytes = None
+        if val_bytes is not None:
+            _fetch_tree(join(url, "validation"), val_bytes, tmp / "validation")
+            _atomic_bytes(tmp / "validation" / "manifest.json", val_bytes)
+        if _remote_manifest(url) != manifest_bytes:
+            raise RuntimeError(f"token store {url} was rewritten while it was being copied to {dest}; open it again.")
+        _atomic_bytes(tmp / "manifest.json", manifest_bytes)
+        if dest.exists():  # an incomplete leftover (no manifest.json): replace it
+            shutil.rmtree(dest)
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _fetch_tree(url: str, manifest_bytes: bytes, dest: Path) -> None:
+    """Download every shard the manifest lists into ``dest`` and check each against it (sizes, entries)."""
+    from zephyr.engine.fs import join, url_to_fs
+
+    manifest = _parse_manifest(url, manifest_bytes)
+    dtype = np.dtype(manifest["dtype"])
+    dest.mkdir(parents=True, exist_ok=True)
+    for shard in manifest["shards"]:
+        local = dest / shard["path"]
+        local.mkdir(parents=True, exist_ok=True)
+        for name in ("tokens.bin", "offsets.npy"):
+            remote = join(url, shard["path"], name)
+            fs, path = url_to_fs(remote)
+            try:
+                with fs.open(path, "rb") as src, open(local / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst, _COPY_CHUNK)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{remote} not found although {url}/manifest.json lists shard {shard['path']}: "
+                                        "the store is damaged or being rewritten; rerun tokenize_dataset on it.") from None
+        got, want = (local / "tokens.bin").stat().st_size, int(shard["tokens"]) * dtype.itemsize
+        if got != want:
+            raise ValueError(f"{join(url, shard['path'], 'tokens.bin')} has {got} bytes, the manifest says {want} "
+                             f"({shard['tokens']} tokens x {dtype.itemsize}): the store is damaged or being rewritten; "
+                             "rerun tokenize_dataset on it.")
+        try:
+            ends = np.load(local / "offsets.npy", mmap_mode="r")
+            entries = len(ends)
+        except ValueError:
+            entries = -1
+        if entries != int(shard["documents"]):
+            raise ValueError(f"{join(url, shard['path'], 'offsets.npy')} has {entries} entries, the manifest says "
+                             f"{shard['documents']} documents: the store is damaged or being rewritten; rerun "
+                             "tokenize_dataset on it.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,13 +637,14 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
 
     Looks at everything and reports every problem (each naming the shard)
     instead of stopping at the first. A ``validation/`` sub-store is checked too.
+    A remote store is checked in its local cache copy (fetched first).
     """
-    root = Path(path)
     problems: list[str] = []
     try:
-        store = TokenStore(root)
+        store = TokenStore(path)
     except (FileNotFoundError, ValueError, KeyError, json.JSONDecodeError) as exc:
-        return VerifyReport(str(root), 0, 0, (f"cannot open store: {exc}",))
+        return VerifyReport(os.fspath(path), 0, 0, (f"cannot open store: {exc}",))
+    root = store.path
     m = store.manifest
     for key in ("dtype", "vocab_size", "documents", "tokens", "tokenizer", "shards", "config_hash"):
         if key not in m:
@@ -433,7 +696,7 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
     if (root / "validation").is_dir():
         sub = verify_store(root / "validation", check_ids=check_ids)
         problems.extend(f"validation/: {p}" for p in sub.problems)
-    return VerifyReport(str(root), doc_total, tok_total, tuple(problems))
+    return VerifyReport(store.location, doc_total, tok_total, tuple(problems))
 
 
 def _histogram_lines(lengths: np.ndarray, width: int = 40) -> list[str]:
@@ -460,7 +723,7 @@ def inspect_store(path: str | os.PathLike[str], *, samples: int = 3, max_chars: 
     lengths = store.document_lengths()
     tok = store.tokenizer
     lines = [
-        f"store      {store.path}",
+        f"store      {store.location}" + (f" (cached at {store.path})" if store.url else ""),
         f"split      {store.manifest.get('split')}   shards {store.num_shards}   dtype {store.dtype.name}",
         f"documents  {store.num_documents:,}",
         f"tokens     {store.num_tokens:,}",
