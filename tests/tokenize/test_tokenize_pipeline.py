@@ -112,6 +112,7 @@ def test_rerun_resumes_per_shard(corpus, scratch):
         again = tokenize_dataset(glob, tmp / "store")
         assert (again.shards_written, again.shards_reused) == (0, 3)
         assert again.manifest["tokens"] == first.manifest["tokens"]
+        assert again.manifest["skipped"] == first.manifest["skipped"] == {"empty_text": 1, "missing_text": 1}  # kept in shard.json
         # a shard without its completion mark (a crash mid-shard) is redone, the others are kept
         (tmp / "store" / "shards/00001/shard.json").unlink()
         third = tokenize_dataset(glob, tmp / "store")

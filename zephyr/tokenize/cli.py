@@ -19,7 +19,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                     "token store OUTPUT. Reruns skip completed shards.",
     )
     p.add_argument("input_glob", nargs="+", metavar="INPUT_GLOB", help="input file glob(s)")
-    p.add_argument("output", metavar="OUTPUT", help="token store directory")
+    p.add_argument("output", metavar="OUTPUT", help="token store: a directory or a bucket URL (gs://, s3://)")
     p.add_argument("--tokenizer", default="smollm2",
                    help="'smollm2' (offline default), a tokenizer.json / directory / .gguf path, or a hub name")
     p.add_argument("--validation-fraction", type=float, default=0.0,

@@ -111,7 +111,7 @@ def tokenize_file(path: str, index: int, output: str, config: TokenizeConfig, *,
         val = completed_shard(output, _validation_relpath(index), config_hash) if split else None
         if train is not None and train.source == path and (not split or (val is not None and val.source == path)):
             return {"index": index, "train": train.to_json(), "validation": val.to_json() if val else None,
-                    "skipped": {}, "reused": True}
+                    "skipped": train.skipped, "reused": True}
     dtype = token_dtype(tokenizer.info.vocab_size)
     vocab = tokenizer.info.vocab_size
     skipped = {"missing_text": 0, "empty_text": 0}
@@ -153,7 +153,7 @@ def tokenize_file(path: str, index: int, output: str, config: TokenizeConfig, *,
                 flush()
         if texts:
             flush()
-        train = train_writer.close()
+        train = train_writer.close(skipped=skipped)
         val = val_writer.close() if val_writer is not None else None
     except BaseException:
         train_writer.abort()

@@ -142,6 +142,7 @@ class ShardRecord:
     documents: int
     tokens: int
     source: str
+    skipped: dict[str, int] = field(default_factory=dict, compare=False)  # input records left out, by reason
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "documents": self.documents, "tokens": self.tokens, "source": self.source}
@@ -210,8 +211,11 @@ class ShardWriter:
         self._tokens += int(lengths.sum())
         self._documents += len(lengths)
 
-    def close(self) -> ShardRecord:
+    def close(self, *, skipped: dict[str, int] | None = None) -> ShardRecord:
         """Rename the data files into place, then write ``shard.json`` (the completion mark).
+
+        ``skipped`` (records left out, by reason) is kept in ``shard.json`` so a resumed run that
+        reuses this shard still counts them in the manifest.
 
         Remote: upload ``tokens.bin`` and ``offsets.npy``, then ``shard.json``, after deleting any
         older ``shard.json`` there, so a shard half-replaced by a crash never reads as complete.
@@ -223,8 +227,8 @@ class ShardWriter:
             np.save(handle, ends.astype(np.int64, copy=False))
         os.replace(self._tmp, self.dir / "tokens.bin")
         os.replace(offsets_tmp, self.dir / "offsets.npy")
-        record = ShardRecord(self.relpath, self._documents, self._tokens, self.source)
-        info = {**record.to_json(), "dtype": self.dtype.name, "config_hash": self.config_hash}
+        record = ShardRecord(self.relpath, self._documents, self._tokens, self.source, dict(skipped or {}))
+        info = {**record.to_json(), "dtype": self.dtype.name, "config_hash": self.config_hash, "skipped": record.skipped}
         if self.url is None:
             _atomic_json(self.dir / "shard.json", info)
             return record
@@ -273,7 +277,7 @@ def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_has
     tokens_bin = Path(store_root) / relpath / "tokens.bin"
     if not tokens_bin.is_file() or tokens_bin.stat().st_size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
         return None
-    return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]))
+    return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]), dict(info.get("skipped", {})))
 
 
 def _completed_remote_shard(store_url: str, relpath: str, config_hash: str) -> ShardRecord | None:
@@ -288,7 +292,7 @@ def _completed_remote_shard(store_url: str, relpath: str, config_hash: str) -> S
         return None
     if info.get("config_hash") != config_hash or size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
         return None
-    return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]))
+    return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]), dict(info.get("skipped", {})))
 
 
 def write_manifest(store_root: str | os.PathLike[str], *, shards: Iterable[ShardRecord], dtype: np.dtype,
