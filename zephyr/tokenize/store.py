@@ -266,24 +266,9 @@ class ShardWriter:
 
 def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_hash: str) -> ShardRecord | None:
     """The shard's record if it was completed with the same settings (so a rerun can skip it)."""
-    if is_remote(store_root):
-        return _completed_remote_shard(os.fspath(store_root), relpath, config_hash)
-    marker = Path(store_root) / relpath / "shard.json"
-    if not marker.is_file():
-        return None
-    info = json.loads(marker.read_text())
-    if info.get("config_hash") != config_hash:
-        return None
-    tokens_bin = Path(store_root) / relpath / "tokens.bin"
-    if not tokens_bin.is_file() or tokens_bin.stat().st_size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
-        return None
-    return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]), dict(info.get("skipped", {})))
-
-
-def _completed_remote_shard(store_url: str, relpath: str, config_hash: str) -> ShardRecord | None:
     from zephyr.engine.fs import join, url_to_fs
 
-    fs, path = url_to_fs(join(store_url, relpath))
+    fs, path = url_to_fs(join(os.fspath(store_root), relpath))
     fs.invalidate_cache(path)
     try:
         info = json.loads(fs.cat_file(f"{path}/shard.json"))
