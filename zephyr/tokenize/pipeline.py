@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -227,12 +226,9 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
         raise ValueError(f"tokenizer {info.name!r} has no {'EOS' if add_eos and info.eos_id is None else 'BOS'} token; "
                          "pass TokenizerSpec(eos_token=..., bos_token=...) or add_eos=False / add_bos=False.")
     config_hash = config.hash_with(info.content_hash)
-    if remote:
-        _remove_stale_remote(out, len(files), validation_fraction > 0)
-    else:
+    if not remote:
         Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "manifest.json").unlink(missing_ok=True)  # the store is incomplete until rewritten below
-        _remove_stale(Path(out), len(files), validation_fraction > 0)
+    _remove_stale(out, len(files), validation_fraction > 0)
     # A fresh nonce per call keeps the engine's own stage checkpoints from replaying an older run's
     # results; resumption is per store shard (shard.json + config hash), which is exact.
     nonce = uuid.uuid4().hex
@@ -248,7 +244,7 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     common = dict(dtype=dtype, tokenizer=tok_manifest, sources=globs, config=config.to_json(), config_hash=config_hash)
     val_manifest = None
     if validation_fraction > 0:
-        val_manifest = write_manifest(join(out, "validation") if remote else Path(out) / "validation",
+        val_manifest = write_manifest(join(out, "validation"),
                                       shards=[_relative(r["validation"], "validation/") for r in results],
                                       split="validation", skipped={}, **common)
     manifest = write_manifest(out, shards=[_record(r["train"]) for r in results], split="train", skipped=skipped,
@@ -267,24 +263,6 @@ def _relative(d: dict[str, Any], prefix: str) -> ShardRecord:
                        rec.source)
 
 
-def _remove_stale(root: Path, num_shards: int, keep_validation: bool) -> None:
-    """Drop what an earlier run into the same directory left that this run will not rewrite.
-
-    Shard directories past this run's file count, and a ``validation/`` split when this run makes
-    none: a reader would otherwise find an old validation store overlapping the new training data.
-    """
-    if not keep_validation and (root / "validation").is_dir():
-        shutil.rmtree(root / "validation")
-    for sub in ("shards", "validation/shards"):
-        folder = root / sub
-        if folder.is_dir():
-            for entry in folder.iterdir():
-                if entry.is_dir() and entry.name.isdigit() and int(entry.name) >= num_shards:
-                    shutil.rmtree(entry)
-    if keep_validation:
-        (root / "validation" / "manifest.json").unlink(missing_ok=True)
-
-
 def _check_remote_output(url: str) -> None:
     from zephyr.engine.fs import url_to_fs
 
@@ -298,11 +276,16 @@ def _check_remote_output(url: str) -> None:
                                  f"choose another output, e.g. {url}-store.")
 
 
-def _remove_stale_remote(url: str, num_shards: int, keep_validation: bool) -> None:
-    """:func:`_remove_stale` on a bucket, after deleting ``manifest.json`` (incomplete until rewritten)."""
+def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
+    """Drop what an earlier run into the same store left that this run will not rewrite.
+
+    ``manifest.json`` first (the store is incomplete until it is rewritten), shard directories past
+    this run's file count, and a ``validation/`` split when this run makes none: a reader would
+    otherwise find an old validation store overlapping the new training data. Local directory or bucket.
+    """
     from zephyr.engine.fs import url_to_fs
 
-    fs, root = url_to_fs(url)
+    fs, root = url_to_fs(out)
     fs.invalidate_cache()
 
     def remove(path: str, recursive: bool = False) -> None:

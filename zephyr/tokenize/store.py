@@ -367,10 +367,7 @@ class TokenStore:
         if not manifest_path.is_file():
             hint = " (a tokenize run that has not finished yet?)" if (self.path / "shards").is_dir() else ""
             raise FileNotFoundError(f"{manifest_path} not found: {self.path} is not a complete token store{hint}.")
-        self.manifest: dict[str, Any] = json.loads(manifest_path.read_text())
-        if self.manifest.get("format") != STORE_FORMAT:
-            raise ValueError(f"{self.location}/manifest.json: expected format {STORE_FORMAT!r}, "
-                             f"found {self.manifest.get('format')!r}.")
+        self.manifest: dict[str, Any] = _parse_manifest(self.location, manifest_path.read_bytes())
         self.dtype = np.dtype(self.manifest["dtype"])
         self.vocab_size = int(self.manifest["vocab_size"])
         self.tokenizer: dict[str, Any] = self.manifest["tokenizer"]
