@@ -109,7 +109,7 @@ class ProcessBackend:
 
     def __init__(self, workers: int) -> None:
         self.capacity = workers
-        self.reuse_key = ("processes", workers)
+        self.reuse_key = self.reuse_key_for(workers)
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["zephyr.engine.worker"])
         self._workers = [self._start() for _ in range(workers)]
@@ -154,6 +154,11 @@ class ProcessBackend:
             outcomes.append(Outcome(task, result=value) if kind == "ok" else Outcome(task, error=value))
         return outcomes
 
+    @staticmethod
+    def reuse_key_for(workers: int) -> tuple:
+        """What must match for the next run to reuse this pool (see `make_backend`)."""
+        return ("processes", workers)
+
     def healthy(self) -> bool:
         """Every worker alive and idle."""
         return all(w.task is None and w.process.is_alive() for w in self._workers)
@@ -188,7 +193,7 @@ def make_backend(config: Any) -> Backend:
     if config.backend == "local":
         return LocalBackend()
     if config.backend == "processes":
-        key: tuple = ("processes", config.num_workers)
+        key = ProcessBackend.reuse_key_for(config.num_workers)
     elif config.backend == "ray":
         try:
             from zephyr.engine.ray_backend import RayBackend

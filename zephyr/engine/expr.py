@@ -198,9 +198,7 @@ class Expr:
         """Value of the expression on one record: a Python value, or None for null."""
         return self._compiled()(record)
 
-    def __call__(self, record: dict) -> Any:
-        """The same as `evaluate`: an expression serves wherever a record -> value function does."""
-        return self._compiled()(record)
+    __call__ = evaluate  # an expression serves wherever a record -> value function does (group_by keys)
 
     def matches(self, record: dict) -> bool:
         """Whether a filter with this expression keeps `record` (the value is exactly True)."""
