@@ -298,18 +298,6 @@ def load_run_result(spec: RunSpec) -> RunResult | None:
     return RunResult(**{**data, "status": "cached"})
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a crash mid-write
-            continue
-    return records
-
-
 def _with_bpb(evals: dict[str, dict[str, float | None]], train_config: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     """Fill in bits per byte where the trainer left it empty, from the bytes of the evaluated targets."""
     data = train_config["data"]
@@ -371,8 +359,10 @@ def read_eval_curves(result: RunResult) -> dict[str, dict[str, list[tuple[int, f
     A resumed run logs the steps after its checkpoint twice; the later value wins. Where the log has no
     bits per byte, it is derived from the loss with the final result's bytes per token.
     """
+    from zephyr.train.trainer import read_metrics
+
     by_step: dict[tuple[str, str], dict[int, float]] = {}
-    for record in _read_jsonl(Path(result.metrics_path)):
+    for record in read_metrics(result.metrics_path):
         step = record.get("step")
         if step is None:
             continue

@@ -49,6 +49,7 @@ __all__ = [
     "jit_train_step",
     "cast_floating",
     "peak_flops_per_device",
+    "read_metrics",
     "train",
 ]
 
@@ -188,9 +189,18 @@ def _write_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` (none if it is missing); a line cut by a crash mid-write is skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
 
 
 def _progress(line: str, *, final: bool = False) -> None:
@@ -303,7 +313,7 @@ def train(config: TrainConfig) -> TrainResult:
     if metrics:
         final_loss = float(metrics["loss"])
     else:  # resumed at the last step: nothing trained in this call, so report what the log and the state say
-        final_loss = next((float(r["loss"]) for r in reversed(_read_jsonl(metrics_path)) if r.get("step") == start and "loss" in r), float("nan"))
+        final_loss = next((float(r["loss"]) for r in reversed(read_metrics(metrics_path)) if r.get("step") == start and "loss" in r), float("nan"))
         if evals:
             eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
     tok_s = timed_tokens / timed_seconds if timed_seconds else 0.0
