@@ -42,6 +42,7 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,6 +245,12 @@ def bench_training(spec: str, steps: int) -> dict:
     return row
 
 
+def _print_rows(header: str, rows: list[dict], label: Callable[[dict], str], cells: Callable[[dict], str]) -> None:
+    print("\n" + header)
+    for r in rows:
+        print(f"{label(r)} " + (f"ERROR {r['error'][:80]}" if "error" in r else cells(r)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -263,18 +270,16 @@ def main() -> None:
     training = [bench_training(spec, args.steps if not args.quick else 3) for spec in args.runs]
     breakdown = bench_breakdown(args.breakdown) if args.breakdown else None
 
-    print(f"\n{'kernel':<24} {'dtype':<9} {'ms':>8} {'temp MB':>9} {'loss err':>9} {'dh err':>9} {'dw err':>9}")
-    for r in kernel:
-        if "error" in r:
-            print(f"{r['kernel']:<24} {r['dtype']:<9} ERROR {r['error'][:80]}")
-        else:
-            print(f"{r['kernel']:<24} {r['dtype']:<9} {r['ms']:8.2f} {r['temp_mb']:9.1f} {r['loss_rel_err']:9.1e} {r['dhidden_rel_err']:9.1e} {r['dweight_rel_err']:9.1e}")
-    print(f"\n{'run (attention:loss:batch:remat)':<34} {'tokens/s':>10} {'MFU':>7} {'step ms':>8} {'peak GB':>8} {'compile s':>9}")
-    for r in training:
-        if "error" in r:
-            print(f"{r['run']:<34} ERROR {r['error'][:80]}")
-        else:
-            print(f"{r['run']:<34} {r['tokens_per_s']:10,.0f} {100 * r['mfu']:6.1f}% {r['step_ms']:8.1f} {r['peak_memory_gb']:8.1f} {r['compile_s']:9.1f}")
+    _print_rows(
+        f"{'kernel':<24} {'dtype':<9} {'ms':>8} {'temp MB':>9} {'loss err':>9} {'dh err':>9} {'dw err':>9}", kernel,
+        lambda r: f"{r['kernel']:<24} {r['dtype']:<9}",
+        lambda r: f"{r['ms']:8.2f} {r['temp_mb']:9.1f} {r['loss_rel_err']:9.1e} {r['dhidden_rel_err']:9.1e} {r['dweight_rel_err']:9.1e}",
+    )
+    _print_rows(
+        f"{'run (attention:loss:batch:remat)':<34} {'tokens/s':>10} {'MFU':>7} {'step ms':>8} {'peak GB':>8} {'compile s':>9}", training,
+        lambda r: f"{r['run']:<34}",
+        lambda r: f"{r['tokens_per_s']:10,.0f} {100 * r['mfu']:6.1f}% {r['step_ms']:8.1f} {r['peak_memory_gb']:8.1f} {r['compile_s']:9.1f}",
+    )
     best = max((r for r in training if "mfu" in r), key=lambda r: r["mfu"], default=None)
     print(json.dumps({"bench": "train_gpu", "device": device, "jax": jax.__version__, "kernel": kernel, "training": training, "best_mfu": best and best["mfu"], "best_run": best and best["run"], "breakdown": breakdown}))
 
