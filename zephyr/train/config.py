@@ -33,6 +33,7 @@ __all__ = [
 RematPolicy = Literal["none", "full", "dots"]
 LossImpl = Literal["fused", "reference", "pallas"]
 DType = Literal["float32", "bfloat16"]
+MatmulPrecision = Literal["default", "highest"]
 
 
 class ConfigError(ValueError):
@@ -63,6 +64,7 @@ class ModelConfig:
     init_std: float = 0.02
     remat: RematPolicy = "dots"
     attention_impl: Literal["xla", "cudnn", "pallas"] | None = None  # None: cuDNN on GPU in bf16, else XLA (model.causal_attention)
+    matmul_precision: MatmulPrecision = "default"  # "highest": exact-as-f32-allows projections, for checks against other code (model.linear)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
@@ -84,6 +86,7 @@ class ModelConfig:
         _require(self.rope_theta > 0, f"model.rope_theta must be > 0, got {self.rope_theta}.")
         _require(self.remat in ("none", "full", "dots"), f"model.remat must be 'none', 'full' or 'dots', got {self.remat!r}.")
         _require(self.attention_impl in (None, "xla", "cudnn", "pallas"), f"model.attention_impl must be null, 'xla', 'cudnn' or 'pallas', got {self.attention_impl!r}.")
+        _require(self.matmul_precision in ("default", "highest"), f"model.matmul_precision must be 'default' or 'highest', got {self.matmul_precision!r}.")
 
     @property
     def resolved_head_dim(self) -> int:

@@ -9,6 +9,7 @@ permutation (GGUF files are un-permuted by ``transformers`` when it reads them).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from zephyr.train.config import ModelConfig
+from zephyr.train.config import MatmulPrecision, ModelConfig
 from zephyr.train.model import Attention, Block, MLP, RMSNorm, Transformer
 
 __all__ = ["config_from_hf", "hf_config_dict", "from_hf_state_dict", "to_hf_state_dict", "from_hf_model", "load_hf", "export_hf", "smollm2_gguf"]
@@ -118,7 +119,7 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], cfg: ModelConfig) -> Trans
         k_norm=None,
         cfg=cfg,
     )
-    mlp = MLP(layers("mlp.gate_proj.weight"), layers("mlp.up_proj.weight"), layers("mlp.down_proj.weight"))
+    mlp = MLP(layers("mlp.gate_proj.weight"), layers("mlp.up_proj.weight"), layers("mlp.down_proj.weight"), cfg.matmul_precision)
     blocks = Block(norm(layers("input_layernorm.weight", False)), attn, norm(layers("post_attention_layernorm.weight", False)), mlp)
     head = None
     if not cfg.tie_embeddings:
@@ -154,13 +155,16 @@ def to_hf_state_dict(model: Transformer) -> dict[str, np.ndarray]:
     return out
 
 
-def from_hf_model(hf_model: Any) -> Transformer:
-    """Our Transformer with the weights of a loaded ``transformers`` Llama model."""
-    cfg = config_from_hf(hf_model.config)
+def from_hf_model(hf_model: Any, *, matmul_precision: MatmulPrecision = "default") -> Transformer:
+    """Our Transformer with the weights of a loaded ``transformers`` Llama model.
+
+    ``matmul_precision="highest"`` for comparing logits with ``transformers`` (see ``model.linear``).
+    """
+    cfg = dataclasses.replace(config_from_hf(hf_model.config), matmul_precision=matmul_precision)
     return from_hf_state_dict(hf_model.state_dict(), cfg)
 
 
-def load_hf(path: str | Path, *, gguf_file: str | None = None) -> tuple[Transformer, Any]:
+def load_hf(path: str | Path, *, gguf_file: str | None = None, matmul_precision: MatmulPrecision = "default") -> tuple[Transformer, Any]:
     """Load a Llama checkpoint (HF directory, or a GGUF file inside ``path``) with transformers.
 
     Returns ``(our model, the transformers model)`` so callers can compare the two.
@@ -172,7 +176,7 @@ def load_hf(path: str | Path, *, gguf_file: str | None = None) -> tuple[Transfor
         raise ImportError(f"loading Hugging Face weights needs transformers and torch: {_INSTALL}") from e
     hf_model = AutoModelForCausalLM.from_pretrained(str(path), gguf_file=gguf_file, dtype=torch.float32)
     hf_model.eval()
-    return from_hf_model(hf_model), hf_model
+    return from_hf_model(hf_model, matmul_precision=matmul_precision), hf_model
 
 
 def export_hf(model: Transformer, directory: str | Path) -> Path:
