@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 
@@ -176,6 +178,28 @@ def test_from_iterable_runs_in_workers(backend):
     assert ds.count() == 10
     with pytest.raises(TypeError, match="function shard_index"):
         Dataset.from_iterable([1, 2, 3])
+
+
+def test_workers_follow_the_drivers_environment(monkeypatch, tmp_path):
+    """A variable set or removed between runs (credentials, an emulator host) reaches the warm pool's workers,
+    which were forked from a forkserver holding an older environment."""
+
+    def read_setting(shard):
+        return [{"pid": os.getpid(), "setting": os.environ.get("ZEPHYR_TEST_SETTING", "<unset>")}]
+
+    def run(name):  # a scratch per run: the same plan again would be resumed from its checkpoints, not rerun
+        with execution(backend="processes", workers=2, scratch=str(tmp_path / name), summary=False, progress=False):
+            records = Dataset.from_iterable(read_setting, num_shards=4).collect()
+        return {r["setting"] for r in records}, {r["pid"] for r in records}
+
+    monkeypatch.setenv("ZEPHYR_TEST_SETTING", "first")
+    settings, first_pids = run("a")
+    assert settings == {"first"}
+    monkeypatch.setenv("ZEPHYR_TEST_SETTING", "second")
+    settings, pids = run("b")
+    assert settings == {"second"} and pids <= first_pids  # the same warm workers, the new value
+    monkeypatch.delenv("ZEPHYR_TEST_SETTING")
+    assert run("c")[0] == {"<unset>"}
 
 
 def test_user_error_names_op_shard_and_record(backend):

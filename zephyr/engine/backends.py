@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import sys
 import traceback
@@ -75,9 +76,11 @@ def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str
             payload = conn.recv_bytes()
         except (EOFError, OSError):
             return  # the driver is gone
-        task_sys_path, task = cloudpickle.loads(payload)
+        task_sys_path, task_environ, task = cloudpickle.loads(payload)
         if task_sys_path != sys.path:  # a warm worker follows the driver's path (e.g. a new script's folder)
             sys.path[:] = task_sys_path
+        if task_environ != os.environ:
+            _follow_environ(task_environ)
         try:
             message = ("ok", run_task(task))
         except Exception as error:  # noqa: BLE001
@@ -86,6 +89,18 @@ def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str
             conn.send_bytes(cloudpickle.dumps(message))
         except (BrokenPipeError, OSError):
             return
+
+
+def _follow_environ(environ: dict[str, str]) -> None:
+    """Make this worker's environment the driver's of the moment the task was sent.
+
+    Workers are forked from the forkserver, which keeps the environment it started with, and a warm
+    pool outlives runs: without this, credentials or an emulator host (``STORAGE_EMULATOR_HOST``) set
+    after the first run would never reach the tasks.
+    """
+    for name in [name for name in os.environ if name not in environ]:
+        del os.environ[name]
+    os.environ.update(environ)
 
 
 def _portable(error: Exception) -> Exception:
@@ -126,7 +141,7 @@ class ProcessBackend:
         if worker is None:
             raise RuntimeError("submit() called with every worker busy: check capacity first")
         worker.task = task
-        worker.conn.send_bytes(cloudpickle.dumps((list(sys.path), task)))
+        worker.conn.send_bytes(cloudpickle.dumps((list(sys.path), dict(os.environ), task)))
 
     def wait(self, timeout: float) -> list[Outcome]:
         busy = [w for w in self._workers if w.task is not None]
