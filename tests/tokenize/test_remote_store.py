@@ -164,6 +164,42 @@ def test_cache_is_filled_once_and_refetched_when_the_store_is_rewritten(corpus, 
     assert rewritten.window(3, 16).tolist() == open_store(local).window(3, 16).tolist()
 
 
+def test_rewrite_with_the_same_counts_is_fetched_again(corpus, bucket, scratch, tmp_path):
+    """Documents reordered in place and the store rewritten: the same counts, sources and settings, other
+    bytes. The manifest lists every data file's digest, so the cache cannot serve the old ids."""
+    inputs = str(corpus / "*.jsonl.zst")
+    url = f"gs://{bucket}/web"
+    _tokenize(inputs, url, scratch)
+    first = TokenStore(url)
+    before = [first.document(i).tolist() for i in range(first.num_documents)]
+    for part in corpus.glob("*.jsonl.zst"):
+        lines = zstandard.ZstdDecompressor().decompress(part.read_bytes()).splitlines()
+        part.write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(reversed(lines)) + b"\n"))
+    _tokenize(inputs, url, scratch, resume=False)
+    second = TokenStore(url)
+    assert (second.num_documents, second.num_tokens) == (first.num_documents, first.num_tokens)
+    assert second.path != first.path
+    after = [second.document(i).tolist() for i in range(second.num_documents)]
+    assert after != before and sorted(after) == sorted(before)
+    local = tmp_path / "reordered"
+    _tokenize(inputs, str(local), scratch)
+    assert after == [d.tolist() for d in map(open_store(local).document, range(second.num_documents))]
+
+
+def test_a_damaged_remote_file_is_refused_at_fetch(corpus, bucket, scratch, tmp_path):
+    """Same size, valid ids: only the digest tells; nothing is left in the cache."""
+    url = f"gs://{bucket}/damaged"
+    _tokenize(str(corpus / "*.jsonl.zst"), url, scratch)
+    fs, path = url_to_fs(f"{url}/shards/00001/tokens.bin")
+    data = bytearray(fs.cat_file(path))
+    data[0], data[1] = data[2], data[3]  # two token ids swapped
+    assert data != fs.cat_file(path)
+    fs.pipe_file(path, bytes(data))
+    with pytest.raises(ValueError, match=r"shards/00001/tokens.bin has XXH3-64 digest [0-9a-f]{16}, the manifest says"):
+        TokenStore(url)
+    assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
+
+
 _OPENER = textwrap.dedent("""
     import logging, sys, time
     from pathlib import Path

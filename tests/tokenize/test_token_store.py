@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 
 from zephyr.tokenize import TokenStore, inspect_store, open_store, token_dtype, verify_store
 from zephyr.tokenize.store import ShardWriter, completed_shard, write_manifest
@@ -113,6 +114,36 @@ def test_verify_reports_each_problem_with_its_shard(tmp_path):
     assert "shard shards/00000: tokens.bin has" in text
     assert "shard shards/00001: offsets decrease at document" in text
     assert "manifest documents 41 != sum over shards 40" in text
+
+
+def test_manifest_records_each_data_files_digest_and_verify_checks_it(tmp_path):
+    """A byte changed in place (same size, ids still valid, offsets intact) is caught by the digest alone."""
+    rng = np.random.default_rng(4)
+    root = _write_store(tmp_path / "s", [_docs(rng, 20, 50000), _docs(rng, 20, 50000)])
+    m = json.loads((root / "manifest.json").read_text())
+    for shard in m["shards"]:
+        for name in ("tokens.bin", "offsets.npy"):
+            assert shard["xxh3_64"][name] == xxhash.xxh3_64_hexdigest((root / shard["path"] / name).read_bytes())
+    assert json.loads((root / "shards/00001/shard.json").read_text())["xxh3_64"] == m["shards"][1]["xxh3_64"]
+    tokens = np.memmap(root / "shards/00001/tokens.bin", dtype=np.uint16, mode="r+")
+    tokens[5] = (int(tokens[5]) + 1) % 50000
+    tokens.flush()
+    del tokens
+    report = verify_store(root)
+    assert report.problems == (
+        f"shard shards/00001: tokens.bin has XXH3-64 digest {xxhash.xxh3_64_hexdigest((root / 'shards/00001/tokens.bin').read_bytes())}, "
+        f"the manifest says {m['shards'][1]['xxh3_64']['tokens.bin']} (changed after it was written)",
+    )
+
+
+def test_stores_without_digests_still_open_and_verify(tmp_path):
+    """Stores written before digests were recorded: nothing to check, everything else works."""
+    root = _write_store(tmp_path / "s", [_docs(np.random.default_rng(5), 10, 50000)])
+    m = json.loads((root / "manifest.json").read_text())
+    for shard in m["shards"]:
+        del shard["xxh3_64"]
+    (root / "manifest.json").write_text(json.dumps(m))
+    assert verify_store(root).ok and open_store(root).num_documents == 10
 
 
 def test_verify_catches_ids_beyond_vocab(tmp_path):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -247,20 +247,15 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
         val_manifest = write_manifest(join(out, "validation"),
                                       shards=[_relative(r["validation"], "validation/") for r in results],
                                       split="validation", skipped={}, **common)
-    manifest = write_manifest(out, shards=[_record(r["train"]) for r in results], split="train", skipped=skipped,
-                              **common)
+    manifest = write_manifest(out, shards=[ShardRecord.from_json(r["train"]) for r in results], split="train",
+                              skipped=skipped, **common)
     reused = sum(1 for r in results if r["reused"])
     return TokenizeResult(out, manifest, val_manifest, len(results) - reused, reused, dict(run.counters))
 
 
-def _record(d: dict[str, Any]) -> ShardRecord:
-    return ShardRecord(d["path"], int(d["documents"]), int(d["tokens"]), d["source"])
-
-
 def _relative(d: dict[str, Any], prefix: str) -> ShardRecord:
-    rec = _record(d)
-    return ShardRecord(rec.path[len(prefix):] if rec.path.startswith(prefix) else rec.path, rec.documents, rec.tokens,
-                       rec.source)
+    rec = ShardRecord.from_json(d)
+    return replace(rec, path=rec.path[len(prefix):]) if rec.path.startswith(prefix) else rec
 
 
 def _check_remote_output(url: str) -> None:

@@ -19,7 +19,8 @@ configured, are already inside each document.
 ``manifest.json`` fields: ``format`` ("zephyr-token-store"), ``version`` (1),
 ``dtype``, ``vocab_size``, ``documents``, ``tokens``, ``tokenizer`` (name,
 source, content_hash, vocab_size, bos/eos token and id, parse_special),
-``shards`` (list of {path, documents, tokens, source}), ``sources`` (input
+``shards`` (list of {path, documents, tokens, source, xxh3_64}, the last the
+XXH3-64 digest of each data file's bytes), ``sources`` (input
 globs), ``split`` ("train" or "validation"), ``config`` and ``config_hash``
 (the tokenization settings; a resumed run only reuses shards with the same
 hash), ``skipped`` (documents dropped, by reason).
@@ -43,14 +44,16 @@ shard in a local temporary directory and upload it on :meth:`ShardWriter.close`
 completion rules above hold unchanged. Readers cannot memory-map a bucket, so
 :class:`TokenStore` copies a remote store once into a local cache
 (``$ZEPHYR_STORE_CACHE``, default ``~/.cache/zephyr/stores``), one directory per
-URL and manifest content hash (a rewritten store is fetched again), filled
-under :func:`zephyr.engine.copy_once.run_once` so that the processes of one
-host copy it once, and maps it there.
+URL and manifest content hash (the manifest holds every data file's digest, so
+a store rewritten with other contents is fetched again), filled under
+:func:`zephyr.engine.copy_once.run_once` so that the processes of one host copy
+it once, and maps it there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -143,9 +146,17 @@ class ShardRecord:
     tokens: int
     source: str
     skipped: dict[str, int] = field(default_factory=dict, compare=False)  # input records left out, by reason
+    xxh3_64: dict[str, str] = field(default_factory=dict)  # data file name -> digest of its bytes (none in older stores)
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "documents": self.documents, "tokens": self.tokens, "source": self.source}
+        digests = {"xxh3_64": dict(self.xxh3_64)} if self.xxh3_64 else {}
+        return {"path": self.path, "documents": self.documents, "tokens": self.tokens, "source": self.source, **digests}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "ShardRecord":
+        """From a manifest entry or a ``shard.json`` (which also keeps ``skipped``)."""
+        return ShardRecord(d["path"], int(d["documents"]), int(d["tokens"]), str(d["source"]), dict(d.get("skipped", {})),
+                           dict(d.get("xxh3_64", {})))
 
 
 class ShardWriter:
@@ -182,6 +193,7 @@ class ShardWriter:
         self.config_hash = config_hash
         self._tmp = self.dir / f".tmp-{uuid.uuid4().hex}-tokens.bin"
         self._handle = open(self._tmp, "wb")
+        self._digest = xxhash.xxh3_64()  # of tokens.bin, as it is written
         self._ends: list[np.ndarray] = []
         self._tokens = 0
         self._documents = 0
@@ -206,7 +218,9 @@ class ShardWriter:
                 f"token id {int(flat.max())} >= vocab_size {self.vocab_size} while writing shard {self.location}; "
                 "the tokenizer and the store's vocab_size disagree."
             )
-        flat.astype(self.dtype, copy=False).tofile(self._handle)
+        ids = np.ascontiguousarray(flat, dtype=self.dtype)
+        ids.tofile(self._handle)
+        self._digest.update(ids)
         self._ends.append(self._tokens + np.cumsum(lengths))
         self._tokens += int(lengths.sum())
         self._documents += len(lengths)
@@ -222,12 +236,14 @@ class ShardWriter:
         """
         self._handle.close()
         ends = np.concatenate(self._ends) if self._ends else np.zeros(0, dtype=np.int64)
+        offsets = io.BytesIO()
+        np.save(offsets, ends.astype(np.int64, copy=False))
         offsets_tmp = self.dir / f".tmp-{uuid.uuid4().hex}-offsets.npy"
-        with open(offsets_tmp, "wb") as handle:
-            np.save(handle, ends.astype(np.int64, copy=False))
+        offsets_tmp.write_bytes(offsets.getvalue())
         os.replace(self._tmp, self.dir / "tokens.bin")
         os.replace(offsets_tmp, self.dir / "offsets.npy")
-        record = ShardRecord(self.relpath, self._documents, self._tokens, self.source, dict(skipped or {}))
+        digests = {"tokens.bin": self._digest.hexdigest(), "offsets.npy": xxhash.xxh3_64_hexdigest(offsets.getvalue())}
+        record = ShardRecord(self.relpath, self._documents, self._tokens, self.source, dict(skipped or {}), digests)
         info = {**record.to_json(), "dtype": self.dtype.name, "config_hash": self.config_hash, "skipped": record.skipped}
         if self.url is None:
             _atomic_json(self.dir / "shard.json", info)
@@ -277,7 +293,7 @@ def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_has
         return None
     if info.get("config_hash") != config_hash or size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
         return None
-    return ShardRecord(relpath, int(info["documents"]), int(info["tokens"]), str(info["source"]), dict(info.get("skipped", {})))
+    return ShardRecord.from_json({**info, "path": relpath})
 
 
 def write_manifest(store_root: str | os.PathLike[str], *, shards: Iterable[ShardRecord], dtype: np.dtype,
@@ -479,7 +495,8 @@ def materialize_store(url: str) -> Path:
     """The local copy of the remote store at ``url``, fetching it first unless the cache has it.
 
     The copy lives in ``store_cache_root() / <name>-<url hash>-<manifest hash>``: a store rewritten
-    at the same URL (a different ``manifest.json``) gets a new directory and is fetched again. The
+    at the same URL (a different ``manifest.json``, which lists every data file's digest) gets a new
+    directory and is fetched again (older copies stay: a process may still map them). The
     processes of one host fetch it once (:func:`zephyr.engine.copy_once.run_once`, lock under the
     cache root); the others wait and map the same copy.
     """
@@ -597,6 +614,19 @@ def _fetch_tree(url: str, manifest_bytes: bytes, dest: Path) -> None:
             raise ValueError(f"{join(url, shard['path'], 'offsets.npy')} has {entries} entries, the manifest says "
                              f"{shard['documents']} documents: the store is damaged or being rewritten; rerun "
                              "tokenize_dataset on it.")
+        for name, want in shard.get("xxh3_64", {}).items():
+            if (got := _file_digest(local / name)) != want:
+                raise ValueError(f"{join(url, shard['path'], name)} has XXH3-64 digest {got}, the manifest says {want}: "
+                                 "the store is damaged or being rewritten; rerun tokenize_dataset on it.")
+
+
+def _file_digest(path: Path) -> str:
+    """XXH3-64 hex digest of a file's bytes, as the manifest records it for each data file."""
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,6 +698,9 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
                 problems.append(f"{where}: last offset {int(ends[-1])} != manifest tokens {s['tokens']}")
         elif int(s["tokens"]):
             problems.append(f"{where}: no documents but {s['tokens']} tokens")
+        for name, want in s.get("xxh3_64", {}).items():
+            if (got := _file_digest(d / name)) != want:
+                problems.append(f"{where}: {name} has XXH3-64 digest {got}, the manifest says {want} (changed after it was written)")
         if check_ids and tb.is_file() and tb.stat().st_size == expected and expected:
             arr = np.memmap(tb, dtype=store.dtype, mode="r")
             top = max(int(arr[i : i + (1 << 24)].max()) for i in range(0, len(arr), 1 << 24))
