@@ -250,3 +250,10 @@ def test_ties_across_shards_keep_input_order(tmp_path):
         ).collect()
     assert first == [shards[0][0]]
     assert ordered == [values]
+
+
+def test_combiner_that_emits_nothing_leaves_no_run(tmp_path):
+    """A combiner returning None for every key empties the flush: no run file, no records, no crash."""
+    with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False):
+        out = Dataset.from_list(list(range(10))).group_by(lambda r: r % 3, lambda k, items: k, combiner=lambda k, items: None)
+        assert out.collect() == []

@@ -182,7 +182,8 @@ class ScatterWriter:
         order = pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names]).to_numpy()
         if self.spec.combiner is not None:
             table, order = self._combine(table.take(order)), None
-        self.runs.append(_write_run(table, order, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
+        if table.num_rows:  # a combiner may emit nothing
+            self.runs.append(_write_run(table, order, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
 
     def close(self) -> list[RunFile]:
         self.flush()
