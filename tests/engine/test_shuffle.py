@@ -257,3 +257,26 @@ def test_combiner_that_emits_nothing_leaves_no_run(tmp_path):
     with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False):
         out = Dataset.from_list(list(range(10))).group_by(lambda r: r % 3, lambda k, items: k, combiner=lambda k, items: None)
         assert out.collect() == []
+
+
+@pytest.mark.parametrize("chunk_rows, chunk_bytes", [(7, 4096), (100_000, 700), (1, 1 << 30)])
+def test_group_walk_over_joined_and_cut_blocks_gives_the_same_groups(tmp_path, monkeypatch, chunk_rows, chunk_bytes):
+    """The group walk joins small merged blocks and cuts large ones; groups then span chunks, and come out
+    the same whichever way the rows were chunked."""
+    from zephyr.engine import shuffle
+
+    rng = random.Random(5)
+    records = [(rng.randint(0, 40), rng.randint(0, 3), i, "v" * rng.randint(0, 80)) for i in range(3000)]
+    runs = _runs_of(records, tmp_path, key=lambda r: r[0], sort_by=lambda r: r[1])
+
+    def groups():
+        blocks = merged_blocks(runs, 0, memory_budget=64 * MB, spill_dir=str(tmp_path / "s"))
+        return [(key, [r[2] for r in items]) for key, items in iter_groups(blocks)]
+
+    want = groups()
+    monkeypatch.setattr(shuffle, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(shuffle, "_CHUNK_BYTES", chunk_bytes)
+    assert groups() == want
+    in_run_order = [r for shard in range(3) for r in records[shard::3]]
+    for key, ids in want:
+        assert ids == [r[2] for r in sorted((r for r in in_run_order if r[0] == key), key=lambda r: r[1])]

@@ -10,9 +10,9 @@ IPC run file whose record batches each hold a single target. The per-target batc
 Gather (reduce side) for target t opens the batches of t in every run, one batch per run in memory, and
 k-way merges them a block at a time in Arrow: each round emits every loaded row up to the smallest last row
 of the runs' current batches, sorted together by a stable sort, so ties keep run order and then each run's
-own order. Groups are found per block with numpy and their values unpickled lazily. When more runs exist
-than fit in its memory budget, it first merges groups of runs into longer runs on disk (an external merge),
-so memory never depends on the input size.
+own order. Groups are found a chunk of merged rows at a time (one Arrow comparison of adjacent keys) and
+their values unpickled lazily. When more runs exist than fit in its memory budget, it first merges groups
+of runs into longer runs on disk (an external merge), so memory never depends on the input size.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ _SCHEMA = pa.schema(
 )
 _ROW_OVERHEAD = 200  # Python object headers and list slots per buffered row, beyond the payload
 _BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
+_CHUNK_ROWS = 1024  # a gather walks groups over at least this many merged rows at once
+_CHUNK_BYTES = 4 * _BATCH_BYTES  # ... and at most about this many bytes
 _ADD_BATCH_ROWS = 4096  # rows of an Arrow batch scattered at once
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)  # a run batch is small: threads cost more than they save
@@ -270,17 +272,31 @@ def _write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
 
 def _row_bytes(rows: pa.Table | pa.RecordBatch) -> np.ndarray:
     """Per row, the bytes a run's sidecar counts: key plus pickled value."""
-    value, key = (pc.binary_length(rows.column(name), memory_pool=_POOL) for name in ("value", "key"))
-    return pc.add(value, key, memory_pool=_POOL).to_numpy()
+    return _lengths(rows.column("key")) + _lengths(rows.column("value"))
 
 
-def _batch_edges(sizes: np.ndarray) -> list[int]:
-    """Row offsets `[0, ..., len(sizes)]` that cut rows of these byte sizes into pieces of ~_BATCH_BYTES:
-    a cut falls after the row where the running byte count crosses each multiple of _BATCH_BYTES."""
-    if len(sizes) == 0:
-        return [0]
+def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The byte length of each item of a large_binary column, read off its offsets (no compute call:
+    a merge asks this of many small blocks)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = [
+        np.diff(np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset : chunk.offset + len(chunk) + 1])
+        for chunk in chunks
+        if len(chunk)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _batch_edges(sizes: np.ndarray, limit: int | None = None) -> list[int]:
+    """Row offsets `[0, ..., len(sizes)]` that cut rows of these byte sizes into pieces of ~`limit` bytes
+    (_BATCH_BYTES): a cut falls after the row where the running byte count crosses each multiple of it."""
+    limit = limit or _BATCH_BYTES
     cumulative = np.cumsum(sizes)
-    cuts = np.searchsorted(cumulative, np.arange(_BATCH_BYTES, int(cumulative[-1]), _BATCH_BYTES), side="left") + 1
+    if len(sizes) == 0 or cumulative[-1] <= limit:
+        return [0, len(sizes)] if len(sizes) else [0]
+    cuts = np.searchsorted(cumulative, np.arange(limit, int(cumulative[-1]), limit), side="left") + 1
     return sorted({0, *cuts.tolist(), len(sizes)})
 
 
@@ -339,7 +355,7 @@ class _Cursor:
         self._batches = _segment_batches(run, target)
         self.batch: pa.RecordBatch | None = None
         self.pos = 0
-        self.khash = np.empty(0, np.uint64)  # the batch's key hashes
+        self.khash: list[int] = []  # the batch's key hashes (a list: bisect on it beats numpy per call)
         self.last: tuple[int, bytes, bytes] = (0, b"", b"")  # the batch's last (key hash, key, sort key)
         self.next_batch()
 
@@ -349,16 +365,18 @@ class _Cursor:
             if batch.num_rows:
                 n = batch.num_rows - 1
                 self.batch, self.pos = batch, 0
-                self.khash = batch.column(1).to_numpy()
-                self.last = (int(self.khash[n]), batch.column(2)[n].as_py(), batch.column(3)[n].as_py())
+                self.khash = batch.column(1).to_pylist()
+                self.last = (self.khash[n], batch.column(2)[n].as_py(), batch.column(3)[n].as_py())
                 return True
         self.batch = None
         return False
 
     def take_through(self, bound: tuple[int, bytes, bytes], inclusive: bool) -> pa.RecordBatch | None:
         """Consume the batch's rows below `bound` (and equal to it when `inclusive`); they are a prefix."""
-        lo = max(self.pos, int(np.searchsorted(self.khash, np.uint64(bound[0]), side="left")))
-        hi = int(np.searchsorted(self.khash, np.uint64(bound[0]), side="right"))
+        if self.khash[self.pos] > bound[0]:
+            return None
+        lo = bisect.bisect_left(self.khash, bound[0], self.pos)
+        hi = bisect.bisect_right(self.khash, bound[0], lo)
         end = lo
         if hi > lo:  # rows with the bound's key hash: compare (key, sort key) themselves
             keys, sorts = self.batch.column(2), self.batch.column(3)
@@ -414,45 +432,71 @@ def _spill(blocks: Iterator[pa.RecordBatch], target: int, url: str) -> RunFile:
     return RunFile(url, {target: (0, batches, count, total)})
 
 
-def _pieces(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[tuple[int, bytes], list[bytes]]]:
-    """((key hash, key), pickled values) for each stretch of one group's rows within a block; a group
-    spanning blocks gives consecutive pieces with the same (key hash, key). Values become Python bytes
-    ~_BATCH_BYTES at a time."""
+def _pieces(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, list[bytes]]]:
+    """(key, pickled values) for each stretch of one group's rows within a chunk of merged rows; a group
+    spanning chunks gives consecutive pieces with the same key."""
+    for rows in _chunks(blocks):
+        keys = rows.column(2)
+        starts = _group_starts(keys)
+        heads = pc.take(keys, starts, memory_pool=_POOL).to_pylist()
+        values = rows.column(4).to_pylist()
+        bounds = starts.tolist()
+        bounds.append(len(values))
+        for key, start, end in zip(heads, bounds, bounds[1:]):
+            yield key, values[start:end]
+
+
+def _chunks(blocks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The blocks again, small ones joined up to _CHUNK_ROWS rows and large ones cut to ~_CHUNK_BYTES: a
+    group walk costs a few Arrow calls per chunk, and its values become Python bytes a chunk at a time."""
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
     for block in blocks:
-        edges = _batch_edges(_row_bytes(block))
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            rows = block.slice(lo, hi - lo)
-            khash = rows.column(1).to_numpy()
-            keys = rows.column(2)
-            starts = _group_starts(khash, keys)
-            heads = zip(khash[starts].tolist(), pc.take(keys, starts, memory_pool=_POOL).to_pylist())
-            values = rows.column(4).to_pylist()
-            bounds = starts.tolist()
-            bounds.append(len(values))
-            for head, start, end in zip(heads, bounds, bounds[1:]):
-                yield head, values[start:end]
+        block_size = _span(block.column(2)) + _span(block.column(4))
+        if pending and (size + block_size > _CHUNK_BYTES or rows >= _CHUNK_ROWS):
+            yield _joined(pending)
+            pending, rows, size = [], 0, 0
+        if block_size > _CHUNK_BYTES:
+            edges = _batch_edges(_row_bytes(block), _CHUNK_BYTES)
+            yield from (block.slice(lo, hi - lo) for lo, hi in zip(edges[:-1], edges[1:]))
+            continue
+        pending.append(block)
+        rows += block.num_rows
+        size += block_size
+    if pending:
+        yield _joined(pending)
 
 
-def _group_starts(khash: np.ndarray, keys: pa.Array) -> np.ndarray:
-    """Indices of the rows of a sorted block that start a new (key hash, key); row 0 always does."""
-    new = np.empty(len(khash), bool)
-    new[0] = True
-    np.not_equal(khash[1:], khash[:-1], out=new[1:])
-    same_hash = np.flatnonzero(~new[1:]) + 1
-    if len(same_hash):  # equal hashes: the keys decide (distinct keys may collide)
-        pairs = (pc.take(keys, rows, memory_pool=_POOL) for rows in (same_hash, same_hash - 1))
-        new[same_hash] = pc.not_equal(*pairs, memory_pool=_POOL).to_numpy(zero_copy_only=False)
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches, memory_pool=_POOL)
+
+
+def _span(column: pa.Array) -> int:
+    """Bytes of data a large_binary array covers, from its first and last offsets."""
+    if len(column) == 0:
+        return 0
+    offsets = np.frombuffer(column.buffers()[1], np.int64)
+    return int(offsets[column.offset + len(column)] - offsets[column.offset])
+
+
+def _group_starts(keys: pa.Array) -> np.ndarray:
+    """Indices of the rows of a sorted block whose key differs from the row before; row 0 always does.
+    Rows are sorted by (key hash, key), so equal keys are adjacent."""
+    new = np.ones(len(keys), bool)
+    if len(keys) > 1:
+        differs = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1), memory_pool=_POOL)
+        new[1:] = differs.to_numpy(zero_copy_only=False)
     return np.flatnonzero(new)
 
 
 def iter_groups(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, Iterator[Any]]]:
     """(key, values iterator) per distinct key of merged blocks; values are unpickled lazily."""
     for _, pieces in itertools.groupby(_pieces(blocks), key=operator.itemgetter(0)):
-        (_, key), values = next(pieces)
+        key, values = next(pieces)
         yield decode(key), _unpickled(values, pieces)
 
 
-def _unpickled(values: list[bytes], more: Iterator[tuple[tuple[int, bytes], list[bytes]]]) -> Iterator[Any]:
+def _unpickled(values: list[bytes], more: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[Any]:
     yield from map(pickle.loads, values)
     for _, values in more:
         yield from map(pickle.loads, values)
