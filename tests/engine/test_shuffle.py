@@ -7,7 +7,7 @@ import random
 import pytest
 
 from zephyr import Dataset, execution
-from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec, iter_groups, merged_rows
+from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec, iter_groups, merged_blocks
 from zephyr.engine.sortkey import decode, encode
 
 MB = 1 << 20
@@ -35,8 +35,8 @@ def test_external_merge_when_runs_exceed_fan_in(tmp_path):
         writer.add(r)
     runs = writer.close()
     assert len(runs) > 10
-    rows = merged_rows(runs, 0, memory_budget=2 << 20, spill_dir=str(tmp_path / "spill"))
-    groups = {key: [r[1] for r in items] for key, items in iter_groups(rows)}
+    blocks = merged_blocks(runs, 0, memory_budget=2 << 20, spill_dir=str(tmp_path / "spill"))
+    groups = {key: [r[1] for r in items] for key, items in iter_groups(blocks)}
     assert any(p.name.startswith("merge-") for p in (tmp_path / "spill").iterdir()), "no intermediate merge ran"
     expected: dict[int, list[int]] = {}
     for r in records:
@@ -135,3 +135,148 @@ def test_group_by_on_fields_scatters_arrow_batches_and_matches_key_functions(tmp
         by_int = Dataset.from_files(str(tmp_path / "*.parquet")).group_by("n", lambda k, items: (k, sum(1 for _ in items))).collect()
     assert got == want and len(got) > 100
     assert sorted(by_int) == sorted((k, sum(1 for r in want for v in r["n"] if v == k)) for k in range(-5, 5))
+
+
+# ------------------------------------------------------------------------------------- the merge
+def _runs_of(records, tmp_path, *, key, sort_by=None, flush_bytes=16 << 10, shards=3):
+    """Scatter `records` over `shards` writers into one target: many small sorted runs."""
+    runs = []
+    for shard in range(shards):
+        writer = ScatterWriter(
+            ShuffleSpec(1, key=key, sort_by=sort_by), str(tmp_path / f"runs-{shard}"), shard=shard, flush_bytes=flush_bytes
+        )
+        for record in records[shard::shards]:
+            writer.add(record)
+        runs += writer.close()
+    return runs
+
+
+def _reference_rows(runs):
+    """The merge's definition: every row of every run, ordered by (key hash, key, sort key), ties by
+    run index and then by the row's place in its run (Python's sort is stable)."""
+    import pyarrow as pa
+
+    rows = []
+    for run in runs:
+        first, end, _, _ = run.segments[0]
+        reader = pa.ipc.open_file(run.url)
+        for i in range(first, end):
+            batch = reader.get_batch(i)
+            rows += zip(*(batch.column(name).to_pylist() for name in ("khash", "key", "sort", "value")))
+    return sorted(rows, key=lambda r: r[:3])
+
+
+def _merged_rows(runs, tmp_path, budget):
+    rows = []
+    for block in merged_blocks(runs, 0, memory_budget=budget, spill_dir=str(tmp_path / "spill")):
+        rows += zip(*(block.column(name).to_pylist() for name in ("khash", "key", "sort", "value")))
+    return rows
+
+
+@pytest.mark.parametrize("budget", [64 * MB, 2048], ids=["one-merge", "spilled"])
+def test_merge_order_is_key_then_sort_then_run_then_row(tmp_path, monkeypatch, budget):
+    """Few keys and sort keys: ties in (key, sort key) within runs and across runs. Tiny batches so runs
+    hold many and groups span batches; a 2 KB budget (fan-in 2) makes intermediate merges spill to disk."""
+    from zephyr.engine import shuffle
+
+    monkeypatch.setattr(shuffle, "_BATCH_BYTES", 256)
+    rng = random.Random(7)
+    records = [(rng.randint(0, 6), rng.randint(0, 3), i) for i in range(4000)]
+    runs = _runs_of(records, tmp_path, key=lambda r: r[0], sort_by=lambda r: r[1], flush_bytes=8 << 10)
+    assert len(runs) > 20
+    got = _merged_rows(runs, tmp_path, budget)
+    assert got == _reference_rows(runs)
+    spilled = (tmp_path / "spill").exists() and any((tmp_path / "spill").iterdir())
+    assert spilled == (budget == 2048)
+
+
+def test_merge_with_colliding_key_hashes_keeps_keys_apart(tmp_path, monkeypatch):
+    """Distinct keys with one hash (forced): the merge and the group walk compare the keys themselves."""
+    from zephyr.engine import shuffle
+
+    monkeypatch.setattr(shuffle, "_key_hash", lambda key_bytes: len(key_bytes) % 2)
+    monkeypatch.setattr(shuffle, "_BATCH_BYTES", 512)
+    rng = random.Random(3)
+    records = [(rng.choice(["a", "b", "cc", "dd", "e" * 5]), rng.randint(0, 2), i) for i in range(3000)]
+    runs = _runs_of(records, tmp_path, key=lambda r: r[0], sort_by=lambda r: r[1])
+    assert _merged_rows(runs, tmp_path, 64 * MB) == _reference_rows(runs)
+    blocks = merged_blocks(runs, 0, memory_budget=MB, spill_dir=str(tmp_path / "s"))
+    groups = [(key, list(items)) for key, items in iter_groups(blocks)]
+    assert [key for key, _ in groups] == sorted({r[0] for r in records}, key=lambda k: (len(encode(k)) % 2, encode(k)))
+    in_run_order = [r for shard in range(3) for r in records[shard::3]]  # a shard's runs are in input order
+    for key, items in groups:
+        assert items == sorted((r for r in in_run_order if r[0] == key), key=lambda r: r[1])  # stable: ties keep it
+
+
+def test_iter_groups_over_mixed_and_none_keys_matches_a_plain_sort(tmp_path, monkeypatch):
+    """Keys of several types (None, bool, int, float, str, bytes, tuple) and None sort keys in one shuffle;
+    a reducer may leave a group's values unread (the next group still starts right)."""
+    from zephyr.engine import shuffle
+
+    monkeypatch.setattr(shuffle, "_BATCH_BYTES", 1024)
+    rng = random.Random(11)
+    pool = [None, True, 0, 1, -5, 2.5, "x", "", ("t", 1), ("t", None), b"\x00b"]
+    records = [{"k": rng.choice(pool), "s": rng.choice([None, 1, 2]), "i": i} for i in range(3000)]
+    runs = _runs_of(records, tmp_path, key=lambda r: r["k"], sort_by=lambda r: r["s"], flush_bytes=4 << 10)
+    got = []
+    blocks = merged_blocks(runs, 0, memory_budget=MB, spill_dir=str(tmp_path / "s"))
+    for n, (key, items) in enumerate(iter_groups(blocks)):
+        if n % 3 == 1:
+            got.append((key, [next(items)["i"]]))  # read one value, leave the rest unread
+        else:
+            got.append((key, [r["i"] for r in items]))
+    in_run_order = [r for shard in range(3) for r in records[shard::3]]  # a shard's runs are in input order
+    by_key: dict[bytes, list[dict]] = {}
+    for r in sorted(in_run_order, key=lambda r: encode(r["s"])):  # stable: ties keep run order
+        by_key.setdefault(encode(r["k"]), []).append(r)
+    hash_order = sorted(by_key, key=lambda k: (shuffle._key_hash(k), k))
+    assert [encode(key) for key, _ in got] == hash_order and len(got) == len(pool)
+    for n, (key, ids) in enumerate(got):
+        want = [r["i"] for r in by_key[encode(key)]]
+        assert ids == (want[:1] if n % 3 == 1 else want), key
+        assert type(key) is type(by_key[encode(key)][0]["k"])
+
+
+def test_ties_across_shards_keep_input_order(tmp_path):
+    """Equal keys and sort keys from different shards come out in shard order (the runs' order), not in
+    the order of their pickled bytes: deduplicate keeps the first record in input order."""
+    values = ["zz shard 0", "aa shard 1", "mm shard 2"]
+    shards = {shard: [{"k": 1, "s": 0, "v": v}] for shard, v in enumerate(values)}
+    source = Dataset.from_iterable(lambda shard: iter(shards[shard]), num_shards=3)
+    with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False):
+        first = source.deduplicate(lambda r: r["k"]).collect()
+        ordered = source.group_by(
+            lambda r: r["k"], lambda k, items: [r["v"] for r in items], sort_by=lambda r: r["s"]
+        ).collect()
+    assert first == [shards[0][0]]
+    assert ordered == [values]
+
+
+def test_combiner_that_emits_nothing_leaves_no_run(tmp_path):
+    """A combiner returning None for every key empties the flush: no run file, no records, no crash."""
+    with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False):
+        out = Dataset.from_list(list(range(10))).group_by(lambda r: r % 3, lambda k, items: k, combiner=lambda k, items: None)
+        assert out.collect() == []
+
+
+@pytest.mark.parametrize("chunk_rows, chunk_bytes", [(7, 4096), (100_000, 700), (1, 1 << 30)])
+def test_group_walk_over_joined_and_cut_blocks_gives_the_same_groups(tmp_path, monkeypatch, chunk_rows, chunk_bytes):
+    """The group walk joins small merged blocks and cuts large ones; groups then span chunks, and come out
+    the same whichever way the rows were chunked."""
+    from zephyr.engine import shuffle
+
+    rng = random.Random(5)
+    records = [(rng.randint(0, 40), rng.randint(0, 3), i, "v" * rng.randint(0, 80)) for i in range(3000)]
+    runs = _runs_of(records, tmp_path, key=lambda r: r[0], sort_by=lambda r: r[1])
+
+    def groups():
+        blocks = merged_blocks(runs, 0, memory_budget=64 * MB, spill_dir=str(tmp_path / "s"))
+        return [(key, [r[2] for r in items]) for key, items in iter_groups(blocks)]
+
+    want = groups()
+    monkeypatch.setattr(shuffle, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(shuffle, "_CHUNK_BYTES", chunk_bytes)
+    assert groups() == want
+    in_run_order = [r for shard in range(3) for r in records[shard::3]]
+    for key, ids in want:
+        assert ids == [r[2] for r in sorted((r for r in in_run_order if r[0] == key), key=lambda r: r[1])]

@@ -8,14 +8,18 @@ IPC run file whose record batches each hold a single target. The per-target batc
 (the run's sidecar) travel back to the driver with the task result.
 
 Gather (reduce side) for target t opens the batches of t in every run, one batch per run in memory, and
-k-way merges them; when more runs exist than fit in its memory budget, it first merges groups of runs into
-longer runs on disk (an external merge), so memory never depends on the input size.
+k-way merges them a block at a time in Arrow: each round emits every loaded row up to the smallest last row
+of the runs' current batches, sorted together by a stable sort, so ties keep run order and then each run's
+own order. Groups are found a chunk of merged rows at a time (one Arrow comparison of adjacent keys) and
+their values unpickled lazily. When more runs exist than fit in its memory budget, it first merges groups
+of runs into longer runs on disk (an external merge), so memory never depends on the input size.
 """
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import itertools
+import operator
 import os
 import pickle
 import uuid
@@ -32,7 +36,7 @@ from zephyr.engine.fs import join, url_to_fs
 from zephyr.engine.expr import Column
 from zephyr.engine.sortkey import decode, encode, encode_column
 
-__all__ = ["ShuffleSpec", "RunFile", "ScatterWriter", "merged_rows", "iter_groups", "iter_values"]
+__all__ = ["ShuffleSpec", "RunFile", "ScatterWriter", "merged_blocks", "iter_groups", "iter_values"]
 
 _SCHEMA = pa.schema(
     [
@@ -45,8 +49,17 @@ _SCHEMA = pa.schema(
 )
 _ROW_OVERHEAD = 200  # Python object headers and list slots per buffered row, beyond the payload
 _BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
+_CHUNK_ROWS = 1024  # a gather walks groups over at least this many merged rows at once
+_CHUNK_BYTES = 4 * _BATCH_BYTES  # ... and at most about this many bytes
 _ADD_BATCH_ROWS = 4096  # rows of an Arrow batch scattered at once
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+_IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)  # a run batch is small: threads cost more than they save
+# Arrow memory of the gather comes from the system allocator: mimalloc (Arrow's default) keeps freed pages
+# committed for a while, and the merge frees a block every round; in test_shuffle's memory test that
+# raised a gather's peak RSS by ~50 MB. The system allocator hands them back, at no measured speed cost.
+# What earlier tasks (a scatter) left in mimalloc's cache is released when a gather starts: the gather no
+# longer reuses those pages, and keeping them occasionally added 20-30 MB to its peak.
+_POOL = pa.system_memory_pool()
 
 
 @dataclass(frozen=True)
@@ -171,7 +184,8 @@ class ScatterWriter:
         order = pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names]).to_numpy()
         if self.spec.combiner is not None:
             table, order = self._combine(table.take(order)), None
-        self.runs.append(_write_run(table, order, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
+        if table.num_rows:  # a combiner may emit nothing
+            self.runs.append(_write_run(table, order, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
 
     def close(self) -> list[RunFile]:
         self.flush()
@@ -239,60 +253,80 @@ def _write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
         order = np.arange(table.num_rows)
     segments: dict[int, tuple[int, int, int, int]] = {}
     targets = table.column("target").to_numpy()[order]
-    sizes = pc.add(pc.binary_length(table.column("value")), pc.binary_length(table.column("key"))).to_numpy()[order]
+    sizes = _row_bytes(table)[order]
     bounds = np.flatnonzero(np.diff(targets)) + 1
     starts = np.concatenate([[0], bounds]).astype(np.int64)
     ends = np.concatenate([bounds, [len(targets)]]).astype(np.int64)
     with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA, options=_IPC_OPTIONS) as writer:
         batch_index = 0
         for start, end in zip(starts.tolist(), ends.tolist()):
-            cumulative = np.cumsum(sizes[start:end])
-            total = int(cumulative[-1])
-            # cut the segment where its running byte count crosses each multiple of _BATCH_BYTES
-            cuts = np.searchsorted(cumulative, np.arange(_BATCH_BYTES, total, _BATCH_BYTES), side="left") + 1
-            edges = sorted({0, *cuts.tolist(), end - start})
+            edges = _batch_edges(sizes[start:end])
             first = batch_index
             for lo, hi in zip(edges[:-1], edges[1:]):
-                if hi > lo:
-                    batch = table.take(pa.array(order[start + lo : start + hi])).combine_chunks()
-                    writer.write_batch(batch.to_batches()[0])
-                    batch_index += 1
-            segments[int(targets[start])] = (first, batch_index, end - start, total)
+                batch = table.take(pa.array(order[start + lo : start + hi])).combine_chunks()
+                writer.write_batch(batch.to_batches()[0])
+                batch_index += 1
+            segments[int(targets[start])] = (first, batch_index, end - start, int(sizes[start:end].sum()))
     return RunFile(url, segments)
 
 
-def _read_segment(run: RunFile, target: int) -> Iterator[tuple[int, bytes, bytes, bytes]]:
-    """Rows (khash, key, sort, value) of `target` in `run`, one record batch in memory at a time."""
+def _row_bytes(rows: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """Per row, the bytes a run's sidecar counts: key plus pickled value."""
+    return _lengths(rows.column("key")) + _lengths(rows.column("value"))
+
+
+def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The byte length of each item of a large_binary column, read off its offsets (no compute call:
+    a merge asks this of many small blocks)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = [
+        np.diff(np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset : chunk.offset + len(chunk) + 1])
+        for chunk in chunks
+        if len(chunk)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _batch_edges(sizes: np.ndarray, limit: int | None = None) -> list[int]:
+    """Row offsets `[0, ..., len(sizes)]` that cut rows of these byte sizes into pieces of ~`limit` bytes
+    (_BATCH_BYTES): a cut falls after the row where the running byte count crosses each multiple of it."""
+    limit = limit or _BATCH_BYTES
+    cumulative = np.cumsum(sizes)
+    if len(sizes) == 0 or cumulative[-1] <= limit:
+        return [0, len(sizes)] if len(sizes) else [0]
+    cuts = np.searchsorted(cumulative, np.arange(limit, int(cumulative[-1]), limit), side="left") + 1
+    return sorted({0, *cuts.tolist(), len(sizes)})
+
+
+def _segment_batches(run: RunFile, target: int) -> Iterator[pa.RecordBatch]:
+    """The record batches of `target` in `run` (sorted within the run), one in memory at a time."""
     segment = run.segments.get(target)
     if segment is None:
         return
     first, end, _, _ = segment
     fs, path = url_to_fs(run.url)
     with fs.open(path, "rb") as handle:
-        reader = pa.ipc.open_file(handle)
+        reader = pa.ipc.open_file(handle, options=_IPC_READ, memory_pool=_POOL)
         for i in range(first, end):
-            batch = reader.get_batch(i)
-            yield from zip(
-                batch.column(1).to_pylist(),
-                batch.column(2).to_pylist(),
-                batch.column(3).to_pylist(),
-                batch.column(4).to_pylist(),
-            )
-            del batch
+            yield reader.get_batch(i)
 
 
-def merged_rows(
+def merged_blocks(
     runs: list[RunFile], target: int, *, memory_budget: int, spill_dir: str, ordered: bool = True
-) -> Iterator[tuple[int, bytes, bytes, bytes]]:
-    """All rows of `target` across `runs`, sorted by (key hash, key, sort key); ties keep run order.
+) -> Iterator[pa.RecordBatch]:
+    """All rows of `target` across `runs` as record batches (columns of _SCHEMA), in the order of
+    (key hash, key, sort key); ties keep run order, then each run's own order. A group may span batches.
 
     With ordered=False (reshard) the runs are concatenated. Merges at most `fan_in` runs at once, where
     fan_in is what fits in `memory_budget`; more runs are first merged into intermediate runs on disk.
     """
     runs = [r for r in runs if target in r.segments]
+    pa.default_memory_pool().release_unused()  # see _POOL
     if not ordered:
         for run in runs:
-            yield from _read_segment(run, target)
+            yield from _segment_batches(run, target)
         return
     fan_in = max(2, memory_budget // (4 * _BATCH_BYTES))
     level = 0
@@ -310,61 +344,169 @@ def merged_rows(
     yield from _merge(runs, target)
 
 
-def _merge(runs: list[RunFile], target: int) -> Iterator[tuple[int, bytes, bytes, bytes]]:
-    if len(runs) == 1:
-        yield from _read_segment(runs[0], target)
-        return
-    # (khash, key, sort, run index, value): equal (khash, key, sort) rows come out in run order, and
-    # heapq.merge keeps each run's own order.
-    streams = [
-        ((khash, key, sort, index, value) for khash, key, sort, value in _read_segment(run, target))
-        for index, run in enumerate(runs)
-    ]
-    for khash, key, sort, _, value in heapq.merge(*streams):
-        yield khash, key, sort, value
+_SORT_KEYS = [("khash", "ascending"), ("key", "ascending"), ("sort", "ascending")]
 
 
-def _spill(rows: Iterator[tuple[int, bytes, bytes, bytes]], target: int, url: str) -> RunFile:
+class _Cursor:
+    """One run's rows of a target during a merge: its current batch and the first row not yet merged."""
+
+    def __init__(self, run: RunFile, target: int, index: int) -> None:
+        self.index = index
+        self._batches = _segment_batches(run, target)
+        self.batch: pa.RecordBatch | None = None
+        self.pos = 0
+        self.khash: list[int] = []  # the batch's key hashes (a list: bisect on it beats numpy per call)
+        self.last: tuple[int, bytes, bytes] = (0, b"", b"")  # the batch's last (key hash, key, sort key)
+        self.next_batch()
+
+    def next_batch(self) -> bool:
+        """Load the run's next batch; False when the run is exhausted."""
+        for batch in self._batches:
+            if batch.num_rows:
+                n = batch.num_rows - 1
+                self.batch, self.pos = batch, 0
+                self.khash = batch.column(1).to_pylist()
+                self.last = (self.khash[n], batch.column(2)[n].as_py(), batch.column(3)[n].as_py())
+                return True
+        self.batch = None
+        return False
+
+    def take_through(self, bound: tuple[int, bytes, bytes], inclusive: bool) -> pa.RecordBatch | None:
+        """Consume the batch's rows below `bound` (and equal to it when `inclusive`); they are a prefix."""
+        if self.khash[self.pos] > bound[0]:
+            return None
+        lo = bisect.bisect_left(self.khash, bound[0], self.pos)
+        hi = bisect.bisect_right(self.khash, bound[0], lo)
+        end = lo
+        if hi > lo:  # rows with the bound's key hash: compare (key, sort key) themselves
+            keys, sorts = self.batch.column(2), self.batch.column(3)
+            search = bisect.bisect_right if inclusive else bisect.bisect_left
+            end = lo + search(range(lo, hi), bound[1:], key=lambda i: (keys[i].as_py(), sorts[i].as_py()))
+        if end <= self.pos:
+            return None
+        rows = self.batch.slice(self.pos, end - self.pos)
+        self.pos = end
+        return rows
+
+
+def _merge(runs: list[RunFile], target: int) -> Iterator[pa.RecordBatch]:
+    """k-way merge of sorted runs, a block of rows at a time, with one batch per run in memory.
+
+    Rows order by (key hash, key, sort key, run index, row). Each round takes the smallest last row among
+    the runs' current batches, (row, run) = B: every row not yet loaded is above B, so all loaded rows
+    up to B can be emitted, sorted together in Arrow (a stable sort of the runs' prefixes concatenated in
+    run order keeps the tie order). The run that holds B empties its batch, so each round makes progress.
+    """
+    cursors = [c for c in (_Cursor(run, target, i) for i, run in enumerate(runs)) if c.batch is not None]
+    while len(cursors) > 1:
+        lowest = min(cursors, key=lambda c: (c.last, c.index))
+        taken = (c.take_through(lowest.last, inclusive=c.index <= lowest.index) for c in cursors)
+        parts = [part for part in taken if part is not None]
+        if len(parts) == 1:
+            yield parts[0]
+        else:
+            block = pa.concat_batches(parts, memory_pool=_POOL)
+            yield pc.take(block, pc.sort_indices(block, sort_keys=_SORT_KEYS, memory_pool=_POOL), memory_pool=_POOL)
+        cursors = [c for c in cursors if c.pos < c.batch.num_rows or c.next_batch()]
+    for cursor in cursors:  # one run left: its rows are already in order
+        yield cursor.batch.slice(cursor.pos)
+        while cursor.next_batch():
+            yield cursor.batch
+
+
+def _spill(blocks: Iterator[pa.RecordBatch], target: int, url: str) -> RunFile:
     fs, path = url_to_fs(url)
     fs.makedirs(os.path.dirname(path), exist_ok=True)
     batches = 0
     count = 0
     total = 0
     with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA, options=_IPC_OPTIONS) as writer:
-        while True:
-            chunk = []
-            acc = 0
-            for row in rows:
-                chunk.append(row)
-                acc += len(row[1]) + len(row[3])
-                if acc >= _BATCH_BYTES:
-                    break
-            if not chunk:
-                break
-            khash, key, sort, value = zip(*chunk)
-            arrays = [
-                pa.array([target] * len(chunk), pa.int32()),
-                pa.array(khash, pa.uint64()),
-                _binary_column(list(key)),
-                _binary_column(list(sort)),
-                _binary_column(list(value)),
-            ]
-            writer.write_batch(pa.record_batch(arrays, schema=_SCHEMA))
-            batches += 1
-            count += len(chunk)
-            total += acc
+        for block in blocks:
+            sizes = _row_bytes(block)
+            edges = _batch_edges(sizes)
+            for lo, hi in zip(edges[:-1], edges[1:]):
+                writer.write_batch(block.slice(lo, hi - lo))
+                batches += 1
+            count += block.num_rows
+            total += int(sizes.sum())
     return RunFile(url, {target: (0, batches, count, total)})
 
 
-def iter_groups(rows: Iterable[tuple[int, bytes, bytes, bytes]]) -> Iterator[tuple[Any, Iterator[Any]]]:
-    """(key, values iterator) per distinct key of sorted rows; values are unpickled lazily."""
-    for (_, key), group in itertools.groupby(rows, key=lambda r: (r[0], r[1])):
-        yield decode(key), (pickle.loads(r[3]) for r in group)
+def _pieces(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, list[bytes]]]:
+    """(key, pickled values) for each stretch of one group's rows within a chunk of merged rows; a group
+    spanning chunks gives consecutive pieces with the same key."""
+    for rows in _chunks(blocks):
+        keys = rows.column(2)
+        starts = _group_starts(keys)
+        heads = pc.take(keys, starts, memory_pool=_POOL).to_pylist()
+        values = rows.column(4).to_pylist()
+        bounds = starts.tolist()
+        bounds.append(len(values))
+        for key, start, end in zip(heads, bounds, bounds[1:]):
+            yield key, values[start:end]
 
 
-def iter_values(rows: Iterable[tuple[int, bytes, bytes, bytes]]) -> Iterator[Any]:
-    for row in rows:
-        yield pickle.loads(row[3])
+def _chunks(blocks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The blocks again, small ones joined up to _CHUNK_ROWS rows and large ones cut to ~_CHUNK_BYTES: a
+    group walk costs a few Arrow calls per chunk, and its values become Python bytes a chunk at a time."""
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
+    for block in blocks:
+        block_size = _span(block.column(2)) + _span(block.column(4))
+        if pending and (size + block_size > _CHUNK_BYTES or rows >= _CHUNK_ROWS):
+            yield _joined(pending)
+            pending, rows, size = [], 0, 0
+        if block_size > _CHUNK_BYTES:
+            edges = _batch_edges(_row_bytes(block), _CHUNK_BYTES)
+            yield from (block.slice(lo, hi - lo) for lo, hi in zip(edges[:-1], edges[1:]))
+            continue
+        pending.append(block)
+        rows += block.num_rows
+        size += block_size
+    if pending:
+        yield _joined(pending)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches, memory_pool=_POOL)
+
+
+def _span(column: pa.Array) -> int:
+    """Bytes of data a large_binary array covers, from its first and last offsets."""
+    if len(column) == 0:
+        return 0
+    offsets = np.frombuffer(column.buffers()[1], np.int64)
+    return int(offsets[column.offset + len(column)] - offsets[column.offset])
+
+
+def _group_starts(keys: pa.Array) -> np.ndarray:
+    """Indices of the rows of a sorted block whose key differs from the row before; row 0 always does.
+    Rows are sorted by (key hash, key), so equal keys are adjacent."""
+    new = np.ones(len(keys), bool)
+    if len(keys) > 1:
+        differs = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1), memory_pool=_POOL)
+        new[1:] = differs.to_numpy(zero_copy_only=False)
+    return np.flatnonzero(new)
+
+
+def iter_groups(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, Iterator[Any]]]:
+    """(key, values iterator) per distinct key of merged blocks; values are unpickled lazily."""
+    for _, pieces in itertools.groupby(_pieces(blocks), key=operator.itemgetter(0)):
+        key, values = next(pieces)
+        yield decode(key), _unpickled(values, pieces)
+
+
+def _unpickled(values: list[bytes], more: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[Any]:
+    yield from map(pickle.loads, values)
+    for _, values in more:
+        yield from map(pickle.loads, values)
+
+
+def iter_values(blocks: Iterable[pa.RecordBatch]) -> Iterator[Any]:
+    for block in blocks:
+        edges = _batch_edges(_row_bytes(block))
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            yield from map(pickle.loads, block.column(4).slice(lo, hi - lo).to_pylist())
 
 
 def _as_records(result: Any) -> Iterable[Any]:

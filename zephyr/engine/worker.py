@@ -25,7 +25,7 @@ from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.engine.plan import SourceShard, Stage, is_expression
 from zephyr.engine.shuffle import (
-    RunFile, ScatterWriter, ShuffleSpec, _as_records, column_keyed, iter_groups, iter_values, merged_rows,
+    RunFile, ScatterWriter, ShuffleSpec, _as_records, column_keyed, iter_groups, iter_values, merged_blocks,
 )
 
 __all__ = ["ShardTask", "ShardResult", "run_task", "load_stage"]
@@ -163,15 +163,15 @@ def _read_input(stage: Stage, task: ShardTask, result: ShardResult) -> Iterator[
     spill = join(task.out_dir, "spill")
     upstream_runs = [run for runs in task.upstream_runs for run in runs]
     result.bytes_in = sum(run.segments[task.shard][3] for run in upstream_runs if task.shard in run.segments)
-    rows = merged_rows(
+    blocks = merged_blocks(
         upstream_runs, task.shard, memory_budget=budget, spill_dir=spill, ordered=shuffle.kind != "reshard"
     )
-    rows = _counted(rows, result)
+    blocks = _counted_batches(blocks, result)
     if shuffle.kind == "reshard":
-        return iter_values(rows)
+        return iter_values(blocks)
     if shuffle.kind == "group":
-        return _reduce_groups(iter_groups(rows), shuffle.reducer, stage, task.shard)
-    return _join_groups(iter_groups(rows), shuffle.join)
+        return _reduce_groups(iter_groups(blocks), shuffle.reducer, stage, task.shard)
+    return _join_groups(iter_groups(blocks), shuffle.join)
 
 
 _SCATTER_BATCH_ROWS = 65536  # Arrow batch size read for a group_by on fields straight from columnar files
