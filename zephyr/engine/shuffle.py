@@ -503,10 +503,8 @@ def _unpickled(values: list[bytes], more: Iterator[tuple[bytes, list[bytes]]]) -
 
 
 def iter_values(blocks: Iterable[pa.RecordBatch]) -> Iterator[Any]:
-    for block in blocks:
-        edges = _batch_edges(_row_bytes(block))
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            yield from map(pickle.loads, block.column(4).slice(lo, hi - lo).to_pylist())
+    for rows in _chunks(blocks):
+        yield from map(pickle.loads, rows.column(4).to_pylist())
 
 
 def _as_records(result: Any) -> Iterable[Any]:
