@@ -290,9 +290,9 @@ def test_parquet_batches_flow_straight_into_map_batches(local, tmp_path):
 
 
 def test_partitioned_write_splits_each_shard_by_field_in_one_pass(local, tmp_path, monkeypatch):
-    import zephyr.engine.formats as formats
+    import zephyr.engine.io.partitioned as partitioned
 
-    monkeypatch.setattr(formats, "_PARTITION_BUFFER", 7)  # spill to disk many times over
+    monkeypatch.setattr(partitioned, "_PARTITION_BUFFER", 7)  # spill to disk many times over
     langs = ["en", "de", "fr", "en", "en", "de"]
     records = [{"id": i, "lang": langs[i % len(langs)], "text": f"doc {i}"} for i in range(100)]
     run = Dataset.from_list(records, num_shards=3).write(str(tmp_path / "{lang}" / "part-{shard:05d}.jsonl.zst"), partition_by="lang").execute()

@@ -17,7 +17,7 @@ import zstandard
 from zephyr.engine import counters
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import col
-from zephyr.engine.formats import (
+from zephyr.engine.io import (
     SchemaMismatchError,
     WriteStats,
     infer_format,

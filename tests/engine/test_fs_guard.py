@@ -246,7 +246,7 @@ def test_concurrent_reads_from_threads_charge_exactly(gcs_store: Store) -> None:
 
 
 def test_engine_formats_through_cloud_urls(store: Store) -> None:
-    formats = pytest.importorskip("zephyr.engine.formats")
+    formats = pytest.importorskip("zephyr.engine.io")
     for bucket, charged in ((store.near, False), (store.far, True)):
         for name in ("f/docs.jsonl.zst", "f/docs.parquet"):
             url = store.url(bucket, name)

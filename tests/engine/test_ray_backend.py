@@ -51,7 +51,7 @@ def _events(num: int = 600) -> list[dict]:
 
 # ------------------------------------------------------------------------------------- identical output
 def test_narrow_ops_and_writers_match_processes(ray_cluster, tmp_path):
-    pytest.importorskip("zephyr.engine.formats", reason="the file formats module has not landed yet")
+    pytest.importorskip("zephyr.engine.io", reason="the file formats module has not landed yet")
     import pyarrow.parquet as pq
     import zstandard
 

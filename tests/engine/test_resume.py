@@ -42,7 +42,7 @@ def _zephyr(script: Path, out: Path, scratch: Path) -> list[str]:
 
 
 def _records(out: Path) -> list[dict]:
-    from zephyr.engine.formats import read_records
+    from zephyr.engine.io import read_records
 
     found = []
     for path in sorted(out.glob("*.jsonl.zst")):

@@ -218,7 +218,7 @@ class Dataset:
             if skip_existing:
                 raise ValueError("skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it")
         if format is None:
-            from zephyr.engine.formats import infer_format
+            from zephyr.engine.io import infer_format
 
             format = infer_format(pattern)
         if format not in _FORMATS:

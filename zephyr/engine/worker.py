@@ -149,7 +149,7 @@ def _read_input(stage: Stage, task: ShardTask, result: ShardResult) -> Iterator[
         shard = stage.shards[task.shard]
         result.bytes_in = shard.size
         if _reads_batches(stage):
-            from zephyr.engine.formats import read_batches
+            from zephyr.engine.io import read_batches
 
             source = stage.source
             batches = read_batches(
@@ -180,7 +180,7 @@ _SCATTER_BATCH_ROWS = 65536  # Arrow batch size read for a group_by on fields st
 def _reads_batches(stage: Stage) -> bool:
     """A columnar file source followed by map_batches, or feeding a group_by on fields directly:
     hand the reader's Arrow batches straight over."""
-    from zephyr.engine.formats import infer_format
+    from zephyr.engine.io import infer_format
 
     if not isinstance(stage.source, O.FilesSource):
         return False
@@ -219,7 +219,7 @@ def _read_source(source: O.Source, shard: SourceShard) -> Iterator[Any]:
         return iter(shard.records)
     if isinstance(source, O.IterableSource):
         return iter(source.shard_fn(shard.index))
-    from zephyr.engine.formats import read_records
+    from zephyr.engine.io import read_records
 
     return read_records(
         shard.path,
@@ -410,14 +410,14 @@ def _map_batches(
 
 
 def _batches_of(records: Iterator[Any], size: int, where: str) -> Iterator[pa.RecordBatch]:
-    from zephyr.engine.formats import _batch_from_dicts  # unions the fields of all rows
+    from zephyr.engine.io import batch_from_dicts  # unions the fields of all rows
 
     start = 0
     while True:
         chunk = list(islice(records, size))
         if not chunk:
             return
-        yield _batch_from_dicts(chunk, where=f"{where}, records #{start}..#{start + len(chunk) - 1}", error=UserCodeError)
+        yield batch_from_dicts(chunk, where=f"{where}, records #{start}..#{start + len(chunk) - 1}", error=UserCodeError)
         start += len(chunk)
 
 
@@ -438,7 +438,7 @@ def _write_output(stage: Stage, task: ShardTask, records: Iterator[Any], result:
         result.bytes_out = sum(run.bytes for run in result.runs)
         return
     if isinstance(output, O.Sink):
-        from zephyr.engine.formats import write_partitioned, write_records
+        from zephyr.engine.io import write_partitioned, write_records
 
         if output.partition_by is not None:
             written = write_partitioned(

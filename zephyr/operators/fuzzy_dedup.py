@@ -375,7 +375,7 @@ class _PackByNode:
 
 
 def _candidate_nodes(paths: Sequence[str]) -> set[Any]:
-    from zephyr.engine.formats import read_batches
+    from zephyr.engine.io import read_batches
 
     nodes: set[Any] = set()
     for path in paths:
@@ -789,7 +789,7 @@ class _AnnotateFromTable:
     _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
-        from zephyr.engine.formats import read_batches
+        from zephyr.engine.io import read_batches
 
         if "table" not in self._loaded:
             table: dict[Any, Any] = {}

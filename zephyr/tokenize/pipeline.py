@@ -100,7 +100,7 @@ def tokenize_file(path: str, index: int, output: str, config: TokenizeConfig, *,
     Returns ``{"index", "train", "validation", "skipped", "reused"}`` with the shard records as dicts.
     """
     from zephyr.engine import counters
-    from zephyr.engine.formats import read_records
+    from zephyr.engine.io import read_records
 
     tokenizer = load_tokenizer(config.tokenizer)
     config_hash = config.hash_with(tokenizer.info.content_hash)

@@ -1,0 +1,188 @@
+"""JSON Lines (plain, .gz, .zst, .bz2, .xz): streaming reader that reports each bad line, and writer."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import zstandard
+
+from zephyr.engine.errors import BadInputError
+from zephyr.engine.expr import Expr
+from zephyr.engine.fs import atomic_write, open_url
+from zephyr.engine.io.bad_input import bad_file, bad_record
+from zephyr.engine.io.compression import StreamDamage, decoded_chunks, split_compression
+from zephyr.engine.io.sink import CountingSink, WriteStats
+
+
+JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def _describe_json_error(line: bytes, exc: orjson.JSONDecodeError) -> tuple[str, str]:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as ude:
+        bad = line[ude.start : ude.start + 1]
+        return "invalid_utf8", f"invalid UTF-8 (byte {ude.start} of the line is {bad!r}); JSON text must be UTF-8"
+    snippet = line[:80].decode("utf-8", "replace")
+    return "invalid_json", f"invalid JSON ({exc.msg} at column {exc.colno}): {snippet!r}{'...' if len(line) > 80 else ''}"
+
+
+def _parse_lines_slow(
+    lines: list[bytes], first_line: int, url: str, skip: bool, *, last_unterminated: bool = False
+) -> list[dict]:
+    """Parse line by line, reporting each bad line; used only for chunks the fast path rejected."""
+    out: list[dict] = []
+    loads = orjson.loads
+    json_suffix = split_compression(url)[0].endswith(".json")
+    for i, line in enumerate(lines):
+        number = first_line + i
+        try:
+            record = loads(line)
+        except orjson.JSONDecodeError as exc:
+            if not line.strip():
+                continue  # blank lines are allowed
+            reason, detail = _describe_json_error(line, exc)
+            if last_unterminated and i == len(lines) - 1:
+                detail += "; it is the last line and has no newline: the file may be truncated"
+            elif json_suffix and number == 1:
+                detail += "; note that .json files are read as JSON Lines, one object per line"
+            bad_record(url, skip, number, reason, detail)
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+            continue
+        detail = f"a JSON {type(record).__name__.replace('NoneType', 'null')} where an object was expected"
+        if json_suffix and isinstance(record, list):
+            detail += " (a whole JSON array? .json files are read as JSON Lines; convert with `jq -c '.[]'`)"
+        bad_record(url, skip, number, "not_an_object", detail)
+    return out
+
+
+def _parse_lines(lines: list[bytes], first_line: int, url: str, skip: bool) -> list[dict]:
+    """orjson over every line in one comprehension; any surprise re-parses the chunk line by line."""
+    loads = orjson.loads
+    try:
+        records = [loads(line) for line in lines]
+    except orjson.JSONDecodeError:
+        return _parse_lines_slow(lines, first_line, url, skip)
+    if records and set(map(type, records)) != {dict}:
+        return _parse_lines_slow(lines, first_line, url, skip)
+    return records
+
+
+def jsonl_record_lists(url: str, *, skip: bool, compression: str | None) -> Iterator[list[dict]]:
+    """Lists of parsed records, one per decompressed chunk, in file order."""
+    codec = split_compression(url)[1] if compression == "infer" else compression
+    kept = 0
+    next_line = 1  # number of the first line in the next batch of complete lines
+    pending: list[bytes] = []  # pieces of a line whose newline has not arrived yet
+    try:
+        handle = open_url(url, "rb", compression=None)
+    except FileNotFoundError:
+        raise BadInputError(f"{url}: no such file; check the path") from None
+    with handle as raw:
+        try:
+            for chunk in decoded_chunks(raw, codec):
+                lines = chunk.split(b"\n")
+                if len(lines) == 1:
+                    pending.append(chunk)
+                    continue
+                if pending:
+                    pending.append(lines[0])
+                    lines[0] = b"".join(pending)
+                tail = lines.pop()
+                pending = [tail] if tail else []
+                records = _parse_lines(lines, next_line, url, skip)
+                next_line += len(lines)
+                if records:
+                    kept += len(records)
+                    yield records
+        except StreamDamage as damage:
+            detail = damage.detail
+            if damage.reason != "empty":
+                detail += f"; lines 1-{next_line - 1} were complete" if next_line > 1 else "; no complete line was read"
+            bad_file(url, skip, damage.reason, detail, fix=damage.fix, kept=kept)
+            return
+    if pending:
+        records = _parse_lines_slow([b"".join(pending)], next_line, url, skip, last_unterminated=True)
+        if records:
+            yield records
+
+
+def project_filter_lists(
+    lists: Iterable[list[dict]], columns: Sequence[str] | None, filter: Expr | None
+) -> Iterator[list[dict]]:
+    predicate = filter.compile() if filter is not None else None
+    for records in lists:
+        if predicate is not None:
+            records = [r for r in records if predicate(r) is True]
+        if columns is not None:
+            records = [{c: r.get(c) for c in columns} for r in records]
+        if records:
+            yield records
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def write_jsonl(blocks: Iterator[list[dict] | pa.RecordBatch], url: str) -> WriteStats:
+    codec = split_compression(url)[1]
+    records = 0
+    dumps = orjson.dumps
+    with atomic_write(url, "wb", compression=None) as raw:
+        sink = CountingSink(raw)
+        if codec == "zstd":
+            out: Any = zstandard.ZstdCompressor(level=3).stream_writer(sink, closefd=False)
+        elif codec == "gzip":
+            out = gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=6, mtime=0)
+        elif codec == "bz2":
+            out = bz2.BZ2File(sink, "wb")
+        elif codec == "xz":
+            out = lzma.LZMAFile(sink, "wb")
+        else:
+            out = sink
+        for block in blocks:
+            rows = block.to_pylist() if isinstance(block, pa.RecordBatch) else block
+            try:
+                lines = [dumps(row, option=JSON_OPTIONS) for row in rows]
+            except orjson.JSONEncodeError:
+                lines = _dumps_checked(rows, url, records)
+            if set(map(type, rows)) != {dict}:
+                for index, row in enumerate(rows):
+                    if not isinstance(row, dict):
+                        raise TypeError(f"writing {url}: record {records + index + 1} is a {type(row).__name__}, expected a dict")
+            lines.append(b"")
+            out.write(b"\n".join(lines))
+            records += len(rows)
+        if out is not sink:
+            out.close()  # writes the compression trailer into sink; sink and raw stay open
+    return WriteStats(path=url, records=records, bytes=sink.count)
+
+
+def _dumps_checked(rows: list[dict], url: str, written: int) -> list[bytes]:
+    out = []
+    for index, row in enumerate(rows):
+        try:
+            out.append(orjson.dumps(row, option=JSON_OPTIONS))
+        except orjson.JSONEncodeError as exc:
+            fields = [k for k, v in row.items() if _not_json(v)] if isinstance(row, dict) else []
+            which = f" (field {fields[0]!r})" if fields else ""
+            raise TypeError(
+                f"writing {url}: record {written + index + 1}{which} is not JSON-serializable ({exc}). "
+                "Convert such values in a map() (bytes -> base64 str, set -> list), or write parquet"
+            ) from None
+    return out
+
+
+def _not_json(value: Any) -> bool:
+    try:
+        orjson.dumps(value, option=JSON_OPTIONS)
+        return False
+    except orjson.JSONEncodeError:
+        return True

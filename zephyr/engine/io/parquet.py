@@ -1,0 +1,98 @@
+"""Parquet: a streaming scan with column and filter push-down, and a row-grouped zstd writer."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from zephyr.engine.errors import BadInputError
+from zephyr.engine.expr import Expr
+from zephyr.engine.fs import atomic_write, url_to_fs
+from zephyr.engine.io.bad_input import bad_file, short_error
+from zephyr.engine.io.scan import check_columns, filter_batch, is_plain_local, scan_columns, unreadable_columnar_file
+from zephyr.engine.io.sink import CountingSink, WriteStats
+
+
+_ROW_GROUP_ROWS = 128 * 1024
+_ROW_GROUP_BYTES = 128 << 20
+
+
+def parquet_batches(
+    url: str, columns: Sequence[str] | None, filter: Expr | None, batch_size: int, skip: bool
+) -> Iterator[pa.RecordBatch]:
+    fs, path = url_to_fs(url)
+    try:
+        if is_plain_local(fs):
+            dataset = pads.dataset(path, format="parquet")
+        else:
+            dataset = pads.dataset(path, format="parquet", filesystem=fs)
+        schema = dataset.schema
+    except (pa.ArrowInvalid, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise BadInputError(f"{url}: no such file; check the path") from None
+        if not isinstance(exc, pa.ArrowException):
+            raise  # an error of the filesystem itself (network, permissions): not bad data, let it retry
+        unreadable_columnar_file(url, fs, path, skip, "parquet", exc)
+        return
+    check_columns(url, columns, schema)
+    pushdown = filter is not None and filter.columns() <= set(schema.names)
+    read_columns = columns if filter is None or pushdown else scan_columns(columns, filter, schema)
+    try:
+        scanner = dataset.scanner(
+            columns=list(read_columns) if read_columns is not None else None,
+            filter=filter.to_arrow() if pushdown else None,
+            batch_size=batch_size,
+        )
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid) as exc:
+        raise TypeError(
+            f"{url}: the filter {filter!r} does not fit the file's column types ({short_error(exc)}); the file's "
+            f"schema is {schema}. Compare each field with a literal of its type"
+        ) from None
+    predicate = filter.compile() if filter is not None and not pushdown else None
+    kept = 0
+    try:
+        for batch in scanner.to_batches():
+            if predicate is not None:
+                batch = filter_batch(batch, filter, predicate)
+                if columns is not None:
+                    batch = batch.select(list(columns))
+            if batch.num_rows:
+                kept += batch.num_rows
+                yield batch
+    except (pa.ArrowInvalid, OSError) as exc:
+        if not isinstance(exc, pa.ArrowException):
+            raise  # an error of the filesystem itself (network, permissions): not bad data, let it retry
+        bad_file(
+            url, skip, "corrupt", f"a parquet page cannot be decoded ({short_error(exc)})",
+            fix="re-create or re-download the file", kept=kept,
+        )
+
+
+def write_parquet(batches: Iterator[pa.RecordBatch], url: str) -> WriteStats:
+    first = next(batches)
+    schema = first.schema
+    records = 0
+    with atomic_write(url, "wb", compression=None) as raw:
+        sink = CountingSink(raw)
+        writer = pq.ParquetWriter(sink, schema, compression="zstd")
+        try:
+            group: list[pa.RecordBatch] = []
+            rows = nbytes = 0
+            for batch in itertools.chain([first], batches):
+                group.append(batch)
+                rows += batch.num_rows
+                nbytes += batch.nbytes
+                if rows >= _ROW_GROUP_ROWS or nbytes >= _ROW_GROUP_BYTES:
+                    writer.write_table(pa.Table.from_batches(group, schema), row_group_size=rows)
+                    records += rows
+                    group, rows, nbytes = [], 0, 0
+            if group:
+                writer.write_table(pa.Table.from_batches(group, schema), row_group_size=rows)
+                records += rows
+        finally:
+            writer.close()
+    return WriteStats(path=url, records=records, bytes=sink.count)

@@ -1,0 +1,58 @@
+"""Helpers shared by the parquet and vortex scans: filters the scan could not push down, unreadable files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+from fsspec.implementations.local import LocalFileSystem
+
+from zephyr.engine.errors import BadInputError
+from zephyr.engine.expr import Expr
+from zephyr.engine.io.bad_input import bad_file, short_error
+
+
+def filter_batch(batch: pa.RecordBatch, filter: Expr, predicate: Callable[[dict], Any]) -> pa.RecordBatch:
+    """Apply `filter` to a batch the scan could not filter: vectorized when Arrow can, else per row."""
+    if filter.columns() <= set(batch.schema.names):
+        return batch.filter(filter.to_arrow())
+    # A filter field the file lacks reads as null (as in jsonl): evaluate row by row.
+    mask = pa.array([predicate(r) is True for r in batch.to_pylist()], pa.bool_())
+    return batch.filter(mask)
+
+
+def scan_columns(columns: Sequence[str] | None, filter: Expr | None, schema: pa.Schema) -> list[str] | None:
+    """Columns to read when the filter runs after the scan: the wanted ones plus the filter's."""
+    if columns is None:
+        return None
+    extra = sorted(c for c in (filter.columns() if filter is not None else ()) if c not in columns and c in schema.names)
+    return [*columns, *extra]
+
+
+def is_plain_local(fs: Any) -> bool:
+    # Only the plain local filesystem is swapped for Arrow's native one; wrappers (guards, mirrors)
+    # are subclasses or other classes and keep going through fsspec.
+    return type(fs) is LocalFileSystem
+
+
+def unreadable_columnar_file(url: str, fs: Any, path: str, skip: bool, kind: str, exc: BaseException) -> None:
+    """Report a parquet/vortex file whose footer cannot be read: empty (0 bytes) or corrupt."""
+    empty = fs.size(path) == 0
+    bad_file(
+        url, skip, "empty" if empty else "corrupt",
+        "the file is empty (0 bytes)" if empty else f"not a readable {kind} file: truncated, corrupt or not {kind} ({short_error(exc)})",
+        fix=f"re-create or re-download the file ({kind} needs its footer; a cut-off file has none)", kept=0,
+    )
+
+
+def check_columns(url: str, columns: Sequence[str] | None, schema: pa.Schema) -> None:
+    if columns is None:
+        return
+    missing = [c for c in columns if schema.get_field_index(c) < 0]
+    if missing:
+        raise BadInputError(
+            f"{url}: no column {', '.join(map(repr, missing))}; the file has columns {schema.names}. "
+            "Check the spelling in columns=, or read without columns= and add the field in a map()"
+        )
+
