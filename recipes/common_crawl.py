@@ -52,7 +52,7 @@ from typing import Any
 from urllib.parse import quote
 
 from zephyr import Dataset, counters
-from zephyr.engine.fs import atomic_write, join, url_to_fs
+from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.operators import (
     ExtractText,
     LanguageId,

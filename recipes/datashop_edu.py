@@ -53,7 +53,7 @@ import xxhash
 
 from zephyr import Dataset, counters
 from zephyr.datashop.config import ClassifierConfig, LabelerConfig, PromptConfig
-from zephyr.engine.fs import join
+from zephyr.fs import join
 from zephyr.steps import StepOutput, StepRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from zephyr import Dataset, counters
-from zephyr.engine.fs import expand_glob, join, url_to_fs
+from zephyr.fs import expand_glob, join, url_to_fs
 from zephyr.operators import dedup_documents
 from zephyr.operators.fuzzy_dedup import (
     FuzzyDedupConfig,

@@ -22,7 +22,7 @@ from typing import Any
 
 import xxhash
 
-from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
+from zephyr.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.engine.plan import _describe
 
 __all__ = ["StepOutput", "StepRunner"]

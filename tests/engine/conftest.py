@@ -128,11 +128,10 @@ def s3_server() -> Iterator[S3Server]:
 
 def reset_fs_state() -> None:
     """Forget every per-process cache of the filesystem layer (regions, locations, budget, instances)."""
-    from zephyr.engine.fs import url_to_fs  # noqa: F401  (registers mirror://)
-    from zephyr.engine.mirror_fs import MirrorFileSystem
-    from zephyr.engine.region_guard import guarded_filesystem_class, reset_bucket_location_cache
-    from zephyr.engine.regions import reset_region_cache
-    from zephyr.engine.transfer_budget import reset_transfer_budget
+    from zephyr.fs.mirror import MirrorFileSystem
+    from zephyr.fs.region_guard import guarded_filesystem_class, reset_bucket_location_cache
+    from zephyr.fs.regions import reset_region_cache
+    from zephyr.fs.transfer_budget import reset_transfer_budget
 
     reset_transfer_budget()
     reset_region_cache()

@@ -451,7 +451,7 @@ def test_option_values_are_checked() -> None:
 # ------------------------------------------------------------------------- object storage
 def test_every_format_through_a_real_s3_server(s3_env, monkeypatch) -> None:
     """moto's S3 server through s3fs and our fs layer: vortex is read by range through fsspec."""
-    from zephyr.engine.fs import open_url
+    from zephyr.fs import open_url
 
     monkeypatch.setenv("ZEPHYR_REGION", "us-east-1")
     bucket = s3_env.create_bucket("us-east-1")

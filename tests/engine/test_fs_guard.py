@@ -16,15 +16,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from zephyr.engine.fs import expand_glob, open_url, url_to_fs
-from zephyr.engine.region_guard import (
+from zephyr.fs import expand_glob, open_url, url_to_fs
+from zephyr.fs.region_guard import (
     ChargedReadFile,
     CrossRegionGuardedFS,
     bucket_location,
     is_cross_region,
     record_transfer,
 )
-from zephyr.engine.transfer_budget import CrossRegionBudgetExceeded, allow_cross_region, cross_region_bytes
+from zephyr.fs.transfer_budget import CrossRegionBudgetExceeded, allow_cross_region, cross_region_bytes
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ def test_dataset_pipeline_reads_and_writes_cloud_urls(store: Store) -> None:
 
 
 def test_atomic_write_commits_whole_files_and_leaves_nothing_on_error(store: Store) -> None:
-    from zephyr.engine.fs import atomic_write
+    from zephyr.fs import atomic_write
 
     ok = store.url(store.near, "aw/ok.jsonl.zst")
     with atomic_write(ok, "wb") as handle:

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from zephyr.engine import counters
-from zephyr.engine.copy_once import LockRecord, read_lock, write_lock_record
-from zephyr.engine.fs import expand_glob, open_url, url_to_fs
-from zephyr.engine.mirror_fs import COPY_COUNTER, MirrorFileSystem, parse_mirror_buckets
-from zephyr.engine.transfer_budget import CrossRegionBudgetExceeded, cross_region_bytes
+from zephyr.fs import expand_glob, open_url, url_to_fs
+from zephyr.fs.copy_once import LockRecord, read_lock, write_lock_record
+from zephyr.fs.mirror import COPY_COUNTER, MirrorFileSystem, parse_mirror_buckets
+from zephyr.fs.transfer_budget import CrossRegionBudgetExceeded, cross_region_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -195,9 +195,9 @@ _WORKER = r"""
 import hashlib, json, os, sys, time
 from pathlib import Path
 from zephyr.engine import counters
-from zephyr.engine.fs import url_to_fs
-from zephyr.engine.mirror_fs import MirrorFileSystem
-from zephyr.engine.transfer_budget import cross_region_bytes
+from zephyr.fs import url_to_fs
+from zephyr.fs.mirror import MirrorFileSystem
+from zephyr.fs.transfer_budget import cross_region_bytes
 
 barrier, index, total, local_lock, key = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
 if local_lock:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from zephyr.engine.regions import location_contains, locations_overlap, machine_region, normalize_location
-from zephyr.engine.transfer_budget import (
+from zephyr.fs.regions import location_contains, locations_overlap, machine_region, normalize_location
+from zephyr.fs.transfer_budget import (
     CrossRegionBudgetExceeded,
     allow_cross_region,
     charge_cross_region,

@@ -16,7 +16,7 @@ import pytest
 import zstandard
 
 from zephyr import execution
-from zephyr.engine.fs import url_to_fs
+from zephyr.fs import url_to_fs
 from zephyr.tokenize import Mixture, TokenStore, open_store, tokenize_dataset, verify_store
 from zephyr.train.config import DataConfig
 from zephyr.train.data import make_mixture

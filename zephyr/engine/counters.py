@@ -1,40 +1,6 @@
-"""User counters: `counters.increment("docs_dropped/too_short")` inside any user function.
+"""User counters under the engine's name; defined in `zephyr.counters` (below the filesystem layer,
+which counts mirror copies and cross-region bytes with them)."""
 
-Each task starts with empty counters; the worker ships its counters back with the task result and the
-driver sums them, so the figures are exact whatever the backend (and retried attempts never count twice:
-only the committed attempt's counters are kept).
-"""
-
-from __future__ import annotations
-
-from collections import Counter
-from collections.abc import Mapping
+from zephyr.counters import increment, merge, reset, snapshot
 
 __all__ = ["increment", "snapshot", "reset", "merge"]
-
-_current: Counter[str] = Counter()
-
-
-def increment(name: str, n: int = 1) -> None:
-    """Add `n` to counter `name` for the task running in this process."""
-    _current[name] += n
-
-
-def snapshot() -> dict[str, int]:
-    """The counters of the current task so far."""
-    return dict(_current)
-
-
-def reset() -> dict[str, int]:
-    """Clear the current task's counters and return what they were."""
-    global _current
-    previous = dict(_current)
-    _current = Counter()
-    return previous
-
-
-def merge(into: dict[str, int], other: Mapping[str, int]) -> dict[str, int]:
-    """Sum `other` into `into` (in place) and return it."""
-    for name, value in other.items():
-        into[name] = into.get(name, 0) + value
-    return into

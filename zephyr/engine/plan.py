@@ -20,7 +20,7 @@ import xxhash
 from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.errors import PlanError
-from zephyr.engine.fs import url_to_fs
+from zephyr.fs import url_to_fs
 from zephyr.engine.shuffle import ShuffleSpec
 
 __all__ = ["SourceShard", "ShuffleInput", "Stage", "Plan", "plan", "is_expression"]
@@ -248,7 +248,7 @@ def _resolve_source(source: O.Source, config: ExecutionConfig) -> tuple[O.Source
 
 
 def _glob_with_sizes(pattern: str) -> list[tuple[str, int]]:
-    from zephyr.engine.fs import expand_glob
+    from zephyr.fs import expand_glob
 
     paths = expand_glob(pattern)
     fs, _ = url_to_fs(pattern)

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from zephyr.engine.fs import join, url_to_fs
+from zephyr.fs import join, url_to_fs
 from zephyr.engine.expr import Column
 from zephyr.engine.sortkey import decode, encode, encode_column
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 from zephyr.engine import counters
 from zephyr.engine import ops as O
 from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
-from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
+from zephyr.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.engine.plan import SourceShard, Stage, is_expression
 from zephyr.engine.shuffle import (
     RunFile, ScatterWriter, ShuffleSpec, _as_records, column_keyed, iter_groups, iter_values, merged_blocks,

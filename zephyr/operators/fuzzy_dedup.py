@@ -65,7 +65,7 @@ import xxhash
 from zephyr.engine import counters
 from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
-from zephyr.engine.fs import atomic_write, join, open_url, url_to_fs
+from zephyr.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.operators.minhash import MinHashConfig, sketch_batch
 
 __all__ = [

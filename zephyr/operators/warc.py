@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from zephyr.engine import counters
-from zephyr.engine.fs import open_url
+from zephyr.fs import open_url
 from zephyr.operators.charset import decode_html
 
 __all__ = ["WarcReadConfig", "read_warc", "ReadWarc", "warc_dataset"]
@@ -301,7 +301,7 @@ def warc_dataset(patterns: str | list[str], config: WarcReadConfig = WarcReadCon
     >>> # warc_dataset("s3://bucket/crawl/*.warc.gz").map(ExtractText()).write_jsonl(...)
     """
     from zephyr.engine.dataset import Dataset
-    from zephyr.engine.fs import expand_glob
+    from zephyr.fs import expand_glob
 
     paths: list[str] = []
     for pattern in [patterns] if isinstance(patterns, str) else patterns:

@@ -203,7 +203,7 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
             tokenize_dataset("data/*.jsonl.zst", "stores/web", validation_fraction=0.01)
     """
     from zephyr import Dataset
-    from zephyr.engine.fs import expand_glob, join
+    from zephyr.fs import expand_glob, join
 
     spec = tokenizer if isinstance(tokenizer, TokenizerSpec) else TokenizerSpec(source=os.fspath(tokenizer))
     config = TokenizeConfig(tokenizer=spec, text_field=text_field, id_field=id_field, add_bos=add_bos,
@@ -259,7 +259,7 @@ def _relative(d: dict[str, Any], prefix: str) -> ShardRecord:
 
 
 def _check_remote_output(url: str) -> None:
-    from zephyr.engine.fs import url_to_fs
+    from zephyr.fs import url_to_fs
 
     fs, path = url_to_fs(url)
     try:
@@ -278,7 +278,7 @@ def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
     this run's file count, and a ``validation/`` split when this run makes none: a reader would
     otherwise find an old validation store overlapping the new training data. Local directory or bucket.
     """
-    from zephyr.engine.fs import url_to_fs
+    from zephyr.fs import url_to_fs
 
     fs, root = url_to_fs(out)
     fs.invalidate_cache()

@@ -46,7 +46,7 @@ completion rules above hold unchanged. Readers cannot memory-map a bucket, so
 (``$ZEPHYR_STORE_CACHE``, default ``~/.cache/zephyr/stores``), one directory per
 URL and manifest content hash (the manifest holds every data file's digest, so
 a store rewritten with other contents is fetched again), filled under
-:func:`zephyr.engine.copy_once.run_once` so that the processes of one host copy
+:func:`zephyr.fs.copy_once.run_once` so that the processes of one host copy
 it once, and maps it there.
 """
 
@@ -124,14 +124,14 @@ def _atomic_json(path: Path, obj: Any) -> None:
 
 
 def _put_bytes(url: str, payload: bytes) -> None:
-    from zephyr.engine.fs import atomic_write
+    from zephyr.fs import atomic_write
 
     with atomic_write(url, "wb", compression=None) as handle:
         handle.write(payload)
 
 
 def _upload_file(local: Path, url: str) -> None:
-    from zephyr.engine.fs import atomic_write
+    from zephyr.fs import atomic_write
 
     with open(local, "rb") as src, atomic_write(url, "wb", compression=None) as dst:
         shutil.copyfileobj(src, dst, _COPY_CHUNK)
@@ -176,7 +176,7 @@ class ShardWriter:
         self.relpath = relpath
         self.url: str | None = None
         if is_remote(store_root):
-            from zephyr.engine.fs import join
+            from zephyr.fs import join
 
             self.root: Path | str = os.fspath(store_root).rstrip("/")
             self.url = join(self.root, relpath)
@@ -255,7 +255,7 @@ class ShardWriter:
         return record
 
     def _upload(self, info: dict[str, Any]) -> None:
-        from zephyr.engine.fs import join, url_to_fs
+        from zephyr.fs import join, url_to_fs
 
         assert self.url is not None
         fs, path = url_to_fs(join(self.url, "shard.json"))
@@ -282,7 +282,7 @@ class ShardWriter:
 
 def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_hash: str) -> ShardRecord | None:
     """The shard's record if it was completed with the same settings (so a rerun can skip it)."""
-    from zephyr.engine.fs import join, url_to_fs
+    from zephyr.fs import join, url_to_fs
 
     fs, path = url_to_fs(join(os.fspath(store_root), relpath))
     fs.invalidate_cache(path)
@@ -317,7 +317,7 @@ def write_manifest(store_root: str | os.PathLike[str], *, shards: Iterable[Shard
         "skipped": dict(sorted((skipped or {}).items())),
     }
     if is_remote(store_root):
-        from zephyr.engine.fs import join
+        from zephyr.fs import join
 
         _put_bytes(join(os.fspath(store_root), "manifest.json"), _json_bytes(manifest))
         return manifest
@@ -497,12 +497,12 @@ def materialize_store(url: str) -> Path:
     The copy lives in ``store_cache_root() / <name>-<url hash>-<manifest hash>``: a store rewritten
     at the same URL (a different ``manifest.json``, which lists every data file's digest) gets a new
     directory and is fetched again (older copies stay: a process may still map them). The
-    processes of one host fetch it once (:func:`zephyr.engine.copy_once.run_once`, lock under the
+    processes of one host fetch it once (:func:`zephyr.fs.copy_once.run_once`, lock under the
     cache root); the others wait and map the same copy.
     """
     import fsspec
 
-    from zephyr.engine.copy_once import LOCK_DIRNAME, run_once
+    from zephyr.fs.copy_once import LOCK_DIRNAME, run_once
 
     url = url.rstrip("/")
     manifest_bytes = _remote_manifest(url)
@@ -524,7 +524,7 @@ def materialize_store(url: str) -> Path:
 
 
 def _remote_manifest(url: str) -> bytes:
-    from zephyr.engine.fs import join, url_to_fs
+    from zephyr.fs import join, url_to_fs
 
     fs, path = url_to_fs(join(url, "manifest.json"))
     fs.invalidate_cache(path)
@@ -556,7 +556,7 @@ def _parse_manifest(url: str, payload: bytes) -> dict[str, Any]:
 def _fetch_store(url: str, manifest_bytes: bytes, dest: Path) -> None:
     """Copy the store (and its ``validation/`` split, if any) into a temporary sibling of ``dest``, then
     rename it into place: ``dest/manifest.json`` exists only once everything was copied and checked."""
-    from zephyr.engine.fs import join, url_to_fs
+    from zephyr.fs import join, url_to_fs
 
     tmp = dest.with_name(f".tmp-{uuid.uuid4().hex}-{dest.name}")
     _log.info("zephyr: copying token store %s into the local cache %s", url, dest)
@@ -583,7 +583,7 @@ def _fetch_store(url: str, manifest_bytes: bytes, dest: Path) -> None:
 
 def _fetch_tree(url: str, manifest_bytes: bytes, dest: Path) -> None:
     """Download every shard the manifest lists into ``dest`` and check each against it (sizes, entries)."""
-    from zephyr.engine.fs import join, url_to_fs
+    from zephyr.fs import join, url_to_fs
 
     manifest = _parse_manifest(url, manifest_bytes)
     dtype = np.dtype(manifest["dtype"])

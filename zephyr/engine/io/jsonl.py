@@ -14,7 +14,7 @@ import zstandard
 
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
-from zephyr.engine.fs import atomic_write, open_url
+from zephyr.fs import atomic_write, open_url
 from zephyr.engine.io.bad_input import bad_file, bad_record
 from zephyr.engine.io.compression import StreamDamage, decoded_chunks, split_compression
 from zephyr.engine.io.sink import CountingSink, WriteStats

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
-from zephyr.engine.fs import atomic_write, url_to_fs
+from zephyr.fs import atomic_write, url_to_fs
 from zephyr.engine.io.bad_input import bad_file, short_error
 from zephyr.engine.io.scan import check_columns, filter_batch, is_plain_local, scan_columns, unreadable_columnar_file
 from zephyr.engine.io.sink import CountingSink, WriteStats

@@ -2,7 +2,7 @@
 
 Readers stream (a file is never held in memory whole) and push `columns` and `filter` into the
 parquet and vortex scans, so row groups or segments that cannot match are skipped and unread
-columns are never decoded. Every byte goes through `zephyr.engine.fs` (`open_url`, `url_to_fs`,
+columns are never decoded. Every byte goes through `zephyr.fs` (`open_url`, `url_to_fs`,
 `atomic_write`), so local paths, memory://, gs:// and s3:// behave the same.
 
 Bad input never passes silently. With `on_bad_record="raise"` (the default) a damaged file or line

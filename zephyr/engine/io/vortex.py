@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
-from zephyr.engine.fs import atomic_write, open_url, url_to_fs
+from zephyr.fs import atomic_write, open_url, url_to_fs
 from zephyr.engine.io.bad_input import bad_file, short_error
 from zephyr.engine.io.scan import check_columns, filter_batch, is_plain_local, scan_columns, unreadable_columnar_file
 from zephyr.engine.io.schema import plain_schema

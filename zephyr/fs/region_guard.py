@@ -1,12 +1,12 @@
 """CrossRegionGuardedFS: gcsfs / s3fs that charge every read from another region to a budget.
 
 Reading a few TB from a bucket on another continent costs real money, and the mistake is silent:
-the job just runs. `zephyr.engine.fs.url_to_fs` therefore hands out, for ``gs://`` and ``s3://``,
+the job just runs. `zephyr.fs.url_to_fs` therefore hands out, for ``gs://`` and ``s3://``,
 subclasses of gcsfs' and s3fs' filesystems with this guard mixed in. Everything gcsfs/s3fs can do
 still works; the read entry points (``open`` for reading, ``cat``/``cat_file``/``cat_ranges``,
 ``get``/``get_file``, and server-side copies between buckets in different locations) first compare
-the bucket's location with the machine's region (`zephyr.engine.regions`) and, when they differ,
-charge the bytes to the per-process budget of `zephyr.engine.transfer_budget`:
+the bucket's location with the machine's region (`zephyr.fs.regions`) and, when they differ,
+charge the bytes to the per-process budget of `zephyr.fs.transfer_budget`:
 
 - ``cat``/``get``/copies know their size up front and are refused *before* any byte moves;
 - files opened for reading are charged the bytes actually read, as they are read.
@@ -23,14 +23,19 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 import threading
 from typing import Any
 
 import fsspec
+import fsspec.config
 from fsspec.asyn import sync
+from fsspec.core import split_protocol
 
-from zephyr.engine.regions import location_contains, locations_overlap, machine_region
-from zephyr.engine.transfer_budget import charge_cross_region, check_budget_left
+from zephyr.fs.core import url_to_fs
+from zephyr.fs.registry import register_protocol
+from zephyr.fs.regions import location_contains, locations_overlap, machine_region
+from zephyr.fs.transfer_budget import charge_cross_region, check_budget_left
 
 __all__ = [
     "CrossRegionGuardedFS",
@@ -358,6 +363,28 @@ def guarded_filesystem_class(protocol: str) -> type | None:
     return None if name is None else __getattr__(name)
 
 
+def guarded_url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The guarded gcsfs/s3fs serving `url` (registered for ``gs``/``gcs``/``s3``/``s3a``)."""
+    protocol, _ = split_protocol(url)
+    cls = guarded_filesystem_class(protocol)
+    if cls is None:
+        raise ValueError(f"no cross-region guarded filesystem for {url!r}: expected gs://, gcs://, s3:// or s3a://")
+    options = {**_emulator_defaults(protocol), **cls._get_kwargs_from_urls(url)}
+    return cls(**options), cls._strip_protocol(url)
+
+
+def _emulator_defaults(protocol: str) -> dict:
+    """gcsfs with ``STORAGE_EMULATOR_HOST`` and no configured token: anonymous (emulators need none,
+    and the default credential chain would otherwise probe the GCE metadata server)."""
+    if protocol not in ("gs", "gcs") or not os.environ.get("STORAGE_EMULATOR_HOST"):
+        return {}
+    configured = {**fsspec.config.conf.get("gs", {}), **fsspec.config.conf.get("gcs", {})}
+    return {} if "token" in configured else {"token": "anon"}
+
+
+register_protocol(tuple(_PROTOCOL_CLASS), guarded_url_to_fs)
+
+
 def unguarded(fs: fsspec.AbstractFileSystem) -> fsspec.AbstractFileSystem:
     """`fs` without the guard (itself when it has none): for transfers charged some other way."""
     return fs.unguarded if isinstance(fs, CrossRegionGuardedFS) else fs
@@ -365,8 +392,6 @@ def unguarded(fs: fsspec.AbstractFileSystem) -> fsspec.AbstractFileSystem:
 
 def bucket_location(url: str) -> str | None:
     """Location of the bucket holding `url` (``us``, ``europe-west4``, ``eu-west-1``; None: unknown)."""
-    from zephyr.engine.fs import url_to_fs
-
     fs, path = url_to_fs(url)
     if not isinstance(fs, CrossRegionGuardedFS):
         return None
@@ -375,8 +400,6 @@ def bucket_location(url: str) -> str | None:
 
 def is_cross_region(url: str) -> bool:
     """True when reading `url` from this machine would be charged to the transfer budget."""
-    from zephyr.engine.fs import url_to_fs
-
     fs, path = url_to_fs(url)
     return isinstance(fs, CrossRegionGuardedFS) and fs._zephyr_route_sync(path) is not None
 
@@ -388,8 +411,6 @@ def record_transfer(url: str, nbytes: int) -> int:
     either region is unknown). Raises `CrossRegionBudgetExceeded` past the budget; call it before
     the transfer when the size is known, so that nothing is paid for a refused read.
     """
-    from zephyr.engine.fs import url_to_fs
-
     fs, path = url_to_fs(url)
     if not isinstance(fs, CrossRegionGuardedFS):
         return 0

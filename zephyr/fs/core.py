@@ -1,8 +1,8 @@
 """One entry point to every filesystem: local paths, memory://, gs://, s3://, mirror:// (fsspec).
 
-`url_to_fs` hands out, for ``gs://`` and ``s3://``, gcsfs/s3fs guarded against cross-region reads
-(`zephyr.engine.region_guard`), for ``mirror://`` the region-local mirror
-(`zephyr.engine.mirror_fs`), and plain fsspec for everything else.
+`url_to_fs` hands out the filesystem registered for the URL's protocol (`zephyr.fs.registry`):
+for ``gs://`` and ``s3://``, gcsfs/s3fs guarded against cross-region reads (`zephyr.fs.region_guard`),
+for ``mirror://`` the region-local mirror (`zephyr.fs.mirror`); plain fsspec for everything else.
 
 Endpoints come from the standard variables, so emulators and S3-compatible stores work unchanged:
 ``STORAGE_EMULATOR_HOST`` (gcsfs; Zephyr then defaults the gcsfs token to ``anon``),
@@ -22,48 +22,30 @@ from typing import IO
 
 import fsspec
 import fsspec.compression
-import fsspec.config
 from fsspec.core import split_protocol
 from fsspec.core import url_to_fs as _fsspec_url_to_fs
 
-from zephyr.engine.errors import BadInputError
+from zephyr.errors import BadInputError
+from zephyr.fs.registry import factory_for
 
 __all__ = ["url_to_fs", "open_url", "expand_glob", "atomic_write", "exists", "join"]
 
-# So that fsspec.open("mirror://...") and pyarrow-through-fsspec also find the mirror.
-fsspec.register_implementation("mirror", "zephyr.engine.mirror_fs.MirrorFileSystem", clobber=True)
-
-_GCS_PROTOCOLS = ("gs", "gcs")
-_S3_PROTOCOLS = ("s3", "s3a")
+# Object stores: a PUT is atomic there, so `atomic_write` commits an upload instead of renaming.
+_OBJECT_STORE_PROTOCOLS = ("gs", "gcs", "s3", "s3a")
 
 
 def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem that serves `url` and the path inside it.
 
     ``gs://`` and ``s3://`` get the cross-region guarded gcsfs/s3fs, ``mirror://`` the mirror
-    filesystem; anything else (local paths, memory://, chained URLs) plain fsspec.
+    filesystem (both registered in `zephyr.fs.registry` by `zephyr.fs`); anything else (local
+    paths, memory://, chained URLs) plain fsspec.
     """
     protocol, _ = split_protocol(url)
-    if protocol in _GCS_PROTOCOLS or protocol in _S3_PROTOCOLS:
-        from zephyr.engine.region_guard import guarded_filesystem_class
-
-        cls = guarded_filesystem_class(protocol)
-        options = {**_emulator_defaults(protocol), **cls._get_kwargs_from_urls(url)}
-        return cls(**options), cls._strip_protocol(url)
-    if protocol == "mirror":
-        from zephyr.engine.mirror_fs import MirrorFileSystem, mirror_options
-
-        return MirrorFileSystem(**mirror_options()), MirrorFileSystem._strip_protocol(url)
+    factory = factory_for(protocol)
+    if factory is not None:
+        return factory(url)
     return _fsspec_url_to_fs(url)
-
-
-def _emulator_defaults(protocol: str) -> dict:
-    """gcsfs with ``STORAGE_EMULATOR_HOST`` and no configured token: anonymous (emulators need none,
-    and the default credential chain would otherwise probe the GCE metadata server)."""
-    if protocol not in _GCS_PROTOCOLS or not os.environ.get("STORAGE_EMULATOR_HOST"):
-        return {}
-    configured = {**fsspec.config.conf.get("gs", {}), **fsspec.config.conf.get("gcs", {})}
-    return {} if "token" in configured else {"token": "anon"}
 
 
 def open_url(url: str, mode: str = "rb", *, compression: str | None = "infer") -> IO:
@@ -118,7 +100,7 @@ def atomic_write(url: str, mode: str = "wb", *, compression: str | None = "infer
     fs, path = url_to_fs(url)
     if compression == "infer":
         compression = fsspec.utils.infer_compression(path)
-    if split_protocol(url)[0] in _GCS_PROTOCOLS + _S3_PROTOCOLS:
+    if split_protocol(url)[0] in _OBJECT_STORE_PROTOCOLS:
         with _committed_upload(fs, path, mode, compression) as handle:
             yield handle
         return

@@ -5,16 +5,16 @@ names the file in all of them; opening it for reading
 
 1. serves ``<local root>/data/x.parquet`` when the local region's bucket has it;
 2. otherwise finds it in the other regions' buckets (configuration order), copies it once into the
-   local bucket under a lock (`zephyr.engine.copy_once.run_once`: concurrent workers, on one
+   local bucket under a lock (`zephyr.fs.copy_once.run_once`: concurrent workers, on one
    machine or many, copy it exactly once; the others wait and then read the copy), charges the
-   copy to the cross-region budget (`zephyr.engine.transfer_budget`), and serves the local copy.
+   copy to the cross-region budget (`zephyr.fs.transfer_budget`), and serves the local copy.
 
 Listing (``ls``, ``glob``, ``find``, ``info``) merges the regions, the local entry winning when a
 name exists in several. Writes, deletes and ``mkdir`` go to the local bucket only.
 
 Configuration: ``ZEPHYR_MIRROR_BUCKETS="us-central1=gs://data-us,europe-west4=gs://data-eu/prefix"``
 (or a JSON object, or ``fsspec.config.conf["mirror"] = {"buckets": {...}}``, or
-``MirrorFileSystem(buckets={...})``). The local region is this machine's (`zephyr.engine.regions`,
+``MirrorFileSystem(buckets={...})``). The local region is this machine's (`zephyr.fs.regions`,
 ``ZEPHYR_REGION``); a configured region that contains it (``us`` for ``us-central1``) also counts.
 ``ZEPHYR_MIRROR_LOCK_TTL`` (seconds, default 300) is the base lifetime of a copy lock.
 """
@@ -30,10 +30,13 @@ from typing import Any
 import fsspec
 from fsspec.spec import AbstractFileSystem
 
-from zephyr.engine import counters
-from zephyr.engine.copy_once import LOCK_DIRNAME, run_once
-from zephyr.engine.regions import REGION_ENV, location_contains, machine_region, normalize_location
-from zephyr.engine.transfer_budget import charge_cross_region
+from zephyr import counters
+from zephyr.fs.copy_once import LOCK_DIRNAME, run_once
+from zephyr.fs.core import atomic_write, url_to_fs
+from zephyr.fs.region_guard import CrossRegionGuardedFS, unguarded
+from zephyr.fs.registry import register_protocol
+from zephyr.fs.regions import REGION_ENV, location_contains, machine_region, normalize_location
+from zephyr.fs.transfer_budget import charge_cross_region
 
 __all__ = ["BUCKETS_ENV", "LOCK_TTL_ENV", "MirrorFileSystem", "mirror_options", "parse_mirror_buckets"]
 
@@ -151,8 +154,6 @@ class MirrorFileSystem(AbstractFileSystem):
 
     @staticmethod
     def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-        from zephyr.engine.fs import url_to_fs
-
         return url_to_fs(url)
 
     def local_url(self, path: str) -> str:
@@ -306,9 +307,6 @@ def _fresh_is_file(fs: fsspec.AbstractFileSystem, path: str) -> bool:
 
 def _transfer(src_url: str, dst_url: str) -> None:
     """Copy without charging (the caller charged): server-side within one store, else streamed."""
-    from zephyr.engine.fs import atomic_write
-    from zephyr.engine.region_guard import CrossRegionGuardedFS, unguarded
-
     src_fs, src_path = MirrorFileSystem._fs(src_url)
     dst_fs, dst_path = MirrorFileSystem._fs(dst_url)
     if src_fs is dst_fs and isinstance(src_fs, CrossRegionGuardedFS):
@@ -320,3 +318,13 @@ def _transfer(src_url: str, dst_url: str) -> None:
         return
     with unguarded(src_fs).open(src_path, "rb") as reader, atomic_write(dst_url, "wb", compression=None) as writer:
         shutil.copyfileobj(reader, writer, 16 * 2**20)
+
+
+def mirror_url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The mirror filesystem (configured from the environment) serving a ``mirror://`` URL."""
+    return MirrorFileSystem(**mirror_options()), MirrorFileSystem._strip_protocol(url)
+
+
+register_protocol("mirror", mirror_url_to_fs)
+# So that fsspec.open("mirror://...") and pyarrow-through-fsspec also find the mirror.
+fsspec.register_implementation("mirror", MirrorFileSystem, clobber=True)

@@ -1,7 +1,7 @@
 """A per-process budget for bytes read across regions, so a misplaced job fails fast instead of billing.
 
 Every cross-region read (guarded filesystems, the mirror's copies, and tools outside fsspec through
-`zephyr.engine.region_guard.record_transfer`) calls `charge_cross_region`. Bytes add up in one
+`zephyr.fs.region_guard.record_transfer`) calls `charge_cross_region`. Bytes add up in one
 thread-safe counter per process; a read that would take the total past the budget raises
 `CrossRegionBudgetExceeded`, naming the path, the bytes, the budget and the variable to change.
 
@@ -23,8 +23,8 @@ import re
 import threading
 from collections.abc import Iterator
 
-from zephyr.engine import counters
-from zephyr.engine.errors import ZephyrError
+from zephyr import counters
+from zephyr.errors import ZephyrError
 
 __all__ = [
     "BUDGET_ENV",
