@@ -194,6 +194,7 @@ def _reads_batches(stage: Stage) -> bool:
     return fmt in ("parquet", "vortex")
 
 
+_END = object()  # end of a stream: records may be None, so None cannot mark it
 _BATCH_TYPES = (pa.RecordBatch, pa.Table)  # a tuple: `A | B` would build a union at every call
 
 
@@ -428,8 +429,8 @@ def _write_output(stage: Stage, task: ShardTask, records: Iterator[Any], result:
         writer = ScatterWriter(
             output, join(task.out_dir, "runs"), shard=task.shard, flush_bytes=task.memory_per_worker // 4
         )
-        first = next(records, None)
-        if first is not None:
+        first = next(records, _END)
+        if first is not _END:  # a None record is a record, not the end of the stream
             add = writer.add_batch if isinstance(first, _BATCH_TYPES) else writer.add  # a stream is all one kind
             for item in itertools.chain([first], records):
                 add(item)
