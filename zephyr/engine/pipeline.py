@@ -328,5 +328,6 @@ def _batches_of(records: Stream, size: int, where: str) -> Iterator[pa.RecordBat
         chunk = list(islice(records, size))
         if not chunk:
             return
-        yield batch_from_dicts(chunk, where=f"{where}, records #{start}..#{start + len(chunk) - 1}", error=UserCodeError)
+        rows = f"{where}, records #{start}..#{start + len(chunk) - 1}"
+        yield batch_from_dicts(chunk, where=rows, error=UserCodeError)
         start += len(chunk)

@@ -26,10 +26,33 @@ from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.errors import PlanError
 from zephyr.engine.fs import url_to_fs
 from zephyr.engine.inputs import (
-    FileInput, GroupInput, IterableInput, JoinInput, ListInput, ReshardInput, SourceShard, StageInput,
+    FileInput,
+    GroupInput,
+    IterableInput,
+    JoinInput,
+    ListInput,
+    ReshardInput,
+    SourceShard,
+    StageInput,
 )
-from zephyr.engine.outputs import Collect, FileSink, PartitionedSink, Scatter, StageOutput
-from zephyr.engine.pipeline import Apply, BatchApply, Expand, Keep, Limit, Pipeline, Project, ShardApply, Step
+from zephyr.engine.outputs import (
+    Collect,
+    FileSink,
+    PartitionedSink,
+    Scatter,
+    StageOutput,
+)
+from zephyr.engine.pipeline import (
+    Apply,
+    BatchApply,
+    Expand,
+    Keep,
+    Limit,
+    Pipeline,
+    Project,
+    ShardApply,
+    Step,
+)
 from zephyr.engine.shuffle import ShuffleSpec, column_keyed
 
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
@@ -156,7 +179,8 @@ class _Planner:
             [builder.num_shards, _describe_fields(stage_input), [_describe(s) for s in steps],
              pipeline.batches_in, pipeline.want_batches, _describe_fields(output), upstream]
         )
-        self.stages[builder.index] = Stage(builder.index, stage_input, pipeline, output, builder.num_shards, fingerprint)
+        stage = Stage(builder.index, stage_input, pipeline, output, builder.num_shards, fingerprint)
+        self.stages[builder.index] = stage
         return builder.index
 
     def end_stage(self, output: StageOutput) -> int:
