@@ -7,7 +7,7 @@ stages and runs them on the backend of the current `execution(...)` config.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -258,8 +258,11 @@ def _field_or_fn(key: Any) -> Any:
     return key
 
 
-def _first_of_group(key: Any, items: Iterable[Any]) -> Any:
-    return next(iter(items))
+def _first_of_group(key: Any, items: Iterable[Any]) -> Iterator[Any]:
+    # yields rather than returns: a reducer returning None emits nothing, and None may be the record kept
+    for item in items:
+        yield item
+        return
 
 
 def _count_shard(records: Iterable[Any]) -> Iterable[int]:

@@ -23,7 +23,6 @@ from typing import Any
 
 import cloudpickle
 
-from zephyr.engine import ops as O
 from zephyr.engine.backends import Backend, Outcome, make_backend, release_backend
 from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.counters import merge
@@ -104,10 +103,10 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
         release_backend(backend, idle=idle)
     final = physical.stages[-1]
     results = stage_results[final.index]
-    if isinstance(final.output, O.Sink):
-        outputs: list[Any] = [path for r in results for path in r.paths]
+    if final.output.collects:
+        outputs: list[Any] = [record for r in results if r.result_url for record in read_results(r.result_url)]
     else:
-        outputs = [record for r in results if r.result_url for record in read_results(r.result_url)]
+        outputs = [path for r in results for path in r.paths]
     if not config.keep_scratch:
         _remove(run_url)
     run = RunResult(outputs, counters, stats, time.perf_counter() - started, physical)
@@ -120,7 +119,7 @@ def _finished_upstreams(physical: Plan, index: int) -> list[int]:
     """Stages whose shuffle output no later stage reads any more."""
     done = []
     for stage in physical.stages[: index + 1]:
-        readers = [s.index for s in physical.stages if s.shuffle_input and stage.index in s.shuffle_input.upstream]
+        readers = [s.index for s in physical.stages if stage.index in s.upstream]
         if readers and max(readers) <= index:
             done.append(stage.index)
     return done
@@ -175,7 +174,7 @@ def _run_stage(
             ) from error
     upstream_runs = tuple(
         tuple(run for result in stage_results[i] for run in result.runs)
-        for i in (stage.shuffle_input.upstream if stage.shuffle_input else ())
+        for i in stage.upstream
     )
     done: dict[int, ShardResult] = {}
     for shard in range(stage.num_shards):

@@ -1,4 +1,5 @@
-"""Filter expressions: one tree, three evaluators (Python rows, Arrow scans, Vortex scans).
+"""Filter expressions: one tree, three evaluators (Python rows, Arrow scans, and Vortex scans through
+`expr_vortex.to_vortex`).
 
 `col("lang") == "en"` builds a small immutable tree instead of a Python lambda so the engine can push
 the predicate into the file reader: parquet row groups and vortex segments whose statistics rule a
@@ -72,10 +73,6 @@ _ARITH_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "*": operator.mul,
     "/": _true_divide,
 }
-
-
-class _Untranslatable(Exception):
-    """Internal: this part of the tree has no Vortex equivalent; the caller filters in Python."""
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -225,21 +222,6 @@ class Expr:
         """The same predicate as a `pyarrow.compute.Expression` (for `pyarrow.dataset` filters)."""
         raise NotImplementedError(type(self).__name__)
 
-    def to_vortex(self, schema: pa.Schema | None = None) -> Any:
-        """The same predicate as a `vortex.expr.Expr`, or None when Vortex cannot express it exactly.
-
-        Vortex compares only values of the same type, so pass the file's Arrow `schema` (from
-        `vortex_file.dtype.to_arrow_schema()`): literals are then typed like the column they meet.
-        A field absent from `schema`, a type mismatch, `length()`, `/` and LIKE metacharacters in
-        `str_contains` all give None, and the caller filters in Python instead.
-        """
-        try:
-            return self._vx(schema)[0]
-        except _Untranslatable:
-            return None
-
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        raise _Untranslatable(type(self).__name__)
 
 
 def col(name: str) -> Expr:
@@ -289,76 +271,6 @@ def _arrow_scalar(value: Any) -> pc.Expression:
     return pc.scalar(value)
 
 
-def _vortex():
-    import vortex as vx
-    import vortex.expr as ve
-
-    return vx, ve
-
-
-def _vortex_type(arrow_type: pa.DataType | None) -> pa.DataType | None:
-    """Normalize string flavours: Vortex files report string_view, parquet string/large_string."""
-    if arrow_type is None:
-        return None
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
-        return pa.string()
-    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type) or pa.types.is_binary_view(arrow_type):
-        return pa.binary()
-    return arrow_type
-
-
-def _typed_vortex_literal(value: Any, arrow_type: pa.DataType | None) -> Any:
-    """A Vortex literal of `arrow_type` holding `value`, or raise _Untranslatable if it does not fit."""
-    vx, ve = _vortex()
-    if arrow_type is None:
-        if isinstance(value, (bool, int, float, str)):
-            return value  # Vortex infers bool / i64 / f64 / utf8.
-        raise _Untranslatable("untyped literal")
-    if pa.types.is_boolean(arrow_type):
-        ok = isinstance(value, bool)
-    elif pa.types.is_integer(arrow_type):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if ok:
-            info = _int_range(arrow_type)
-            ok = info[0] <= value <= info[1]
-    elif pa.types.is_floating(arrow_type):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif pa.types.is_string(arrow_type):
-        ok = isinstance(value, str)
-    elif pa.types.is_binary(arrow_type):
-        ok = isinstance(value, bytes)
-    else:
-        ok = False
-    if not ok:
-        raise _Untranslatable(f"{value!r} as {arrow_type}")
-    return ve.literal(vx.DType.from_arrow(arrow_type), value)
-
-
-def _int_range(arrow_type: pa.DataType) -> tuple[int, int]:
-    bits = arrow_type.bit_width
-    if pa.types.is_signed_integer(arrow_type):
-        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    return 0, (1 << bits) - 1
-
-
-def _vx_pair(left: Expr, right: Expr, schema: pa.Schema | None) -> tuple[Any, Any, pa.DataType | None]:
-    """Translate two operands so that their Vortex types agree (literals take the other side's type)."""
-    if isinstance(left, Literal) and isinstance(right, Literal):
-        raise _Untranslatable("constant expression")
-    if isinstance(right, Literal):
-        lv, lt = left._vx(schema)
-        return lv, _typed_vortex_literal(right.value, lt), lt
-    if isinstance(left, Literal):
-        rv, rt = right._vx(schema)
-        return _typed_vortex_literal(left.value, rt), rv, rt
-    lv, lt = left._vx(schema)
-    rv, rt = right._vx(schema)
-    if lt is None or rt is None or lt != rt:
-        raise _Untranslatable(f"operand types {lt} and {rt}")
-    return lv, rv, lt
-
-
 @dataclass(frozen=True, eq=False, repr=False)
 class Column(Expr):
     name: str
@@ -375,17 +287,6 @@ class Column(Expr):
 
     def to_arrow(self) -> pc.Expression:
         return pc.field(self.name)
-
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        _, ve = _vortex()
-        if schema is None:
-            return ve.column(self.name), None
-        index = schema.get_field_index(self.name)
-        if index < 0:
-            # Missing field: null in Python semantics; Vortex would reject the scan.
-            raise _Untranslatable(f"no field {self.name!r}")
-        return ve.column(self.name), _vortex_type(schema.field(index).type)
-
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Literal(Expr):
@@ -405,12 +306,6 @@ class Literal(Expr):
 
     def to_arrow(self) -> pc.Expression:
         return _arrow_scalar(self.value)
-
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        if isinstance(self.value, bool):
-            return _typed_vortex_literal(self.value, pa.bool_()), pa.bool_()
-        raise _Untranslatable("bare literal")
-
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Compare(Expr):
@@ -456,13 +351,6 @@ class Compare(Expr):
             ">=": lambda: a >= b,
         }[self.op]()
 
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        _, ve = _vortex()
-        a, b, _ = _vx_pair(self.left, self.right, schema)
-        fn = {"==": ve.eq, "!=": ve.not_eq, "<": ve.lt, "<=": ve.lt_eq, ">": ve.gt, ">=": ve.gt_eq}[self.op]
-        return fn(a, b), pa.bool_()
-
-
 @dataclass(frozen=True, eq=False, repr=False)
 class Arith(Expr):
     op: str
@@ -500,16 +388,6 @@ class Arith(Expr):
         if self.op == "/":
             return pc.divide(a.cast(pa.float64()), b.cast(pa.float64()))
         return {"+": pc.add, "-": pc.subtract, "*": pc.multiply}[self.op](a, b)
-
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        _, ve = _vortex()
-        if self.op == "/":
-            raise _Untranslatable("division")  # Vortex integer division would differ from true division.
-        a, b, t = _vx_pair(self.left, self.right, schema)
-        if t is None or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-            raise _Untranslatable(f"arithmetic on {t}")
-        return {"+": ve.add, "-": ve.sub, "*": ve.mul}[self.op](a, b), t
-
 
 @dataclass(frozen=True, eq=False, repr=False)
 class BoolOp(Expr):
@@ -553,15 +431,6 @@ class BoolOp(Expr):
         a, b = self.left.to_arrow(), self.right.to_arrow()
         return pc.and_kleene(a, b) if self.op == "&" else pc.or_kleene(a, b)
 
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        _, ve = _vortex()
-        a, at = self.left._vx(schema)
-        b, bt = self.right._vx(schema)
-        if at != pa.bool_() or bt != pa.bool_():
-            raise _Untranslatable("non-boolean operand")
-        return (ve.and_(a, b) if self.op == "&" else ve.or_(a, b)), pa.bool_()
-
-
 @dataclass(frozen=True, eq=False, repr=False)
 class Not(Expr):
     child: Expr
@@ -583,14 +452,6 @@ class Not(Expr):
 
     def to_arrow(self) -> pc.Expression:
         return ~self.child.to_arrow()
-
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        _, ve = _vortex()
-        value, t = self.child._vx(schema)
-        if t != pa.bool_():
-            raise _Untranslatable("non-boolean operand")
-        return ve.not_(value), pa.bool_()
-
 
 @dataclass(frozen=True, eq=False, repr=False)
 class IsIn(Expr):
@@ -629,20 +490,6 @@ class IsIn(Expr):
         # Arrow's is_in is never null; wrap it so a null input stays null (SQL), as in Python and Vortex.
         return pc.if_else(child.is_null(), pa.scalar(None, pa.bool_()), pc.is_in(child, value_set=value_set))
 
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        vx, ve = _vortex()
-        child, t = self.child._vx(schema)
-        if t is None:
-            raise _Untranslatable("isin on an untyped operand")
-        values = [_typed_vortex_literal(v, t) for v in self.values if v is not None]
-        if not values:
-            raise _Untranslatable("empty isin")
-        python_values = [v for v in self.values if v is not None]
-        if pa.types.is_floating(t):
-            python_values = [float(v) for v in python_values]
-        return ve.in_list(child, ve.literal(vx.list_(vx.DType.from_arrow(t)), python_values)), pa.bool_()
-
-
 @dataclass(frozen=True, eq=False, repr=False)
 class NullCheck(Expr):
     child: Expr
@@ -663,12 +510,6 @@ class NullCheck(Expr):
     def to_arrow(self) -> pc.Expression:
         child = self.child.to_arrow()
         return child.is_valid() if self.negated else child.is_null()
-
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        _, ve = _vortex()
-        child, _ = self.child._vx(schema)
-        return (ve.is_not_null(child) if self.negated else ve.is_null(child)), pa.bool_()
-
 
 @dataclass(frozen=True, eq=False, repr=False)
 class StrContains(Expr):
@@ -697,16 +538,6 @@ class StrContains(Expr):
     def to_arrow(self) -> pc.Expression:
         return pc.match_substring(self.child.to_arrow(), pattern=self.substring)
 
-    def _vx(self, schema: pa.Schema | None) -> tuple[Any, pa.DataType | None]:
-        _, ve = _vortex()
-        if any(ch in self.substring for ch in "%_\\"):
-            raise _Untranslatable("LIKE metacharacter in substring")
-        child, t = self.child._vx(schema)
-        if t is not None and t != pa.string():
-            raise _Untranslatable(f"str_contains on {t}")
-        return ve.like(child, f"%{self.substring}%"), pa.bool_()
-
-
 @dataclass(frozen=True, eq=False, repr=False)
 class Length(Expr):
     child: Expr
@@ -732,4 +563,3 @@ class Length(Expr):
 
     def to_arrow(self) -> pc.Expression:
         return pc.utf8_length(self.child.to_arrow())
-    # No _vx: Vortex offers byte_length, not a character count.

@@ -6,7 +6,7 @@ Sources produce shards; narrow ops transform one shard's stream and fuse into on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,8 @@ __all__ = [
     "Reshard",
     "Sink",
     "op_name",
+    "callable_name",
+    "preview",
 ]
 
 
@@ -39,6 +41,14 @@ class ListSource:
     records: tuple[Any, ...]
     num_shards: int | None = None
 
+    @property
+    def name(self) -> str:
+        return f"from_list({len(self.records)})"
+
+    def __fingerprint__(self) -> Any:
+        # the records themselves are fingerprinted per shard by the plan (as digests), not here
+        return ["ListSource", self.num_shards, len(self.records)]
+
 
 @dataclass(frozen=True)
 class IterableSource:
@@ -46,6 +56,10 @@ class IterableSource:
 
     shard_fn: Callable[[int], Iterable[Any]]
     num_shards: int
+
+    @property
+    def name(self) -> str:
+        return f"from_iterable({callable_name(self.shard_fn)})"
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,10 @@ class FilesSource:
     filter: Any = None  # zephyr.engine.expr.Expr
     on_bad_record: str = "raise"
 
+    @property
+    def name(self) -> str:
+        return f"read({', '.join(self.patterns)})"
+
 
 Source = ListSource | IterableSource | FilesSource
 
@@ -67,20 +85,36 @@ Source = ListSource | IterableSource | FilesSource
 class Map:
     fn: Callable[[Any], Any]
 
+    @property
+    def name(self) -> str:
+        return f"map({callable_name(self.fn)})"
+
 
 @dataclass(frozen=True)
 class FlatMap:
     fn: Callable[[Any], Iterable[Any]]
+
+    @property
+    def name(self) -> str:
+        return f"flat_map({callable_name(self.fn)})"
 
 
 @dataclass(frozen=True)
 class Filter:
     predicate: Any  # a callable record -> bool, or an Expr
 
+    @property
+    def name(self) -> str:
+        return f"filter({callable_name(self.predicate)})"
+
 
 @dataclass(frozen=True)
 class Select:
     columns: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"select({', '.join(self.columns)})"
 
 
 @dataclass(frozen=True)
@@ -88,15 +122,27 @@ class MapBatches:
     fn: Callable[[Any], Any]  # pyarrow.RecordBatch -> pyarrow.RecordBatch | pyarrow.Table
     batch_size: int = 1024
 
+    @property
+    def name(self) -> str:
+        return f"map_batches({callable_name(self.fn)})"
+
 
 @dataclass(frozen=True)
 class MapShard:
     fn: Callable[[Iterable[Any]], Iterable[Any]]
 
+    @property
+    def name(self) -> str:
+        return f"map_shard({callable_name(self.fn)})"
+
 
 @dataclass(frozen=True)
 class TakePerShard:
     n: int
+
+    @property
+    def name(self) -> str:
+        return f"take_per_shard({self.n})"
 
 
 NarrowOp = Map | FlatMap | Filter | Select | MapBatches | MapShard | TakePerShard
@@ -111,6 +157,10 @@ class GroupBy:
     combiner: Callable[[Any, Iterable[Any]], Any] | None = None
     num_shards: int | None = None
 
+    @property
+    def name(self) -> str:
+        return f"group_by({callable_name(self.key)})"
+
 
 @dataclass(frozen=True)
 class Join:
@@ -121,10 +171,18 @@ class Join:
     combine: Callable[[Any, Any], Any] | None = None
     num_shards: int | None = None
 
+    @property
+    def name(self) -> str:
+        return f"join({self.how})"
+
 
 @dataclass(frozen=True)
 class Reshard:
     num_shards: int
+
+    @property
+    def name(self) -> str:
+        return f"reshard({self.num_shards})"
 
 
 # ------------------------------------------------------------------------------------------ sinks
@@ -138,31 +196,25 @@ class Sink:
     skip_existing: bool = False
     partition_by: str | None = None
 
+    @property
+    def name(self) -> str:
+        return f"write_{self.format}({self.pattern})"
+
 
 def op_name(op: Any) -> str:
-    """A short human name for plans and progress: `map(clean_text)`, `group_by(key=doc_hash)`."""
-    fn = getattr(op, "fn", None) or getattr(op, "predicate", None) or getattr(op, "key", None)
-    label = type(op).__name__
-    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in label).lstrip("_")
-    if isinstance(op, Select):
-        return f"select({', '.join(op.columns)})"
-    if isinstance(op, TakePerShard):
-        return f"take_per_shard({op.n})"
-    if isinstance(op, Reshard):
-        return f"reshard({op.num_shards})"
-    if isinstance(op, Sink):
-        return f"write_{op.format}({op.pattern})"
-    if isinstance(op, Join):
-        return f"join({op.how})"
-    if fn is None:
-        return snake
+    """A short human name for plans and progress: `map(clean_text)`, `group_by(doc_hash)`."""
+    return str(op.name)
+
+
+def callable_name(fn: Any) -> str:
+    """`clean_text`, `Cls.method`, `lambda`; an expression or other object by its repr."""
+    if not callable(fn) or hasattr(fn, "to_arrow"):  # not callable, or a col()/lit() expression
+        return repr(fn)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    if callable(fn) and name in ("<lambda>",):
-        name = "lambda"
-    elif not callable(fn):
-        name = repr(fn)
-    return f"{snake}({name})"
+    return "lambda" if name == "<lambda>" else str(name)
 
 
-def describe_columns(columns: Sequence[str] | None) -> str:
-    return "*" if columns is None else ", ".join(columns)
+def preview(record: Any, limit: int = 300) -> str:
+    """A record's repr for error messages, cut at `limit` characters."""
+    text = repr(record)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"

@@ -1,9 +1,13 @@
-"""Planner: a Dataset's logical ops become stages of fused narrow ops split at shuffle boundaries.
+"""Planner: lowers a Dataset's logical ops, once, into physical stages split at shuffle boundaries.
 
-Each stage reads a source (one shard per file / list chunk) or the output of a shuffle, runs its narrow
-ops as one streaming generator per shard, and ends in a shuffle scatter, a sink, or collected results.
-Every stage has a fingerprint of its inputs, ops and upstream stages: completed shards are checkpointed
-under it, so a rerun of the same pipeline resumes instead of recomputing.
+Like a compiler lowering an IR: each logical op has one lowering function (`_LOWERINGS`) that either
+adds a physical step to the current stage's pipeline (narrow ops), pushes itself into the stage's file
+reader (leading expression filters and selects), or ends the stage in an output and starts the next one
+on a shuffle read (wide ops). A stage is then `input -> pipeline -> output`, each a tagged type with its
+own behaviour (`inputs`, `pipeline`, `outputs`), so the worker just runs `output.write(ops(input.open()))`.
+
+Every stage has a fingerprint of its input, steps, output and upstream stages: completed shards are
+checkpointed under it, so a rerun of the same pipeline resumes instead of recomputing.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,63 +25,63 @@ from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.errors import PlanError
 from zephyr.fs import url_to_fs
-from zephyr.engine.shuffle import ShuffleSpec
+from zephyr.engine.inputs import (
+    FileInput,
+    GroupInput,
+    IterableInput,
+    JoinInput,
+    ListInput,
+    ReshardInput,
+    SourceShard,
+    StageInput,
+)
+from zephyr.engine.outputs import (
+    Collect,
+    FileSink,
+    PartitionedSink,
+    Scatter,
+    StageOutput,
+)
+from zephyr.engine.pipeline import (
+    Apply,
+    BatchApply,
+    Expand,
+    Keep,
+    Limit,
+    Pipeline,
+    Project,
+    ShardApply,
+    Step,
+)
+from zephyr.engine.shuffle import ShuffleSpec, column_keyed
 
-__all__ = ["SourceShard", "ShuffleInput", "Stage", "Plan", "plan", "is_expression"]
+__all__ = ["Stage", "Plan", "plan", "is_expression"]
 
-
-@dataclass(frozen=True)
-class SourceShard:
-    """What one source shard reads: a file, a chunk of a list, or `shard_fn(index)`."""
-
-    index: int
-    name: str  # for messages: the file path, or "list[0:100]"
-    path: str | None = None
-    size: int = 0
-    records: tuple[Any, ...] | None = None
-
-
-@dataclass(frozen=True)
-class ShuffleInput:
-    """A stage input that gathers the shuffle written by `upstream` stages.
-
-    kind "group": group rows by key and apply `reducer`; "join": co-group two sides; "reshard": concat.
-    """
-
-    upstream: tuple[int, ...]
-    kind: str
-    reducer: Any = None
-    join: O.Join | None = None
+_SCATTER_BATCH_ROWS = 65536  # Arrow batch size read for a group_by on fields straight from columnar files
+_COLUMNAR = ("parquet", "vortex")
 
 
 @dataclass(frozen=True)
 class Stage:
+    """One physical stage: every shard runs `output.write(ops(input.open(shard)))`."""
+
     index: int
-    source: O.Source | None  # set for source stages
-    shards: tuple[SourceShard, ...]  # source shards (empty for shuffle stages)
-    shuffle_input: ShuffleInput | None
-    ops: tuple[Any, ...]
-    output: ShuffleSpec | O.Sink | None  # None: collect records
+    input: StageInput
+    ops: Pipeline
+    output: StageOutput
     num_shards: int
     fingerprint: str
 
     @property
+    def upstream(self) -> tuple[int, ...]:
+        """The stages whose shuffle output this stage reads."""
+        return self.input.upstream
+
+    @property
     def name(self) -> str:
-        parts = []
-        if self.source is not None:
-            parts.append(_source_name(self.source))
-        elif self.shuffle_input is not None:
-            si = self.shuffle_input
-            parts.append(
-                {"group": f"group_by({_callable_name(si.reducer)})", "join": "join", "reshard": "reshard"}[
-                    si.kind
-                ]
-            )
-        parts += [O.op_name(op) for op in self.ops]
-        if isinstance(self.output, O.Sink):
-            parts.append(O.op_name(self.output))
-        elif isinstance(self.output, ShuffleSpec):
-            parts.append("scatter")
+        parts = [self.input.name, *self.ops.names]
+        if not self.output.collects:
+            parts.append(self.output.name)
         return " -> ".join(parts)
 
 
@@ -92,18 +96,10 @@ class Plan:
     def describe(self) -> str:
         lines = [f"plan {self.fingerprint[:12]}: {len(self.stages)} stage(s)"]
         for stage in self.stages:
-            if stage.shuffle_input is not None:
-                reads = f"shuffle of stage(s) {', '.join(map(str, stage.shuffle_input.upstream))}"
-            else:
-                reads = f"{len(stage.shards)} source shard(s)"
-            if isinstance(stage.output, ShuffleSpec):
-                writes = f"scatter to {stage.output.num_targets} shard(s)"
-            elif isinstance(stage.output, O.Sink):
-                writes = f"write {stage.output.format} {stage.output.pattern}"
-            else:
-                writes = "collect"
             lines.append(f"  stage {stage.index} [{stage.num_shards} shards] {stage.name}")
-            lines.append(f"      reads {reads}; fused ops: {len(stage.ops)}; {writes}")
+            lines.append(
+                f"      reads {stage.input.describe()}; fused ops: {len(stage.ops.steps)}; {stage.output.describe()}"
+            )
         return "\n".join(lines)
 
 
@@ -114,119 +110,118 @@ def is_expression(predicate: Any) -> bool:
 # ------------------------------------------------------------------------------------------- plan
 def plan(dataset: Any, config: ExecutionConfig) -> Plan:
     """Turn `dataset` into stages; raises PlanError naming the op when a pipeline cannot run."""
-    stages: list[Stage] = []
-    _plan_into(dataset, config, stages)
-    return Plan(tuple(stages))
-
-
-def _plan_into(dataset: Any, config: ExecutionConfig, stages: list[Stage]) -> int:
-    """Append the stages of `dataset` to `stages`; returns the index of its last stage."""
-    source, shards = _resolve_source(dataset.source, config)
-    current = _StageBuilder(index=len(stages), source=source, shards=shards, num_shards=len(shards))
-    for position, op in enumerate(dataset.ops):
-        if isinstance(op, O.Sink):
-            if position != len(dataset.ops) - 1:
-                raise PlanError(f"{O.op_name(op)} must be the last op of a pipeline")
-            current.output = op
-        elif isinstance(op, O.GroupBy | O.Reshard | O.Join):
-            if isinstance(op, O.Reshard):
-                n = op.num_shards
-                current.output = ShuffleSpec(n)
-                upstream = (current.index,)
-                shuffle = ShuffleInput(upstream, "reshard")
-            elif isinstance(op, O.GroupBy):
-                n = op.num_shards or current.num_shards
-                current.output = ShuffleSpec(n, op.key, op.sort_by, op.combiner)
-                upstream = (current.index,)
-                shuffle = ShuffleInput(upstream, "group", reducer=op.reducer)
-            else:
-                stages.append(current.build(stages))
-                right_last = _plan_into(op.right, config, stages)
-                right = stages[right_last]
-                n = op.num_shards or max(current.num_shards, right.num_shards)
-                stages[right_last] = _with_output(right, ShuffleSpec(n, op.right_key, tag=1), stages)
-                current.output = ShuffleSpec(n, op.left_key, tag=0)
-                stages[current.index] = current.build(stages)
-                upstream = (current.index, right_last)
-                shuffle = ShuffleInput(upstream, "join", join=op)
-                current = _StageBuilder(index=len(stages), shuffle_input=shuffle, num_shards=n)
-                continue
-            stages.append(current.build(stages))
-            current = _StageBuilder(index=len(stages), shuffle_input=shuffle, num_shards=n)
-        else:
-            current.ops.append(op)
-    _push_down(current)
-    stages.append(current.build(stages))
-    return current.index
+    planner = _Planner(config)
+    last = planner.open_dataset(dataset)
+    planner.finish(last, last.sink or Collect())
+    stages = tuple(stage for stage in planner.stages if stage is not None)
+    assert len(stages) == len(planner.stages), "every reserved stage slot is filled"
+    return Plan(stages)
 
 
 @dataclass
-class _StageBuilder:
+class _Builder:
+    """A stage being lowered: its input, the steps so far, and the sink if the pipeline ends in one."""
+
     index: int
+    input: StageInput
     num_shards: int
-    source: O.Source | None = None
-    shards: tuple[SourceShard, ...] = ()
-    shuffle_input: ShuffleInput | None = None
-    ops: list[Any] = dataclasses.field(default_factory=list)
-    output: Any = None
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    sink: StageOutput | None = None
 
-    def build(self, stages: list[Stage]) -> Stage:
-        _push_down(self)
-        upstream_fps = (
-            [stages[i].fingerprint for i in self.shuffle_input.upstream if i < len(stages)]
-            if self.shuffle_input
-            else []
-        )
+
+class _Planner:
+    def __init__(self, config: ExecutionConfig) -> None:
+        self.config = config
+        self.stages: list[Stage | None] = []  # a slot is reserved when a stage starts, filled when it ends
+        self.current: _Builder | None = None
+
+    @property
+    def stage(self) -> _Builder:
+        assert self.current is not None
+        return self.current
+
+    def open_dataset(self, dataset: Any) -> _Builder:
+        """Lower `dataset`'s source and ops; returns its last stage, still open (its output not chosen)."""
+        outer = self.current
+        stage_input, num_shards = _lower_source(dataset.source, self.config)
+        self.start(stage_input, num_shards)
+        for op in dataset.ops:
+            if self.stage.sink is not None:
+                raise PlanError(f"{self.stage.sink.name} must be the last op of a pipeline")
+            lowering = _LOWERINGS.get(type(op))
+            if lowering is None:
+                raise PlanError(f"no lowering for op {type(op).__name__}: add one to plan._LOWERINGS")
+            lowering(op, self)
+        last, self.current = self.stage, outer
+        return last
+
+    def start(self, stage_input: StageInput, num_shards: int) -> None:
+        self.current = _Builder(len(self.stages), stage_input, num_shards)
+        self.stages.append(None)
+
+    def add(self, step: Step) -> None:
+        self.stage.steps.append(step)
+
+    def finish(self, builder: _Builder, output: StageOutput) -> int:
+        """Choose `builder`'s output, compile its pipeline, fingerprint it; returns its index."""
+        if builder.sink is not None and output is not builder.sink:
+            raise PlanError(f"{builder.sink.name} must be the last op of a pipeline, not of a joined dataset")
+        stage_input, steps = builder.input, tuple(builder.steps)
+        if isinstance(stage_input, FileInput):
+            stage_input = dataclasses.replace(stage_input, batch_rows=_batch_rows(stage_input, steps, output))
+        takes_batches = _takes_batches(output)
+        pipeline = Pipeline(steps, batches_in=getattr(stage_input, "batch_rows", None) is not None,
+                            want_batches=takes_batches)
+        if not isinstance(output, Collect):
+            output = dataclasses.replace(output, batches=pipeline.emits_batches)
+        upstream = [self._built(i).fingerprint for i in stage_input.upstream]
         fingerprint = _fingerprint(
-            [
-                self.num_shards,
-                _describe(self.source),
-                [(s.path, s.size, _records_digest(s.records)) for s in self.shards],
-                _describe(self.shuffle_input),
-                [_describe(op) for op in self.ops],
-                _describe(self.output),
-                upstream_fps,
-            ]
+            [builder.num_shards, _describe_fields(stage_input), [_describe(s) for s in steps],
+             pipeline.batches_in, pipeline.want_batches, _describe_fields(output), upstream]
         )
-        return Stage(
-            self.index,
-            self.source,
-            self.shards,
-            self.shuffle_input,
-            tuple(self.ops),
-            self.output,
-            self.num_shards,
-            fingerprint,
-        )
+        stage = Stage(builder.index, stage_input, pipeline, output, builder.num_shards, fingerprint)
+        self.stages[builder.index] = stage
+        return builder.index
+
+    def end_stage(self, output: StageOutput) -> int:
+        return self.finish(self.stage, output)
+
+    def _built(self, index: int) -> Stage:
+        stage = self.stages[index]
+        if stage is None:
+            raise PlanError(f"stage {index} is read before it was planned")
+        return stage
 
 
-def _with_output(stage: Stage, output: Any, stages: list[Stage]) -> Stage:
-    builder = _StageBuilder(
-        stage.index, stage.num_shards, stage.source, stage.shards, stage.shuffle_input, list(stage.ops), output
-    )
-    return builder.build(stages)
+def _takes_batches(output: StageOutput) -> bool:
+    """Outputs that take Arrow batches as they are: a scatter on fields, a columnar file."""
+    if isinstance(output, Scatter):
+        return column_keyed(output.spec)
+    if isinstance(output, FileSink | PartitionedSink):
+        return output.format in _COLUMNAR
+    return False
 
 
-def _push_down(builder: _StageBuilder) -> None:
-    """Move leading expression filters and selects into a file source, so readers can skip data."""
-    if not isinstance(builder.source, O.FilesSource):
-        return
-    source = builder.source
-    while builder.ops:
-        op = builder.ops[0]
-        if isinstance(op, O.Filter) and is_expression(op.predicate):
-            combined = op.predicate if source.filter is None else (source.filter & op.predicate)
-            source = dataclasses.replace(source, filter=combined)
-        elif isinstance(op, O.Select):
-            keep = op.columns if source.columns is None else tuple(c for c in source.columns if c in op.columns)
-            source = dataclasses.replace(source, columns=keep)
-        else:
-            break
-        builder.ops.pop(0)
-    builder.source = source
+def _batch_rows(stage_input: FileInput, steps: tuple[Step, ...], output: StageOutput) -> int | None:
+    """Read a columnar source as Arrow batches when a map_batches comes first, or when a scatter on
+    fields follows directly: the reader's batches are handed over without becoming records."""
+    if steps:
+        if not isinstance(steps[0], BatchApply):
+            return None
+        rows = steps[0].batch_size
+    elif isinstance(output, Scatter) and column_keyed(output.spec):
+        rows = _SCATTER_BATCH_ROWS
+    else:
+        return None
+    from zephyr.engine.io import infer_format
+
+    shard = stage_input.shards[0] if stage_input.shards else None
+    fmt = stage_input.source.format or (infer_format(shard.path) if shard and shard.path else None)
+    return rows if fmt in _COLUMNAR else None
 
 
-def _resolve_source(source: O.Source, config: ExecutionConfig) -> tuple[O.Source, tuple[SourceShard, ...]]:
+# -------------------------------------------------------------------------------------- lowerings
+def _lower_source(source: O.Source, config: ExecutionConfig) -> tuple[StageInput, int]:
     if isinstance(source, O.ListSource):
         records = source.records
         n = source.num_shards or max(1, min(len(records), config.num_workers))
@@ -235,16 +230,97 @@ def _resolve_source(source: O.Source, config: ExecutionConfig) -> tuple[O.Source
             SourceShard(i, f"list[{bounds[i]}:{bounds[i + 1]}]", records=records[bounds[i] : bounds[i + 1]])
             for i in range(n)
         )
-        return source, shards
+        return ListInput(shards, len(records)), n
     if isinstance(source, O.IterableSource):
-        return source, tuple(SourceShard(i, f"{_callable_name(source.shard_fn)}({i})") for i in range(source.num_shards))
+        return IterableInput(source.shard_fn, source.num_shards), source.num_shards
     if isinstance(source, O.FilesSource):
-        shards = []
-        for pattern in source.patterns:
-            for path, size in _glob_with_sizes(pattern):
-                shards.append(SourceShard(len(shards), path, path=path, size=size))
-        return source, tuple(shards)
+        files = [(path, size) for pattern in source.patterns for path, size in _glob_with_sizes(pattern)]
+        shards = tuple(SourceShard(i, path, path=path, size=size) for i, (path, size) in enumerate(files))
+        return FileInput(source, shards), len(shards)
     raise PlanError(f"unknown source {type(source).__name__}")
+
+
+def _lower_map(op: O.Map, planner: _Planner) -> None:
+    planner.add(Apply(op.fn, op.name))
+
+
+def _lower_flat_map(op: O.FlatMap, planner: _Planner) -> None:
+    planner.add(Expand(op.fn, op.name))
+
+
+def _lower_filter(op: O.Filter, planner: _Planner) -> None:
+    stage = planner.stage
+    if isinstance(stage.input, FileInput) and not stage.steps and is_expression(op.predicate):
+        source = stage.input.source  # pushed into the reader: row groups it rules out are never decoded
+        combined = op.predicate if source.filter is None else (source.filter & op.predicate)
+        stage.input = dataclasses.replace(stage.input, source=dataclasses.replace(source, filter=combined))
+        return
+    planner.add(Keep(op.predicate, op.name))
+
+
+def _lower_select(op: O.Select, planner: _Planner) -> None:
+    stage = planner.stage
+    if isinstance(stage.input, FileInput) and not stage.steps:
+        source = stage.input.source  # pushed into the reader: other columns are never read
+        keep = op.columns if source.columns is None else tuple(c for c in source.columns if c in op.columns)
+        stage.input = dataclasses.replace(stage.input, source=dataclasses.replace(source, columns=keep))
+        return
+    planner.add(Project(op.columns, op.name))
+
+
+def _lower_map_batches(op: O.MapBatches, planner: _Planner) -> None:
+    planner.add(BatchApply(op.fn, op.batch_size, op.name))
+
+
+def _lower_map_shard(op: O.MapShard, planner: _Planner) -> None:
+    planner.add(ShardApply(op.fn, op.name))
+
+
+def _lower_take_per_shard(op: O.TakePerShard, planner: _Planner) -> None:
+    planner.add(Limit(op.n, op.name))
+
+
+def _lower_reshard(op: O.Reshard, planner: _Planner) -> None:
+    upstream = planner.end_stage(Scatter(ShuffleSpec(op.num_shards)))
+    planner.start(ReshardInput((upstream,)), op.num_shards)
+
+
+def _lower_group_by(op: O.GroupBy, planner: _Planner) -> None:
+    n = op.num_shards or planner.stage.num_shards
+    upstream = planner.end_stage(Scatter(ShuffleSpec(n, op.key, op.sort_by, op.combiner)))
+    planner.start(GroupInput((upstream,), op.reducer), n)
+
+
+def _lower_join(op: O.Join, planner: _Planner) -> None:
+    left = planner.stage
+    right = planner.open_dataset(op.right)
+    n = op.num_shards or max(left.num_shards, right.num_shards)
+    right_index = planner.finish(right, Scatter(ShuffleSpec(n, op.right_key, tag=1)))
+    left_index = planner.finish(left, Scatter(ShuffleSpec(n, op.left_key, tag=0)))
+    planner.start(JoinInput((left_index, right_index), op.how, op.combine), n)
+
+
+def _lower_sink(op: O.Sink, planner: _Planner) -> None:
+    stage = planner.stage
+    if op.partition_by is not None:
+        stage.sink = PartitionedSink(op.pattern, op.format, stage.num_shards, op.partition_by)
+    else:
+        stage.sink = FileSink(op.pattern, op.format, stage.num_shards, op.skip_existing)
+
+
+_LOWERINGS: dict[type, Callable[[Any, _Planner], None]] = {
+    O.Map: _lower_map,
+    O.FlatMap: _lower_flat_map,
+    O.Filter: _lower_filter,
+    O.Select: _lower_select,
+    O.MapBatches: _lower_map_batches,
+    O.MapShard: _lower_map_shard,
+    O.TakePerShard: _lower_take_per_shard,
+    O.Reshard: _lower_reshard,
+    O.GroupBy: _lower_group_by,
+    O.Join: _lower_join,
+    O.Sink: _lower_sink,
+}
 
 
 def _glob_with_sizes(pattern: str) -> list[tuple[str, int]]:
@@ -262,32 +338,14 @@ def _glob_with_sizes(pattern: str) -> list[tuple[str, int]]:
     return out
 
 
+def _describe_fields(value: Any) -> list[Any]:
+    """A physical input or output described field by field (as deep as `_describe` goes for an op)."""
+    return [type(value).__name__] + [_describe(getattr(value, f.name)) for f in dataclasses.fields(value)]
+
+
 # ------------------------------------------------------------------------------------ fingerprint
 def _fingerprint(parts: Any) -> str:
     return xxhash.xxh3_128_hexdigest(repr(parts).encode())
-
-
-def _records_digest(records: tuple[Any, ...] | None) -> str | None:
-    if records is None:
-        return None
-    try:
-        return xxhash.xxh3_64_hexdigest(pickle.dumps(records, protocol=5))
-    except Exception:  # noqa: BLE001 - unpicklable records: fall back to their repr
-        return xxhash.xxh3_64_hexdigest(repr(records).encode())
-
-
-def _source_name(source: O.Source) -> str:
-    if isinstance(source, O.FilesSource):
-        extra = f", filter={source.filter!r}" if source.filter is not None else ""
-        cols = f", columns={list(source.columns)}" if source.columns is not None else ""
-        return f"read({', '.join(source.patterns)}{cols}{extra})"
-    if isinstance(source, O.ListSource):
-        return f"from_list({len(source.records)})"
-    return f"from_iterable({_callable_name(source.shard_fn)})"
-
-
-def _callable_name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def _describe(value: Any, depth: int = 0) -> Any:
@@ -300,10 +358,8 @@ def _describe(value: Any, depth: int = 0) -> Any:
         return [_describe(v, depth + 1) for v in value]
     if isinstance(value, dict):
         return {str(k): _describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(value, O.ListSource):
-        return ["ListSource", value.num_shards, len(value.records)]
-    if type(value).__name__ == "Dataset":
-        return ["Dataset", _describe(value.source, depth + 1), _describe(value.ops, depth + 1)]
+    if hasattr(type(value), "__fingerprint__") and not isinstance(value, type):
+        return _describe(value.__fingerprint__(), depth)  # a type that says what identifies it
     if isinstance(value, functools.partial):
         return ["partial", _describe(value.func, depth + 1), _describe(value.args, depth + 1), _describe(value.keywords, depth + 1)]
     if inspect.isfunction(value) or inspect.ismethod(value):

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
+from zephyr.engine.expr_vortex import to_vortex
 from zephyr.fs import atomic_write, open_url, url_to_fs
 from zephyr.engine.io.bad_input import bad_file, short_error
 from zephyr.engine.io.scan import check_columns, filter_batch, is_plain_local, scan_columns, unreadable_columnar_file
@@ -53,7 +54,7 @@ def vortex_batches(
             unreadable_columnar_file(url, fs, path, skip, "vortex", exc)
             return
         check_columns(url, columns, schema)
-        vx_filter = filter.to_vortex(schema) if filter is not None else None
+        vx_filter = to_vortex(filter, schema) if filter is not None else None
         pushdown = filter is None or vx_filter is not None
         read_columns = list(columns) if columns is not None and pushdown else scan_columns(columns, filter, schema)
         names = read_columns if read_columns is not None else schema.names

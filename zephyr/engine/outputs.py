@@ -1,0 +1,175 @@
+"""Where a stage's records go: one tagged type per kind of output, each writing one shard.
+
+`Scatter` routes records into a shuffle's sorted runs, `FileSink` writes one file per shard,
+`PartitionedSink` one file per shard and value of a field, `Collect` pickles the records for the driver.
+`write(stream, task, result)` consumes the stream the stage's pipeline produced and records what it wrote
+in `result`. Whether the stream holds records or Arrow batches is fixed at plan time (`batches`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from zephyr.fs import atomic_write, join, open_url, url_to_fs
+from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec
+from zephyr.engine.task import ShardResult, ShardTask
+
+__all__ = ["Scatter", "FileSink", "PartitionedSink", "Collect", "StageOutput", "read_results"]
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """Hash-partition (or, without key, deal round-robin) the records into `spec.num_targets` targets."""
+
+    spec: ShuffleSpec
+    batches: bool = False  # the stream holds Arrow batches (a scatter on fields of a columnar source)
+    collects: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        return "scatter"
+
+    def describe(self) -> str:
+        return f"scatter to {self.spec.num_targets} shard(s)"
+
+    def existing(self, task: ShardTask) -> list[str]:
+        return []
+
+    def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
+        writer = ScatterWriter(
+            self.spec, join(task.out_dir, "runs"), shard=task.shard, flush_bytes=task.memory_per_worker // 4
+        )
+        add = writer.add_batch if self.batches else writer.add
+        for item in stream:
+            add(item)
+        result.runs = writer.close()
+        result.records_out = writer.records
+        result.bytes_out = sum(run.bytes for run in result.runs)
+
+
+@dataclass(frozen=True)
+class FileSink:
+    """Shard i goes to `pattern.format(shard=i, total=n)`, written atomically (jsonl, parquet, vortex)."""
+
+    pattern: str
+    format: str
+    total: int  # the stage's number of shards, for {total}
+    skip_existing: bool = False
+    batches: bool = False
+    collects: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        return f"write_{self.format}({self.pattern})"
+
+    def describe(self) -> str:
+        return f"write {self.format} {self.pattern}"
+
+    def existing(self, task: ShardTask) -> list[str]:
+        """With skip_existing, the shard's file when it is already there (the shard need not run)."""
+        if not self.skip_existing:
+            return []
+        path = self.pattern.format(shard=task.shard, total=self.total)
+        fs, fspath = url_to_fs(path)
+        return [path] if fs.exists(fspath) else []
+
+    def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
+        from zephyr.engine.io import write_records
+
+        path = self.pattern.format(shard=task.shard, total=self.total)
+        stats = write_records(_counted_out(stream, result, self.batches), path, format=self.format)
+        if stats.records:
+            result.paths = [path]
+            result.bytes_out = stats.bytes
+
+
+@dataclass(frozen=True)
+class PartitionedSink:
+    """Shard i and value v of field `partition_by` go to `pattern.format(shard=i, total=n, <field>=v)`."""
+
+    pattern: str
+    format: str
+    total: int
+    partition_by: str
+    batches: bool = False
+    collects: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        return f"write_{self.format}({self.pattern})"
+
+    def describe(self) -> str:
+        return f"write {self.format} {self.pattern} partitioned by {self.partition_by}"
+
+    def existing(self, task: ShardTask) -> list[str]:
+        return []
+
+    def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
+        from zephyr.engine.io import write_partitioned
+
+        field = self.partition_by
+        written = write_partitioned(
+            _counted_out(stream, result, self.batches), field,
+            lambda value: self.pattern.format(shard=task.shard, total=self.total, **{field: value}),
+            format=self.format,
+        )
+        result.paths = [stats.path for stats in written]
+        result.bytes_out = sum(stats.bytes for stats in written)
+
+
+@dataclass(frozen=True)
+class Collect:
+    """Pickle the records, in chunks, into the attempt's directory; the driver reads them back."""
+
+    collects: ClassVar[bool] = True
+
+    @property
+    def name(self) -> str:
+        return "collect"
+
+    def describe(self) -> str:
+        return "collect"
+
+    def existing(self, task: ShardTask) -> list[str]:
+        return []
+
+    def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
+        url = join(task.out_dir, "result.pkl")
+        count = 0
+        with atomic_write(url, "wb", compression=None) as handle:
+            chunk: list[Any] = []
+            for record in stream:
+                chunk.append(record)
+                if len(chunk) >= 4096:
+                    pickle.dump(chunk, handle, protocol=5)
+                    count += len(chunk)
+                    chunk = []
+            if chunk:
+                pickle.dump(chunk, handle, protocol=5)
+                count += len(chunk)
+            result.bytes_out = handle.tell() if hasattr(handle, "tell") else 0
+        result.records_out = count
+        result.result_url = url
+
+
+StageOutput = Scatter | FileSink | PartitionedSink | Collect
+
+
+def _counted_out(items: Iterable[Any], result: ShardResult, batches: bool) -> Iterator[Any]:
+    for item in items:
+        result.records_out += item.num_rows if batches else 1
+        yield item
+
+
+def read_results(url: str) -> Iterator[Any]:
+    """The records a collect stage pickled for one shard."""
+    with open_url(url, "rb", compression=None) as handle:
+        while True:
+            try:
+                chunk = pickle.load(handle)
+            except EOFError:
+                return
+            yield from chunk

@@ -1,0 +1,333 @@
+"""A stage's narrow ops, compiled once into one streaming callable: `Pipeline(...)(stream, where)`.
+
+The planner lowers each narrow op to a physical step. Consecutive record steps (`Apply`, `Keep`,
+`Expand`, `Limit`, `Project`) are fused into one generated Python loop, so a record passes a chain of maps
+and filters without a generator hop per op; `BatchApply` (map_batches) works on Arrow batches and
+`ShardApply` (map_shard) on the whole stream, and the pipeline converts between records and batches only
+where a step needs the other kind. The fused loop is built when the pipeline is made (at plan time) and
+again after unpickling in a worker (generated code does not pickle).
+
+Every user call is tied to its op: an exception becomes a `UserCodeError` naming the op, the stage and
+shard (`where`), the record's position in the stream and a preview of the record the op received.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+import pyarrow as pa
+
+from zephyr.engine.errors import BadInputError, UserCodeError
+from zephyr.engine.ops import preview
+
+__all__ = ["Apply", "Keep", "Expand", "Limit", "Project", "BatchApply", "ShardApply", "Step", "Pipeline"]
+
+Stream = Iterator[Any]
+Segment = Callable[[Stream, str], Stream]
+
+
+# ------------------------------------------------------------------------------------------ steps
+@dataclass(frozen=True)
+class Apply:
+    """record -> one record (map)."""
+
+    fn: Callable[[Any], Any]
+    name: str
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Keep records where `predicate(record)` is truthy (filter); an expression runs compiled."""
+
+    predicate: Any
+    name: str
+
+
+@dataclass(frozen=True)
+class Expand:
+    """record -> zero or more records (flat_map)."""
+
+    fn: Callable[[Any], Iterable[Any]]
+    name: str
+
+
+@dataclass(frozen=True)
+class Limit:
+    """Only the first `n` records reaching this point (take_per_shard); upstream is not read further."""
+
+    n: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Project:
+    """Keep these fields of every dict record; a missing one reads as None (select)."""
+
+    columns: tuple[str, ...]
+    name: str
+
+
+@dataclass(frozen=True)
+class BatchApply:
+    """pyarrow.RecordBatch -> RecordBatch | Table, on batches of up to `batch_size` rows (map_batches)."""
+
+    fn: Callable[[Any], Any]
+    batch_size: int
+    name: str
+
+
+@dataclass(frozen=True)
+class ShardApply:
+    """The whole stream -> a stream (map_shard): for per-shard state."""
+
+    fn: Callable[[Iterable[Any]], Iterable[Any]]
+    name: str
+
+
+RecordStep = Apply | Keep | Expand | Limit | Project
+Step = RecordStep | BatchApply | ShardApply
+_RECORD_STEPS = (Apply, Keep, Expand, Limit, Project)
+
+
+# --------------------------------------------------------------------------------------- pipeline
+@dataclass(frozen=True)
+class Pipeline:
+    """The narrow steps of a stage, compiled into one callable `(stream, where) -> stream`.
+
+    `batches_in`: the stage input yields Arrow batches (a columnar file source). `want_batches`: the
+    output takes Arrow batches as they are (a columnar sink, a scatter on fields); the pipeline then
+    emits batches when its last step produces them (`emits_batches`), else records.
+    """
+
+    steps: tuple[Step, ...] = ()
+    batches_in: bool = False
+    want_batches: bool = False
+    _segments: tuple[Segment, ...] = field(default=(), init=False, repr=False, compare=False)  # compiled
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_segments", _compile(self.steps, self.batches_in, self.emits_batches))
+
+    @property
+    def emits_batches(self) -> bool:
+        last_is_batches = isinstance(self.steps[-1], BatchApply) if self.steps else self.batches_in
+        return self.want_batches and last_is_batches
+
+    @property
+    def names(self) -> list[str]:
+        return [step.name for step in self.steps]
+
+    def __call__(self, stream: Iterable[Any], where: str) -> Stream:
+        out: Stream = iter(stream)
+        for segment in self._segments:
+            out = segment(out, where)
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_segments", None)  # generated code: rebuilt on load
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "_segments", _compile(self.steps, self.batches_in, self.emits_batches))
+
+    def __fingerprint__(self) -> Any:
+        return ["Pipeline", list(self.steps), self.batches_in, self.want_batches]
+
+
+def _compile(steps: tuple[Step, ...], batched: bool, emits_batches: bool) -> tuple[Segment, ...]:
+    """Segments to chain: fused runs of record steps, batch steps, shard steps, and conversions."""
+    segments: list[Segment] = []
+    run: list[RecordStep] = []
+
+    def flush() -> None:
+        nonlocal batched
+        if not run:
+            return
+        if batched:
+            segments.append(_to_records)
+            batched = False
+        segments.extend(_fuse(part) for part in _parts(run))
+        run.clear()
+
+    for position, step in enumerate(steps):
+        if isinstance(step, _RECORD_STEPS):
+            run.append(step)
+            continue
+        flush()
+        if isinstance(step, BatchApply):
+            last = position == len(steps) - 1
+            emit = (not last and isinstance(steps[position + 1], BatchApply)) or (last and emits_batches)
+            segments.append(_MapBatches(step, batched, emit))
+            batched = emit
+        else:
+            if batched:
+                segments.append(_to_records)
+                batched = False
+            segments.append(_MapShard(step))
+    flush()
+    if batched and not emits_batches:
+        segments.append(_to_records)
+    return tuple(segments)
+
+
+_MAX_LOOPS = 16  # Python allows 20 nested blocks per function; the fused loop uses try + for + one per Expand
+_MAX_STEPS = 64  # and ~100 indentation levels
+
+
+def _parts(run: list[RecordStep]) -> Iterator[list[RecordStep]]:
+    part: list[RecordStep] = []
+    loops = 0
+    for step in run:
+        if part and (len(part) >= _MAX_STEPS or (isinstance(step, Expand) and loops >= _MAX_LOOPS)):
+            yield part
+            part, loops = [], 0
+        part.append(step)
+        loops += isinstance(step, Expand)
+    if part:
+        yield part
+
+
+def _fuse(steps: list[RecordStep]) -> Segment:
+    """Generate one generator function running `steps` on each record, in a single loop.
+
+    `step` holds the index of the op whose code runs (-1 while reading the input, whose errors pass
+    through untouched), so a failure is pinned on its op; `r<k>` is the record op k received.
+    """
+    env: dict[str, Any] = {"_fail": _failure, "_steps": tuple(steps)}
+    inputs: list[str] = []
+    lines = ["def fused(records, where):", "    step = -1", "    n = -1"]
+    lines += [f"    t{k} = 0" for k, s in enumerate(steps) if isinstance(s, Limit)]
+    if any(isinstance(s, Limit) and s.n <= 0 for s in steps):
+        lines += ["    return", "    yield"]  # nothing passes: do not even read the input
+        steps = []
+    lines += ["    try:", "        for n, r0 in enumerate(records):"]
+    indent, var = 12, "r0"
+    tails: list[tuple[int, str]] = []
+    for k, step in enumerate(steps):
+        pad = " " * indent
+        inputs.append(var)
+        if isinstance(step, Apply):
+            env[f"f{k}"] = step.fn
+            lines += [f"{pad}step = {k}", f"{pad}r{k + 1} = f{k}({var})"]
+            var = f"r{k + 1}"
+        elif isinstance(step, Keep):
+            predicate = step.predicate
+            env[f"f{k}"] = predicate.compile() if _is_expression(predicate) else predicate
+            lines += [f"{pad}step = {k}", f"{pad}if f{k}({var}):"]
+            indent += 4
+        elif isinstance(step, Expand):
+            env[f"f{k}"] = step.fn
+            lines += [f"{pad}step = {k}", f"{pad}for r{k + 1} in f{k}({var}):"]
+            indent += 4
+            tails.append((indent, f"step = {k}"))  # the next item of f{k}'s iterator is op k's work again
+            var = f"r{k + 1}"
+        elif isinstance(step, Project):
+            fields = ", ".join(f"{c!r}: {var}.get({c!r})" for c in step.columns)
+            lines += [f"{pad}step = {k}", f"{pad}r{k + 1} = {{{fields}}}"]
+            var = f"r{k + 1}"
+        else:  # Limit: counted here, checked once everything downstream of this record has run
+            lines += [f"{pad}t{k} += 1"]
+            tails.append((indent, f"if t{k} >= {step.n}: return"))
+    pad = " " * indent
+    lines += [f"{pad}step = -1", f"{pad}yield {var}"]
+    lines += [" " * ind + text for ind, text in reversed(tails)]
+    lines += [
+        "            step = -1",
+        "    except Exception as error:",
+        "        if step < 0:",
+        "            raise",
+        f"        raise _fail(_steps[step], where, n, locals()[{tuple(inputs)!r}[step]], error) from None",
+    ]
+    exec(compile("\n".join(lines), "<zephyr fused ops>", "exec"), env)  # noqa: S102 - our own generated code
+    fused: Segment = env["fused"]
+    return fused
+
+
+def _failure(step: Step, where: str, index: int, record: Any, error: Exception) -> UserCodeError:
+    return UserCodeError(
+        f"{step.name} failed in {where}, on record #{index}: {type(error).__name__}: {error}\n"
+        f"  record: {preview(record)}",
+        traceback_text=traceback.format_exc(),
+    )
+
+
+def _is_expression(predicate: Any) -> bool:
+    return hasattr(predicate, "to_arrow") and hasattr(predicate, "compile")
+
+
+# ----------------------------------------------------------------------------- batches and shards
+def _to_records(batches: Stream, where: str) -> Stream:
+    for batch in batches:
+        yield from batch.to_pylist()
+
+
+@dataclass(frozen=True)
+class _MapShard:
+    step: ShardApply
+
+    def __call__(self, records: Stream, where: str) -> Stream:
+        try:
+            yield from self.step.fn(records)
+        except (UserCodeError, BadInputError):
+            raise
+        except Exception as error:  # noqa: BLE001
+            raise UserCodeError(
+                f"{self.step.name} failed in {where}: {type(error).__name__}: {error}",
+                traceback_text=traceback.format_exc(),
+            ) from None
+
+
+@dataclass(frozen=True)
+class _MapBatches:
+    step: BatchApply
+    batched: bool  # the input is already Arrow batches
+    emit_batches: bool  # hand batches on (else records)
+
+    def __call__(self, stream: Stream, where: str) -> Stream:
+        step, index = self.step, 0
+        batches = stream if self.batched else _batches_of(stream, step.batch_size, where)
+        for batch in batches:
+            try:
+                out = step.fn(batch)
+            except Exception as error:  # noqa: BLE001
+                first = batch.slice(0, 1).to_pylist()[0] if batch.num_rows else None
+                raise UserCodeError(
+                    f"{step.name} failed in {where}, on the batch of records #{index}..#{index + batch.num_rows - 1}: "
+                    f"{type(error).__name__}: {error}\n  first record: {preview(first)}",
+                    traceback_text=traceback.format_exc(),
+                ) from None
+            index += batch.num_rows
+            if out is None:
+                continue
+            if isinstance(out, pa.Table):
+                parts = out.combine_chunks().to_batches()
+            elif isinstance(out, pa.RecordBatch):
+                parts = [out]
+            else:
+                raise UserCodeError(
+                    f"{step.name} in {where} returned {type(out).__name__}; map_batches functions must return "
+                    "a pyarrow.RecordBatch or pyarrow.Table (build one with pyarrow.RecordBatch.from_pydict)"
+                )
+            if self.emit_batches:
+                yield from parts
+            else:
+                for part in parts:
+                    yield from part.to_pylist()
+
+
+def _batches_of(records: Stream, size: int, where: str) -> Iterator[pa.RecordBatch]:
+    from zephyr.engine.io import batch_from_dicts  # unions the fields of all rows
+
+    start = 0
+    while True:
+        chunk = list(islice(records, size))
+        if not chunk:
+            return
+        rows = f"{where}, records #{start}..#{start + len(chunk) - 1}"
+        yield batch_from_dicts(chunk, where=rows, error=UserCodeError)
+        start += len(chunk)

@@ -1,0 +1,42 @@
+"""One shard of one stage: what the driver sends a worker (`ShardTask`) and what comes back (`ShardResult`).
+
+Kept apart from `worker` so that stage inputs and outputs, which read tasks and fill results, need not
+import the worker that runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from zephyr.engine.shuffle import RunFile
+
+__all__ = ["ShardTask", "ShardResult"]
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    stage_url: str  # the pickled Stage, written once by the driver and cached per worker
+    stage_index: int
+    shard: int
+    attempt: int
+    out_dir: str  # this attempt's private directory: fenced outputs
+    upstream_runs: tuple[tuple[RunFile, ...], ...] = ()  # per upstream stage, all of its run files
+    memory_per_worker: int = 1 << 30
+    stage_name: str = ""  # for dashboards and logs
+
+
+@dataclass
+class ShardResult:
+    shard: int
+    attempt: int
+    runs: list[RunFile] = field(default_factory=list)  # shuffle output
+    paths: list[str] = field(default_factory=list)  # sink output
+    result_url: str | None = None  # collected records
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    peak_rss: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+    skipped_existing: bool = False
