@@ -71,6 +71,7 @@ class Stage:
     output: StageOutput
     num_shards: int
     fingerprint: str
+    resources: tuple[Any, ...] = ()  # what its ops ask of a worker (`resources=` of map & co), in op order
 
     @property
     def upstream(self) -> tuple[int, ...]:
@@ -127,6 +128,7 @@ class _Builder:
     num_shards: int
     steps: list[Step] = dataclasses.field(default_factory=list)
     sink: StageOutput | None = None
+    resources: list[Any] = dataclasses.field(default_factory=list)
 
 
 class _Planner:
@@ -151,6 +153,9 @@ class _Planner:
             lowering = _LOWERINGS.get(type(op))
             if lowering is None:
                 raise PlanError(f"no lowering for op {type(op).__name__}: add one to plan._LOWERINGS")
+            request = getattr(op, "resources", None)
+            if request is not None:  # asked of the workers of the stage the op runs in
+                self.stage.resources.append(request)
             lowering(op, self)
         last, self.current = self.stage, outer
         return last
@@ -179,7 +184,9 @@ class _Planner:
             [builder.num_shards, _describe_fields(stage_input), [_describe(s) for s in steps],
              pipeline.batches_in, pipeline.want_batches, _describe_fields(output), upstream]
         )
-        stage = Stage(builder.index, stage_input, pipeline, output, builder.num_shards, fingerprint)
+        stage = Stage(
+            builder.index, stage_input, pipeline, output, builder.num_shards, fingerprint, tuple(builder.resources)
+        )
         self.stages[builder.index] = stage
         return builder.index
 
@@ -377,8 +384,8 @@ def _describe(value: Any, depth: int = 0) -> Any:
         return ["expr", repr(value)]
     text = repr(value)
     if " at 0x" in text:  # identity-based repr: describe by type (and callable code, if any)
-        call = getattr(type(value), "__call__", None)
-        return [type(value).__module__, type(value).__qualname__, _code_digest(call.__code__) if hasattr(call, "__code__") else None]
+        code = getattr(getattr(type(value), "__call__", None), "__code__", None)
+        return [type(value).__module__, type(value).__qualname__, _code_digest(code) if code is not None else None]
     return text
 
 

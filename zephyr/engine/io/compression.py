@@ -109,7 +109,7 @@ def decoded_chunks(raw: Any, codec: str | None) -> Iterator[bytes]:
     while chunk:
         view = memoryview(chunk)
         for start in range(0, len(chunk), _FEED_SIZE):
-            data = view[start : start + _FEED_SIZE]
+            data: bytes | memoryview = view[start : start + _FEED_SIZE]
             while data:
                 try:
                     out = decompressor.decompress(data)

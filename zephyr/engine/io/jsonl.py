@@ -136,7 +136,7 @@ def write_jsonl(blocks: Iterator[list[dict] | pa.RecordBatch], url: str) -> Writ
     records = 0
     dumps = orjson.dumps
     with atomic_write(url, "wb", compression=None) as raw:
-        sink = CountingSink(raw)
+        sink: Any = CountingSink(raw)  # a binary file object to the compressors (typeshed wants IO[bytes])
         if codec == "zstd":
             out: Any = zstandard.ZstdCompressor(level=3).stream_writer(sink, closefd=False)
         elif codec == "gzip":

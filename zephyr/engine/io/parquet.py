@@ -44,7 +44,7 @@ def parquet_batches(
     try:
         scanner = dataset.scanner(
             columns=list(read_columns) if read_columns is not None else None,
-            filter=filter.to_arrow() if pushdown else None,
+            filter=filter.to_arrow() if pushdown and filter is not None else None,
             batch_size=batch_size,
         )
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid) as exc:
@@ -57,6 +57,7 @@ def parquet_batches(
     try:
         for batch in scanner.to_batches():
             if predicate is not None:
+                assert filter is not None  # a predicate comes from the filter
                 batch = filter_batch(batch, filter, predicate)
                 if columns is not None:
                     batch = batch.select(list(columns))

@@ -59,12 +59,13 @@ def vortex_batches(
         read_columns = list(columns) if columns is not None and pushdown else scan_columns(columns, filter, schema)
         names = read_columns if read_columns is not None else schema.names
         out_schema = plain_schema(pa.schema([schema.field(n) for n in names]))
-        predicate = filter.compile() if not pushdown else None
+        predicate = filter.compile() if filter is not None and not pushdown else None
         kept = 0
         try:
             reader = vfile.to_arrow(read_columns, expr=vx_filter, batch_size=batch_size, schema=out_schema)
             for batch in reader:
                 if predicate is not None:
+                    assert filter is not None  # a predicate comes from the filter
                     batch = filter_batch(batch, filter, predicate)
                     if columns is not None:
                         batch = batch.select(list(columns))
