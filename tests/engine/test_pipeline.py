@@ -19,8 +19,7 @@ def local(scratch):
 
 def _explodes_after(n: int):
     def shard(index: int):
-        for i in range(n):
-            yield i
+        yield from range(n)
         raise RuntimeError("the input was read too far")
 
     return shard
