@@ -227,11 +227,13 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
 
 def run(config: RecipeConfig) -> dict[str, StepOutput]:
     inputs = config.input
+    steps = StepRunner(config.output)
     if not inputs:
         n = config.sample_docs_per_split
+        if not (Path(config.output) / f"sample-{n}" / "planted.json").is_file():
+            steps.stop_dry_run("sample", f"the embedded sample into {Path(config.output) / f'sample-{n}'}")
         sample = build_sample(Path(config.output) / f"sample-{n}", docs_per_split=n)
         inputs = [str(sample / "*" / "*.jsonl.zst")]
-    steps = StepRunner(config.output)
     docs = steps.run("normalize", normalize, config={}, inputs={"inputs": inputs})
     exact = steps.run("exact_dedup", exact_dedup, config={"num_shards": config.num_shards}, inputs={"docs": docs})
     fuzzy = steps.run("fuzzy_dedup", fuzzy_dedup, config={"threshold": 0.8, "num_shards": config.num_shards},

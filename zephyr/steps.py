@@ -9,25 +9,43 @@ the marker is written atomically after the step's outputs, and holds the step's 
     docs = steps.run("normalize", normalize, config=NormalizeConfig(...), inputs={"raw": "data/*.jsonl.zst"})
     dedup = steps.run("exact_dedup", exact_dedup, config=..., inputs={"docs": docs})
     dedup.path, dedup.summary, dedup.skipped
+
+A dry run (`zephyr run --dry-run`, or `execution(dry_run=True)`) writes nothing a later run would trust:
+completed steps are reported as reused; the first step that would run is called with its output redirected
+to a throw-away directory under the engine's dry run (so its pipelines print their plans and write
+nothing), no marker is written, and the recipe stops there with exit code 0 (`DryRunStop`): the steps
+after it read its outputs, which a dry run does not make.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import xxhash
 
 from zephyr.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.engine.plan import _describe
 
-__all__ = ["StepOutput", "StepRunner"]
+__all__ = ["DryRunStop", "StepOutput", "StepRunner"]
 
 MARKER = "_STEP.json"
+
+
+class DryRunStop(SystemExit):
+    """Ends a dry run at the first step that would run (exit code 0); the message says what would run."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,29 @@ class StepRunner:
     root: str
     force: tuple[str, ...] = ()  # step names to rerun even when complete
     history: list[StepOutput] = dataclasses.field(default_factory=list)
+    dry_run: bool | None = None  # None: the current execution config's dry_run
+
+    @property
+    def is_dry_run(self) -> bool:
+        if self.dry_run is not None:
+            return self.dry_run
+        from zephyr.engine.context import current_config
+
+        return current_config().dry_run
+
+    def stop_dry_run(self, name: str, what: str) -> None:
+        """In a dry run, stop before `name`, which would write `what` (for work a recipe does outside a step,
+        such as building a sample); otherwise do nothing."""
+        if self.is_dry_run:
+            self._stop(name, what)
+
+    def _stop(self, name: str, what: str) -> NoReturn:
+        done = [f"{o.name} ({'reused' if o.skipped else 'ran'})" for o in self.history]
+        message = (f"[dry run] {len(done)} step(s) complete: {', '.join(done) or 'none'}. Next, step {name!r} would "
+                   f"run and write {what}; the steps after it read its output, so a dry run stops here. "
+                   "Nothing was written.")
+        print(message, flush=True)
+        raise DryRunStop(message)
 
     def run(
         self,
@@ -72,6 +113,16 @@ class StepRunner:
             with open_url(marker, "rb", compression=None) as handle:
                 recorded = json.load(handle)
             output = StepOutput(name, path, version, recorded["summary"], True, recorded.get("seconds", 0.0))
+        elif self.is_dry_run:
+            args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
+            print(f"[dry run] step {name!r} (version {version[:10]}) would run into {path}; its plans:", flush=True)
+            with tempfile.TemporaryDirectory(prefix=f"zephyr-dry-run-{name}-") as throwaway:
+                try:
+                    fn(throwaway, config=config, **args)
+                except Exception as error:  # noqa: BLE001 - the step's code met the dry run's empty results
+                    print(f"[dry run] step {name!r} stopped on the dry run's empty results: {type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else ''}", flush=True)
+            self._stop(name, path)
         else:
             started = time.perf_counter()
             args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}

@@ -218,7 +218,10 @@ def test_parquet_filter_skips_row_groups(tmp_path) -> None:
 def test_filter_on_a_field_the_file_lacks_reads_it_as_null(tmp_path, ext) -> None:
     path = str(tmp_path / f"a.{ext}")
     write_records(RECORDS[:50], path)
-    assert list(read_records(path, filter=col("nope") == 1)) == []
+    # a field read by value that the file lacks is an error, not a silent empty result (#17 item 3) ...
+    with pytest.raises(BadInputError, match=r"reads field\(s\) 'nope', which the file does not have"):
+        list(read_records(path, filter=col("nope") == 1))
+    # ... while testing it for null reads it as null
     kept = list(read_records(path, columns=["n"], filter=col("nope").is_null() & (col("n") < 3)))
     assert kept == [{"n": 0}, {"n": 1}, {"n": 2}]
 
@@ -393,7 +396,7 @@ def test_json_array_file_gets_a_hint(tmp_path) -> None:
         list(read_records(str(path)))
 
 
-@pytest.mark.parametrize("ext", ["jsonl", "jsonl.zst", "jsonl.gz", "parquet", "vortex"])
+@pytest.mark.parametrize("ext", ["jsonl.zst", "jsonl.gz", "parquet", "vortex"])
 def test_empty_file_raises_and_skip_counts_it(tmp_path, ext) -> None:
     path = tmp_path / f"empty.{ext}"
     path.write_bytes(b"")
@@ -403,6 +406,13 @@ def test_empty_file_raises_and_skip_counts_it(tmp_path, ext) -> None:
     assert list(read_records(str(path), on_bad_record="skip")) == []
     assert list(read_batches(str(path), on_bad_record="skip")) == []
     assert counters.snapshot() == {"bad_files/empty": 2}
+
+
+def test_empty_plain_jsonl_holds_no_records(tmp_path) -> None:
+    # 0 bytes is a complete plain JSON Lines file (an empty shard's output); compressed, it is damage (above)
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    assert list(read_records(str(path))) == [] and list(read_batches(str(path))) == []
 
 
 def test_valid_compressed_stream_of_nothing_is_not_an_error(tmp_path) -> None:

@@ -142,6 +142,13 @@ class Dataset:
         reads that field (missing -> None); over parquet/vortex input the shuffle then takes whole
         Arrow batches at once instead of one record at a time.
         """
+        for name, value in (("key", key), ("sort_by", sort_by)):
+            if isinstance(value, str) and value.startswith("-"):
+                raise ValueError(
+                    f"{name}={value!r}: a '-' prefix (descending order) is not supported, and no field is named "
+                    f"{value!r}. Sort ascending with {name}={value[1:]!r}, or pass a function, e.g. "
+                    f"{name}=lambda r: -r[{value[1:]!r}] for a numeric field."
+                )
         return self._then(O.GroupBy(_field_or_fn(key), reducer, _field_or_fn(sort_by), combiner, num_shards))
 
     def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
@@ -196,7 +203,13 @@ class Dataset:
         return functools.reduce(fn, partials)
 
     def write(
-        self, pattern: str, *, format: str | None = None, skip_existing: bool = False, partition_by: str | None = None
+        self,
+        pattern: str,
+        *,
+        format: str | None = None,
+        skip_existing: bool = False,
+        partition_by: str | None = None,
+        schema: Any = None,
     ) -> Dataset:
         """Lazily end the pipeline in a writer: shard i goes to `pattern.format(shard=i, total=n)`.
 
@@ -206,6 +219,11 @@ class Dataset:
 
         `partition_by="lang"` splits each shard by that field in the same pass: records go to
         `pattern.format(shard=i, total=n, lang=value)`, e.g. 'out/{lang}/part-{shard:05d}.jsonl.zst'.
+
+        Every shard writes its file, an empty shard an empty one, so a missing file is a lost one.
+        Parquet and vortex outputs have one schema across all files (polars and pyarrow.dataset read
+        the folder as one table): `schema` (a `pyarrow.Schema`) if given, else the union of the
+        shards' schemas, applied after the shards are written by rewriting the files that differ.
         """
         if "{shard" not in pattern:
             raise ValueError(
@@ -223,19 +241,28 @@ class Dataset:
             format = infer_format(pattern)
         if format not in _FORMATS:
             raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(_FORMATS)}")
-        return self._then(O.Sink(pattern, format, skip_existing, partition_by))
+        return self._then(O.Sink(pattern, format, skip_existing, partition_by, schema))
+
+    def write_shards(self, writer: Callable[..., list[str]], *, name: str = "write_shards") -> Dataset:
+        """Lazily end the pipeline in a custom writer: `writer(records, shard=i, total=n, source=s)` runs in
+        the worker for every shard (`source` names the shard's input file, or None) and returns the URLs
+        it wrote; `execute()` returns them all. The writer must be picklable and must write atomically
+        (a retried or resumed shard calls it again). Used by `zephyr.tokenize` for token stores."""
+        if not callable(writer):
+            raise TypeError(f"write_shards expects a callable writer, got {type(writer).__name__}")
+        return self._then(O.ShardSink(writer, name))
 
     def write_jsonl(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
         """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst)."""
         return self.write(pattern, format="jsonl", skip_existing=skip_existing).execute().outputs
 
-    def write_parquet(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
-        """Write shard i to `pattern.format(shard=i, total=n)` as parquet (zstd)."""
-        return self.write(pattern, format="parquet", skip_existing=skip_existing).execute().outputs
+    def write_parquet(self, pattern: str, *, skip_existing: bool = False, schema: Any = None) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` as parquet (zstd); one schema for all files."""
+        return self.write(pattern, format="parquet", skip_existing=skip_existing, schema=schema).execute().outputs
 
-    def write_vortex(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
-        """Write shard i to `pattern.format(shard=i, total=n)` as vortex."""
-        return self.write(pattern, format="vortex", skip_existing=skip_existing).execute().outputs
+    def write_vortex(self, pattern: str, *, skip_existing: bool = False, schema: Any = None) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` as vortex; one schema for all files."""
+        return self.write(pattern, format="vortex", skip_existing=skip_existing, schema=schema).execute().outputs
 
     def explain(self) -> str:
         """The physical plan: stages, the ops fused into each, shard counts."""

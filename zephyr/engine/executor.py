@@ -29,6 +29,7 @@ from zephyr.engine.counters import merge
 from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
 from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
+from zephyr.engine.outputs import FileSink
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 
@@ -107,6 +108,12 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
         outputs: list[Any] = [record for r in results if r.result_url for record in read_results(r.result_url)]
     else:
         outputs = [path for r in results for path in r.paths]
+        if isinstance(final.output, FileSink) and final.output.schema is None:
+            from zephyr.engine.io.folder_schema import unify_folder_schema
+
+            # one schema per written folder: files whose shards lacked a field get it (null)
+            if rewritten := unify_folder_schema(outputs, final.output.format):
+                counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
     if not config.keep_scratch:
         _remove(run_url)
     run = RunResult(outputs, counters, stats, time.perf_counter() - started, physical)

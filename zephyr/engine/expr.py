@@ -187,6 +187,14 @@ class Expr:
             out |= child.columns()
         return out
 
+    def value_columns(self) -> set[str]:
+        """The fields read for their value: `columns()` less those only tested with `is_null()` /
+        `is_not_null()`. A filter over a value field that no record has is a mistake (a typo)."""
+        out: set[str] = set()
+        for child in self._children():
+            out |= child.value_columns()
+        return out
+
     def _children(self) -> tuple[Expr, ...]:
         return ()
 
@@ -279,6 +287,9 @@ class Column(Expr):
         return f"col({json.dumps(self.name, ensure_ascii=False)})"
 
     def columns(self) -> set[str]:
+        return {self.name}
+
+    def value_columns(self) -> set[str]:
         return {self.name}
 
     def compile(self) -> Callable[[dict], Any]:
@@ -497,6 +508,9 @@ class NullCheck(Expr):
 
     def __repr__(self) -> str:
         return f"{_render(self.child)}.{'is_not_null' if self.negated else 'is_null'}()"
+
+    def value_columns(self) -> set[str]:
+        return set()  # asking whether an optional field is absent is legitimate
 
     def _children(self) -> tuple[Expr, ...]:
         return (self.child,)

@@ -27,6 +27,7 @@ __all__ = [
     "Join",
     "Reshard",
     "Sink",
+    "ShardSink",
     "op_name",
     "callable_name",
     "preview",
@@ -195,10 +196,22 @@ class Sink:
     format: str
     skip_existing: bool = False
     partition_by: str | None = None
+    schema: Any = None  # pyarrow.Schema of every parquet/vortex file; None: unified across the files written
 
     @property
     def name(self) -> str:
         return f"write_{self.format}({self.pattern})"
+
+
+@dataclass(frozen=True)
+class ShardSink:
+    """Hand each shard's records to `writer(records, shard=i, total=n, source=name)`, which writes them
+    where it likes and returns the URLs it wrote. For outputs that are not one file per shard (a token
+    store); the engine's checkpoints, retries and fencing apply to it as to any sink. `name` says what
+    it writes in plans (e.g. `write_token_store(stores/web)`)."""
+
+    writer: Callable[..., list[str]]
+    name: str
 
 
 def op_name(op: Any) -> str:

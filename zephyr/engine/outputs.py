@@ -13,11 +13,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from zephyr.fs import atomic_write, join, open_url, url_to_fs
+from zephyr import counters
+from zephyr.fs import atomic_write, join, open_url, remove_dead_temps, url_to_fs
 from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec
 from zephyr.engine.task import ShardResult, ShardTask
 
-__all__ = ["Scatter", "FileSink", "PartitionedSink", "Collect", "StageOutput", "read_results"]
+__all__ = ["Scatter", "FileSink", "PartitionedSink", "ShardWriterSink", "Collect", "StageOutput", "read_results"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class FileSink:
     total: int  # the stage's number of shards, for {total}
     skip_existing: bool = False
     batches: bool = False
+    schema: Any = None  # pyarrow.Schema of every file; None: the driver unifies the files' schemas afterwards
     collects: ClassVar[bool] = False
 
     @property
@@ -77,13 +79,16 @@ class FileSink:
         return [path] if fs.exists(fspath) else []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
-        from zephyr.engine.io import write_records
+        from zephyr.engine.io import write_empty, write_records
 
         path = self.pattern.format(shard=task.shard, total=self.total)
-        stats = write_records(_counted_out(stream, result, self.batches), path, format=self.format)
-        if stats.records:
-            result.paths = [path]
-            result.bytes_out = stats.bytes
+        if remove_dead_temps(path):  # of an attempt killed while writing this shard (kill -9, a lost machine)
+            counters.increment("sink/dead_temp_files_removed")
+        stats = write_records(_counted_out(stream, result, self.batches), path, format=self.format, schema=self.schema)
+        if not stats.records:  # an empty shard still gets its file: a reader can tell it from a lost one
+            stats = write_empty(path, format=self.format, schema=self.schema)
+        result.paths = [path]
+        result.bytes_out = stats.bytes
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,34 @@ class PartitionedSink:
 
 
 @dataclass(frozen=True)
+class ShardWriterSink:
+    """`writer(records, shard=i, total=n, source=file)` writes shard i wherever it likes (a token store's
+    shard directory) and returns the URLs it wrote; `sources` are the stage's input files, by shard."""
+
+    writer: Any
+    label: str
+    total: int
+    sources: tuple[str, ...] = ()
+    batches: bool = False
+    collects: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def describe(self) -> str:
+        return self.label
+
+    def existing(self, task: ShardTask) -> list[str]:
+        return []
+
+    def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
+        source = self.sources[task.shard] if task.shard < len(self.sources) else None
+        result.paths = list(self.writer(_counted_out(stream, result, False), shard=task.shard, total=self.total,
+                                        source=source))
+
+
+@dataclass(frozen=True)
 class Collect:
     """Pickle the records, in chunks, into the attempt's directory; the driver reads them back."""
 
@@ -155,7 +188,7 @@ class Collect:
         result.result_url = url
 
 
-StageOutput = Scatter | FileSink | PartitionedSink | Collect
+StageOutput = Scatter | FileSink | PartitionedSink | ShardWriterSink | Collect
 
 
 def _counted_out(items: Iterable[Any], result: ShardResult, batches: bool) -> Iterator[Any]:

@@ -199,6 +199,7 @@ def _fuse(steps: list[RecordStep]) -> Segment:
     through untouched), so a failure is pinned on its op; `r<k>` is the record op k received.
     """
     env: dict[str, Any] = {"_fail": _failure, "_steps": tuple(steps)}
+    checks: list[_FieldCheck] = []
     inputs: list[str] = []
     lines = ["def fused(records, where):", "    step = -1", "    n = -1"]
     lines += [f"    t{k} = 0" for k, s in enumerate(steps) if isinstance(s, Limit)]
@@ -217,7 +218,11 @@ def _fuse(steps: list[RecordStep]) -> Segment:
             var = f"r{k + 1}"
         elif isinstance(step, Keep):
             predicate = step.predicate
-            env[f"f{k}"] = predicate.compile() if _is_expression(predicate) else predicate
+            if _is_expression(predicate):
+                checks.append(_FieldCheck(step))
+                env[f"f{k}"] = checks[-1] if checks[-1].columns else predicate.compile()
+            else:
+                env[f"f{k}"] = predicate
             lines += [f"{pad}step = {k}", f"{pad}if f{k}({var}):"]
             indent += 4
         elif isinstance(step, Expand):
@@ -245,7 +250,58 @@ def _fuse(steps: list[RecordStep]) -> Segment:
     ]
     exec(compile("\n".join(lines), "<zephyr fused ops>", "exec"), env)  # noqa: S102 - our own generated code
     fused: Segment = env["fused"]
+    checks = [c for c in checks if c.columns]
+    if checks and not any(isinstance(s, Limit) for s in steps):  # a Limit stops early: too few records to judge
+        return _Checked(fused, tuple(checks))
     return fused
+
+
+class _FieldCheck:
+    """An expression filter's predicate that also notes which of the fields it reads by value appear in
+    the records it sees, until all have appeared (then it costs one attribute test per record)."""
+
+    def __init__(self, step: Keep) -> None:
+        self.step = step
+        self.columns = frozenset(step.predicate.value_columns())
+        self.fn = step.predicate.compile()
+        self.reset()
+
+    def reset(self) -> None:
+        self.missing = set(self.columns)
+        self.first: Any = None
+
+    def __call__(self, record: Any) -> Any:
+        if self.missing:
+            if self.first is None:
+                self.first = record
+            if isinstance(record, dict):
+                self.missing -= record.keys()
+        return self.fn(record)
+
+    def finish(self, where: str) -> None:
+        """A field that no record of the shard has: a typo or a field an earlier op dropped, not a
+        request for zero rows (polars raises ColumnNotFoundError the same way)."""
+        if self.missing and isinstance(self.first, dict):
+            raise BadInputError(
+                f"{self.step.name} in {where}: no record has field(s) {', '.join(map(repr, sorted(self.missing)))}; "
+                f"the first record has {', '.join(sorted(self.first)) or 'no fields'}. Fix the field name, or use "
+                f"a function filter (lambda r: ...) or col({sorted(self.missing)[0]!r}).is_null() if it is optional."
+            )
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A fused segment whose expression filters are checked for absent fields once the shard ends."""
+
+    fused: Segment
+    checks: tuple[_FieldCheck, ...]
+
+    def __call__(self, records: Stream, where: str) -> Stream:
+        for check in self.checks:
+            check.reset()
+        yield from self.fused(records, where)
+        for check in self.checks:
+            check.finish(where)
 
 
 def _failure(step: Step, where: str, index: int, record: Any, error: Exception) -> UserCodeError:

@@ -39,6 +39,7 @@ from zephyr.engine.outputs import (
     Collect,
     FileSink,
     PartitionedSink,
+    ShardWriterSink,
     Scatter,
     StageOutput,
 )
@@ -241,7 +242,7 @@ def _lower_source(source: O.Source, config: ExecutionConfig) -> tuple[StageInput
     if isinstance(source, O.IterableSource):
         return IterableInput(source.shard_fn, source.num_shards), source.num_shards
     if isinstance(source, O.FilesSource):
-        files = [(path, size) for pattern in source.patterns for path, size in _glob_with_sizes(pattern)]
+        files = [(path, size) for pattern in source.patterns for path, size in _glob_with_sizes(pattern, source.format)]
         shards = tuple(SourceShard(i, path, path=path, size=size) for i, (path, size) in enumerate(files))
         return FileInput(source, shards), len(shards)
     raise PlanError(f"unknown source {type(source).__name__}")
@@ -312,7 +313,13 @@ def _lower_sink(op: O.Sink, planner: _Planner) -> None:
     if op.partition_by is not None:
         stage.sink = PartitionedSink(op.pattern, op.format, stage.num_shards, op.partition_by)
     else:
-        stage.sink = FileSink(op.pattern, op.format, stage.num_shards, op.skip_existing)
+        stage.sink = FileSink(op.pattern, op.format, stage.num_shards, op.skip_existing, schema=op.schema)
+
+
+def _lower_shard_sink(op: O.ShardSink, planner: _Planner) -> None:
+    stage = planner.stage
+    sources = tuple(s.path or s.name for s in stage.input.shards) if isinstance(stage.input, FileInput) else ()
+    stage.sink = ShardWriterSink(op.writer, op.name, stage.num_shards, sources)
 
 
 _LOWERINGS: dict[type, Callable[[Any, _Planner], None]] = {
@@ -327,13 +334,14 @@ _LOWERINGS: dict[type, Callable[[Any, _Planner], None]] = {
     O.GroupBy: _lower_group_by,
     O.Join: _lower_join,
     O.Sink: _lower_sink,
+    O.ShardSink: _lower_shard_sink,
 }
 
 
-def _glob_with_sizes(pattern: str) -> list[tuple[str, int]]:
-    from zephyr.fs import expand_glob
+def _glob_with_sizes(pattern: str, format: str | None = None) -> list[tuple[str, int]]:
+    from zephyr.engine.io.listing import data_files
 
-    paths = expand_glob(pattern)
+    paths = data_files(pattern, format)  # directories read recursively; hidden and _ files never
     fs, _ = url_to_fs(pattern)
     out = []
     for url in paths:

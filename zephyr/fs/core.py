@@ -28,7 +28,7 @@ from fsspec.core import url_to_fs as _fsspec_url_to_fs
 from zephyr.errors import BadInputError
 from zephyr.fs.registry import factory_for
 
-__all__ = ["url_to_fs", "open_url", "expand_glob", "atomic_write", "exists", "join"]
+__all__ = ["url_to_fs", "open_url", "expand_glob", "is_hidden", "remove_dead_temps", "atomic_write", "exists", "join"]
 
 # Object stores: a PUT is atomic there, so `atomic_write` commits an upload instead of renaming.
 _OBJECT_STORE_PROTOCOLS = ("gs", "gcs", "s3", "s3a")
@@ -70,22 +70,66 @@ def join(base: str, *parts: str) -> str:
 
 
 def expand_glob(pattern: str) -> list[str]:
-    """Sorted URLs of the files matching `pattern`; raises naming the pattern when nothing matches."""
+    """Sorted URLs of the files matching `pattern`; raises naming the pattern when nothing matches.
+
+    A directory stands for every file below it (recursively), as in pyarrow.dataset, polars and Ray
+    Data. Files and directories whose names start with `.` or `_` below the pattern's fixed part are
+    left out, as pyarrow and Spark do: they are temporary files of writers (`.tmp-*` of a killed run)
+    and markers (`_SUCCESS`), never data. A file named exactly is always kept.
+    """
     fs, path = url_to_fs(pattern)
     if any(ch in path for ch in "*?["):
         found = fs.glob(path, detail=True)
+        fixed = path[: min(path.index(ch) for ch in "*?[" if ch in path)].rsplit("/", 1)[0]
         matches = sorted(name for name, info in found.items() if info.get("type") != "directory")
     else:
+        fixed = path.rstrip("/")
         try:
-            matches = [path] if fs.info(path).get("type") != "directory" else []
+            info = fs.info(path)
         except FileNotFoundError:
+            info = None
+        if info is None:
             matches = []
+        elif info.get("type") == "directory":
+            matches = sorted(fs.find(fixed))
+        else:
+            matches = [path]
+            fixed = path  # named exactly: kept whatever its name
+    matches = [m for m in matches if not is_hidden(m, fixed)]
     if not matches:
         raise BadInputError(f"no files match {pattern!r}: check the path and the glob pattern")
     protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
     if protocol in ("file", "local"):
         return matches
     return [fs.unstrip_protocol(m) for m in matches]
+
+
+def remove_dead_temps(url: str) -> int:
+    """Remove the temporary files `atomic_write` left beside `url` in attempts that died (kill -9, a
+    lost machine); returns how many. Call it only where no live writer of `url` can exist (the engine
+    calls it for the shard it is about to write). Object stores keep no temporary files."""
+    if split_protocol(url)[0] in _OBJECT_STORE_PROTOCOLS:
+        return 0
+    fs, path = url_to_fs(url)
+    parent, name = os.path.dirname(path), os.path.basename(path)
+    try:
+        entries = fs.ls(parent or ".", detail=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    removed = 0
+    for entry in entries:
+        base = entry.rstrip("/").rsplit("/", 1)[-1]
+        if base.startswith(".tmp-") and base.endswith(f"-{name}") and len(base) == len(name) + 38:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm_file(entry)
+                removed += 1
+    return removed
+
+
+def is_hidden(path: str, root: str = "") -> bool:
+    """Whether a name in `path` below `root` starts with `.` or `_` (a temporary file or a marker)."""
+    rest = path[len(root):] if root and path.startswith(root) else path.rsplit("/", 1)[-1]
+    return any(part.startswith((".", "_")) for part in rest.strip("/").split("/") if part)
 
 
 @contextlib.contextmanager

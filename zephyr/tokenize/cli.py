@@ -33,6 +33,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("auto", "tiktoken", "tokenizers"), default="auto",
                    help="encoder: auto = tiktoken when verified identical to tokenizers")
     p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
+    p.add_argument("--on-bad-record", choices=("raise", "skip"), default="raise",
+                   help="skip (and count) unreadable records and files instead of failing (default: raise)")
     p.add_argument("--backend", choices=("local", "processes", "ray"), help="engine backend (default processes)")
     p.add_argument("--workers", type=int, help="worker processes (default: all cores)")
     p.set_defaults(func=_run_tokenize)
@@ -70,7 +72,8 @@ def _run_tokenize(args: argparse.Namespace) -> int:
         with execution(**overrides):
             result = tokenize_dataset(args.input_glob, args.output, tokenizer=spec, text_field=args.text_field,
                                       id_field=args.id_field, add_bos=args.add_bos, add_eos=not args.no_eos,
-                                      validation_fraction=args.validation_fraction, resume=not args.no_resume)
+                                      validation_fraction=args.validation_fraction, resume=not args.no_resume,
+                                      on_bad_record=args.on_bad_record)
     except (FileNotFoundError, ValueError, ZephyrError) as exc:
         print(f"zephyr tokenize: {exc}", file=sys.stderr)
         return 2

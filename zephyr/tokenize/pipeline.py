@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import xxhash
 
-from .store import ShardRecord, ShardWriter, completed_shard, is_remote, token_dtype, write_manifest
+from zephyr.engine.errors import BadInputError
+
+from .store import ShardRecord, ShardWriter, completed_shard, is_remote, remove_temp_files, token_dtype, write_manifest
 from .tokenizer import TokenizerSpec, load_tokenizer
 
-__all__ = ["TokenizeConfig", "TokenizeResult", "tokenize_dataset", "tokenize_file", "is_validation_document"]
+__all__ = ["TokenizeConfig", "TokenizeResult", "TokenStoreWriter", "tokenize_dataset", "write_store_shard",
+           "is_validation_document"]
 
 _BATCH_DOCS = 256
 
@@ -93,32 +96,42 @@ def _validation_relpath(index: int) -> str:
     return f"validation/shards/{index:05d}"
 
 
-def tokenize_file(path: str, index: int, output: str, config: TokenizeConfig, *, format: str | None = None,
-                  resume: bool = True) -> dict[str, Any]:
-    """Tokenize one input file into store shard ``index`` (and its validation shard). Runs in a worker.
+STAGING_DIRNAME = ".next"  # hidden: globs, readers and `zephyr verify` leave it alone
 
-    Returns ``{"index", "train", "validation", "skipped", "reused"}`` with the shard records as dicts.
+
+def write_store_shard(records: Iterable[Any], index: int, source: str, root: str, config: TokenizeConfig, *,
+                      live: str | None = None, format: str | None = None, resume: bool = True) -> list[str]:
+    """Tokenize ``records`` (dicts) into store shard ``index`` under ``root`` (and its validation shard).
+
+    Runs in a worker. Returns the URLs of the ``shard.json`` files that describe the shard (train, then
+    validation): of a complete shard already in ``live`` or ``root`` with the same settings and source when
+    ``resume`` (the records are then not read), else of the one just written. A source whose records all
+    lack the text field is a :class:`BadInputError` naming the fields they have: a wrong ``text_field``
+    must fail, not produce an empty store.
     """
     from zephyr.engine import counters
-    from zephyr.engine.io import read_records
+    from zephyr.fs import join
 
     tokenizer = load_tokenizer(config.tokenizer)
     config_hash = config.hash_with(tokenizer.info.content_hash)
     split = config.validation_fraction > 0
+    train_rel, val_rel = _train_relpath(index), _validation_relpath(index)
     if resume:
-        train = completed_shard(output, _train_relpath(index), config_hash)
-        val = completed_shard(output, _validation_relpath(index), config_hash) if split else None
-        if train is not None and train.source == path and (not split or (val is not None and val.source == path)):
-            return {"index": index, "train": train.to_json(), "validation": val.to_json() if val else None,
-                    "skipped": train.skipped, "reused": True}
+        for base in dict.fromkeys(b for b in (live, root) if b is not None):
+            train = completed_shard(base, train_rel, config_hash)
+            val = completed_shard(base, val_rel, config_hash) if split else None
+            if train is not None and train.source == source and (not split or (val is not None and val.source == source)):
+                counters.increment("tokenize/shards_reused")
+                return [join(base, train_rel, "shard.json")] + ([join(base, val_rel, "shard.json")] if split else [])
     dtype = token_dtype(tokenizer.info.vocab_size)
     vocab = tokenizer.info.vocab_size
     skipped = {"missing_text": 0, "empty_text": 0}
-    train_writer = ShardWriter(output, _train_relpath(index), dtype=dtype, vocab_size=vocab, source=path,
-                               config_hash=config_hash)
-    val_writer = (ShardWriter(output, _validation_relpath(index), dtype=dtype, vocab_size=vocab, source=path,
-                              config_hash=config_hash) if split else None)
+    train_writer = ShardWriter(root, train_rel, dtype=dtype, vocab_size=vocab, source=source, config_hash=config_hash)
+    val_writer = (ShardWriter(root, val_rel, dtype=dtype, vocab_size=vocab, source=source, config_hash=config_hash)
+                  if split else None)
     text_field, id_field = config.text_field, config.id_field
+    seen = 0
+    first_record: Any = None
     try:
         texts: list[str] = []
         to_val: list[bool] = []
@@ -134,9 +147,11 @@ def tokenize_file(path: str, index: int, output: str, config: TokenizeConfig, *,
             texts.clear()
             to_val.clear()
 
-        columns = [text_field, id_field] if split else [text_field]
-        for record in read_records(path, format=format, columns=columns):
-            text = record.get(text_field)
+        for record in records:
+            if seen == 0:
+                first_record = record
+            seen += 1
+            text = record.get(text_field) if isinstance(record, dict) else None
             if not isinstance(text, str):
                 skipped["missing_text"] += 1
                 continue
@@ -150,6 +165,8 @@ def tokenize_file(path: str, index: int, output: str, config: TokenizeConfig, *,
                                                      config.validation_fraction))
             if len(texts) >= _BATCH_DOCS:
                 flush()
+        if seen and skipped["missing_text"] == seen:
+            raise BadInputError(_no_text_message(source, text_field, seen, first_record, format))
         if texts:
             flush()
         train = train_writer.close(skipped=skipped)
@@ -164,28 +181,52 @@ def tokenize_file(path: str, index: int, output: str, config: TokenizeConfig, *,
     for reason, n in skipped.items():
         if n:
             counters.increment(f"tokenize/skipped/{reason}", n)
-    return {"index": index, "train": train.to_json(), "validation": val.to_json() if val else None,
-            "skipped": skipped, "reused": False}
+    return [join(root, train_rel, "shard.json")] + ([join(root, val_rel, "shard.json")] if split else [])
+
+
+def _no_text_message(source: str, text_field: str, seen: int, first: Any, format: str | None) -> str:
+    """Name the field asked for and the fields the records do have (read again, unprojected)."""
+    fields: list[str] = sorted(first) if isinstance(first, dict) else []
+    if "://" in source or os.path.exists(source):
+        try:
+            from zephyr.engine.io import read_records
+
+            record = next(iter(read_records(source, format=format)), None)
+            fields = sorted(record) if isinstance(record, dict) else fields
+        except Exception:  # noqa: BLE001 - the message falls back to the projected record's fields
+            pass
+    has = f"they have the fields {', '.join(map(repr, fields))}" if fields else "they have no fields"
+    if text_field in fields:
+        fix = f"the field is there but never a string: check the data, or choose another field with text_field="
+    else:
+        fix = "choose the field that holds the text with text_field= (zephyr tokenize --text-field NAME)"
+    return (f"{source}: none of its {seen} records has a string field {text_field!r}; {has}. {fix.capitalize()}. "
+            "Nothing was written; an existing store at the output is left as it was.")
 
 
 @dataclass(frozen=True)
-class _ShardTask:
-    """Picklable per-file task for the engine: holds paths and config, loads the tokenizer in the worker."""
+class TokenStoreWriter:
+    """The engine sink of a token store: each engine shard becomes store shard ``files.index(source)``
+    (the engine shard index when ``files`` is None). Picklable: holds paths and config; the tokenizer is
+    loaded in the worker. Returns the ``shard.json`` URLs; the driver writes the manifest."""
 
-    output: str
+    root: str
     config: TokenizeConfig
-    format: str | None
-    resume: bool
+    live: str | None = None
+    files: tuple[str, ...] | None = None
+    format: str | None = None
+    resume: bool = True
 
-    def __call__(self, task: dict[str, Any]) -> dict[str, Any]:
-        return tokenize_file(task["path"], task["index"], self.output, self.config, format=self.format,
-                             resume=self.resume)
+    def __call__(self, records: Iterable[Any], *, shard: int, total: int, source: str | None) -> list[str]:
+        index = self.files.index(source) if self.files is not None and source in self.files else shard
+        return write_store_shard(records, index, source or f"shard {shard}", self.root, self.config, live=self.live,
+                                 format=self.format, resume=self.resume)
 
 
 def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[str], *,
                      tokenizer: str | TokenizerSpec = "smollm2", text_field: str = "text", id_field: str = "id",
                      add_bos: bool = False, add_eos: bool = True, validation_fraction: float = 0.0,
-                     format: str | None = None, resume: bool = True) -> TokenizeResult:
+                     format: str | None = None, resume: bool = True, on_bad_record: str = "raise") -> TokenizeResult:
     """Tokenize every file matching ``input_glob`` into the token store ``output``.
 
     Runs under the current :func:`zephyr.execution` settings (backend,
@@ -195,6 +236,12 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     default; BOS is not. Returns the manifests written; the store is complete
     once ``manifest.json`` exists. See :mod:`zephyr.tokenize.store` for the format.
 
+    A complete store at ``output`` is replaced only by a complete new one: the new shards are
+    written to ``output/.next/`` and moved into place once every shard succeeded, so a failed run
+    (a wrong ``text_field``, a crash) leaves the old store readable. Shards of the old store with the
+    same settings and source are kept, not rewritten. Writing is an engine sink
+    (:class:`TokenStoreWriter`), so the engine's checkpoints, retries and dry runs apply.
+
     Example::
 
         from zephyr import execution
@@ -203,7 +250,9 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
             tokenize_dataset("data/*.jsonl.zst", "stores/web", validation_fraction=0.01)
     """
     from zephyr import Dataset
-    from zephyr.fs import expand_glob, join
+    from zephyr.engine.context import current_config
+    from zephyr.fs import join
+    from zephyr.engine.io.listing import data_files
 
     spec = tokenizer if isinstance(tokenizer, TokenizerSpec) else TokenizerSpec(source=os.fspath(tokenizer))
     config = TokenizeConfig(tokenizer=spec, text_field=text_field, id_field=id_field, add_bos=add_bos,
@@ -211,7 +260,7 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     globs = [input_glob] if isinstance(input_glob, str) else list(input_glob)
     files: list[str] = []
     for pattern in globs:
-        for match in expand_glob(pattern):
+        for match in data_files(pattern, format):
             if match not in files:
                 files.append(match)
     files.sort()
@@ -226,36 +275,117 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
         raise ValueError(f"tokenizer {info.name!r} has no {'EOS' if add_eos and info.eos_id is None else 'BOS'} token; "
                          "pass TokenizerSpec(eos_token=..., bos_token=...) or add_eos=False / add_bos=False.")
     config_hash = config.hash_with(info.content_hash)
-    if not remote:
-        Path(out).mkdir(parents=True, exist_ok=True)
-    _remove_stale(out, len(files), validation_fraction > 0)
-    # A fresh nonce per call keeps the engine's own stage checkpoints from replaying an older run's
-    # results; resumption is per store shard (shard.json + config hash), which is exact.
-    nonce = uuid.uuid4().hex
-    tasks = [{"index": i, "path": p, "run": nonce} for i, p in enumerate(files)]
-    run = Dataset.from_list(tasks, num_shards=len(tasks)).map(_ShardTask(out, config, format, resume)).execute()
-    results = sorted(run.outputs, key=lambda r: r["index"])
+    split = validation_fraction > 0
+    staging = join(out, STAGING_DIRNAME)
+    root = staging if _exists(join(out, "manifest.json")) else out  # never write into a complete store
+    columns = [text_field, id_field] if split else [text_field]
+    counters: dict[str, int] = {}
+    records: dict[int, tuple[ShardRecord, ShardRecord | None]] = {}
+    todo = list(files)
+    for _ in range(2):  # a second pass redoes shards whose checkpointed result no longer matches the disk
+        writer = TokenStoreWriter(root, config, live=out, files=tuple(files), format=format, resume=resume)
+        dataset = Dataset.from_files(todo, format=format, columns=columns, on_bad_record=on_bad_record)
+        run = dataset.write_shards(writer, name=f"write_token_store({out})").execute()
+        if current_config().dry_run:  # the plan was printed; nothing is written
+            return TokenizeResult(out, {}, None, 0, 0, {})
+        for name, n in run.counters.items():
+            counters[name] = counters.get(name, 0) + n
+        records.update(_read_shard_records(run.outputs, files, config_hash, split))
+        todo = [f for i, f in enumerate(files) if i not in records]
+        if not todo:
+            break
+    else:
+        raise RuntimeError(f"token store {out}: shards {todo} were reported written but their shard.json files do "
+                           "not match this run; another run is writing the same store. Let it finish, then rerun.")
+    staged = [i for i, (train, _) in sorted(records.items()) if train.path.startswith(staging)]
+    _promote(out, staging, staged, split)
+    results = [records[i] for i in range(len(files))]
     skipped: dict[str, int] = {}
-    for r in results:
-        for reason, n in r["skipped"].items():
+    for train, _ in results:
+        for reason, n in train.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
     dtype = token_dtype(info.vocab_size)
     tok_manifest = info.to_manifest()
     common = dict(dtype=dtype, tokenizer=tok_manifest, sources=globs, config=config.to_json(), config_hash=config_hash)
     val_manifest = None
-    if validation_fraction > 0:
+    if split:
         val_manifest = write_manifest(join(out, "validation"),
-                                      shards=[_relative(r["validation"], "validation/") for r in results],
+                                      shards=[replace(v, path=_validation_relpath(i)[len("validation/"):])
+                                              for i, (_, v) in enumerate(results) if v is not None],
                                       split="validation", skipped={}, **common)
-    manifest = write_manifest(out, shards=[ShardRecord.from_json(r["train"]) for r in results], split="train",
-                              skipped=skipped, **common)
-    reused = sum(1 for r in results if r["reused"])
-    return TokenizeResult(out, manifest, val_manifest, len(results) - reused, reused, dict(run.counters))
+    manifest = write_manifest(out, shards=[replace(t, path=_train_relpath(i)) for i, (t, _) in enumerate(results)],
+                              split="train", skipped=skipped, **common)
+    _remove_stale(out, len(files), split)
+    _remove_tree(staging)
+    remove_temp_files(out)
+    reused = counters.get("tokenize/shards_reused", 0)
+    return TokenizeResult(out, manifest, val_manifest, len(results) - reused, reused, counters)
 
 
-def _relative(d: dict[str, Any], prefix: str) -> ShardRecord:
-    rec = ShardRecord.from_json(d)
-    return replace(rec, path=rec.path[len(prefix):]) if rec.path.startswith(prefix) else rec
+def _exists(url: str) -> bool:
+    from zephyr.fs import url_to_fs
+
+    fs, path = url_to_fs(url)
+    fs.invalidate_cache()
+    return bool(fs.exists(path))
+
+
+def _read_shard_records(urls: Sequence[str], files: Sequence[str], config_hash: str,
+                        split: bool) -> dict[int, tuple[ShardRecord, ShardRecord | None]]:
+    """The shard records the writers reported, keyed by store shard index; ``path`` holds the shard's full
+    location. A record whose ``shard.json`` is gone or describes other settings or another source (a
+    checkpoint replayed after another run rewrote the store) is left out, so the caller redoes it."""
+    from zephyr.fs import url_to_fs
+
+    found: dict[int, dict[str, ShardRecord]] = {}
+    for url in urls:
+        fs, path = url_to_fs(url)
+        fs.invalidate_cache()
+        try:
+            info = json.loads(fs.cat_file(path))
+        except FileNotFoundError:
+            continue
+        if info.get("config_hash") != config_hash or info.get("source") not in files:
+            continue
+        index = files.index(info["source"])
+        kind = "validation" if info["path"].startswith("validation/") else "train"
+        found.setdefault(index, {})[kind] = ShardRecord.from_json({**info, "path": url.rsplit("/shard.json", 1)[0]})
+    out: dict[int, tuple[ShardRecord, ShardRecord | None]] = {}
+    for index, kinds in found.items():
+        if "train" in kinds and (not split or "validation" in kinds):
+            out[index] = (kinds["train"], kinds.get("validation"))
+    return out
+
+
+def _promote(out: str, staging: str, staged: Sequence[int], split: bool) -> None:
+    """Move the shards written to ``staging`` over the store's, after removing its manifest: the store
+    reads as incomplete only during these renames, and a crash inside them is repaired by a rerun (the
+    moved shards are complete and reused)."""
+    from zephyr.fs import join, url_to_fs
+
+    if not staged:
+        return
+    fs, _ = url_to_fs(out)
+    for name in ("manifest.json", "validation/manifest.json"):
+        _remove_tree(join(out, name))
+    for index in staged:
+        for rel in (_train_relpath(index), _validation_relpath(index)) if split else (_train_relpath(index),):
+            _remove_tree(join(out, rel))
+            src, dst = url_to_fs(join(staging, rel))[1], url_to_fs(join(out, rel))[1]
+            fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+            fs.mv(src, dst, recursive=True)
+            fs.invalidate_cache()
+
+
+def _remove_tree(url: str) -> None:
+    from zephyr.fs import url_to_fs
+
+    fs, path = url_to_fs(url)
+    try:
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
+    fs.invalidate_cache()
 
 
 def _check_remote_output(url: str) -> None:
@@ -272,11 +402,11 @@ def _check_remote_output(url: str) -> None:
 
 
 def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
-    """Drop what an earlier run into the same store left that this run will not rewrite.
+    """Drop what an earlier store at ``out`` had that the manifest just written no longer lists.
 
-    ``manifest.json`` first (the store is incomplete until it is rewritten), shard directories past
-    this run's file count, and a ``validation/`` split when this run makes none: a reader would
-    otherwise find an old validation store overlapping the new training data. Local directory or bucket.
+    Shard directories past this run's file count, and a ``validation/`` split when this run makes
+    none: a reader would otherwise find an old validation store overlapping the new training data.
+    Local directory or bucket.
     """
     from zephyr.fs import url_to_fs
 
@@ -290,7 +420,6 @@ def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
             pass
         fs.invalidate_cache()
 
-    remove(f"{root}/manifest.json")
     if not keep_validation and fs.exists(f"{root}/validation"):
         remove(f"{root}/validation", recursive=True)
     for sub in ("shards", "validation/shards"):
@@ -302,5 +431,3 @@ def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
             name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
             if entry.get("type") == "directory" and name.isdigit() and int(name) >= num_shards:
                 remove(entry["name"].rstrip("/"), recursive=True)
-    if keep_validation:
-        remove(f"{root}/validation/manifest.json")

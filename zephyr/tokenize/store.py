@@ -187,6 +187,8 @@ class ShardWriter:
             self.dir = self.root / relpath
             self.dir.mkdir(parents=True, exist_ok=True)
             self.location = str(self.dir)
+            for dead in self.dir.glob(".tmp-*"):  # of an attempt that was killed while writing this shard
+                dead.unlink(missing_ok=True)
         self.dtype = np.dtype(dtype)
         self.vocab_size = vocab_size
         self.source = source
@@ -239,9 +241,14 @@ class ShardWriter:
         offsets = io.BytesIO()
         np.save(offsets, ends.astype(np.int64, copy=False))
         offsets_tmp = self.dir / f".tmp-{uuid.uuid4().hex}-offsets.npy"
-        offsets_tmp.write_bytes(offsets.getvalue())
-        os.replace(self._tmp, self.dir / "tokens.bin")
-        os.replace(offsets_tmp, self.dir / "offsets.npy")
+        try:
+            offsets_tmp.write_bytes(offsets.getvalue())
+            os.replace(self._tmp, self.dir / "tokens.bin")
+            os.replace(offsets_tmp, self.dir / "offsets.npy")
+        except BaseException:  # e.g. a full disk: leave no temporary file behind
+            offsets_tmp.unlink(missing_ok=True)
+            self._tmp.unlink(missing_ok=True)
+            raise
         digests = {"tokens.bin": self._digest.hexdigest(), "offsets.npy": xxhash.xxh3_64_hexdigest(offsets.getvalue())}
         record = ShardRecord(self.relpath, self._documents, self._tokens, self.source, dict(skipped or {}), digests)
         info = {**record.to_json(), "dtype": self.dtype.name, "config_hash": self.config_hash, "skipped": record.skipped}
@@ -278,6 +285,19 @@ class ShardWriter:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def remove_temp_files(store_root: str | os.PathLike[str]) -> int:
+    """Remove the ``.tmp-*`` files killed writers left anywhere in a local store; returns how many.
+    Call it only when no writer of the store runs (``tokenize_dataset`` does, once the manifest is written)."""
+    if is_remote(store_root):
+        return 0  # object stores commit whole objects: no temporary files
+    removed = 0
+    for dead in Path(store_root).rglob(".tmp-*"):
+        if dead.is_file():
+            dead.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_hash: str) -> ShardRecord | None:
@@ -712,10 +732,26 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
         problems.append(f"manifest documents {m.get('documents')} != sum over shards {doc_total}")
     if tok_total != m.get("tokens"):
         problems.append(f"manifest tokens {m.get('tokens')} != sum over shards {tok_total}")
+    problems.extend(_stray_files(root, [s["path"] for s in m["shards"]]))
     if (root / "validation").is_dir():
         sub = verify_store(root / "validation", check_ids=check_ids)
         problems.extend(f"validation/: {p}" for p in sub.problems)
     return VerifyReport(store.location, doc_total, tok_total, tuple(problems))
+
+
+def _stray_files(root: Path, shard_paths: Sequence[str]) -> list[str]:
+    """Files in the store that its manifest does not account for: a killed writer's ``.tmp-*`` file, a shard
+    directory of another run. A reader that globs the store (or copies it) would pick them up.
+    ``validation/`` is checked as a store of its own; ``.next/`` is an unfinished replacement's staging."""
+    expected = {"manifest.json"} | {f"{p}/{name}" for p in shard_paths for name in ("tokens.bin", "offsets.npy", "shard.json")}
+    stray = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_dir() or rel.startswith(("validation/", ".next/")) or rel in expected:
+            continue
+        stray.append(f"stray file {rel}: not in the manifest (a temporary file of a killed run, or a shard of another "
+                     "run); remove it, or rerun tokenize on the store, which removes it")
+    return stray
 
 
 def _histogram_lines(lengths: np.ndarray, width: int = 40) -> list[str]:

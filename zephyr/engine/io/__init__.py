@@ -9,7 +9,7 @@ could not push down), `sink` (byte counting, WriteStats), `partitioned`.
 
 from zephyr.engine.io.compression import FORMATS, infer_format
 from zephyr.engine.io.partitioned import write_partitioned
-from zephyr.engine.io.records import read_batches, read_records, write_records
+from zephyr.engine.io.records import read_batches, read_records, write_empty, write_records
 from zephyr.engine.io.schema import SchemaMismatchError, batch_from_dicts
 from zephyr.engine.io.sink import WriteStats
 
@@ -21,6 +21,7 @@ __all__ = [
     "infer_format",
     "read_batches",
     "read_records",
+    "write_empty",
     "write_partitioned",
     "write_records",
 ]

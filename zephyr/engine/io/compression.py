@@ -96,6 +96,8 @@ def decoded_chunks(raw: Any, codec: str | None) -> Iterator[bytes]:
     inside a member is truncated: every decompressor reports `eof` only after a member's end marker.
     """
     chunk = raw.read(_READ_SIZE)
+    if not chunk and codec is None:
+        return  # an empty plain file holds no records (an empty shard's output); compressed, it is damage
     if not chunk:
         raise StreamDamage(
             "empty", "the file is empty (0 bytes)", "re-create or re-download it (an interrupted write or download?)"

@@ -116,16 +116,32 @@ def jsonl_record_lists(url: str, *, skip: bool, compression: str | None) -> Iter
 
 
 def project_filter_lists(
-    lists: Iterable[list[dict]], columns: Sequence[str] | None, filter: Expr | None
+    lists: Iterable[list[dict]], columns: Sequence[str] | None, filter: Expr | None, url: str = ""
 ) -> Iterator[list[dict]]:
+    """Filter, then project, each list. A filter field (read by value) that no record of the file has
+    raises once the file is read: a typo must not pass as a filter that matches nothing."""
     predicate = filter.compile() if filter is not None else None
+    missing = set(filter.value_columns()) if filter is not None else set()
+    first: dict | None = None
     for records in lists:
+        if missing and records:
+            first = first if first is not None else records[0]
+            for record in records:
+                missing -= record.keys()
+                if not missing:
+                    break
         if predicate is not None:
             records = [r for r in records if predicate(r) is True]
         if columns is not None:
             records = [{c: r.get(c) for c in columns} for r in records]
         if records:
             yield records
+    if missing and first is not None:
+        raise BadInputError(
+            f"{url}: the filter {filter!r} reads field(s) {', '.join(map(repr, sorted(missing)))}, which no record of "
+            f"the file has (the first has {', '.join(sorted(first)) or 'no fields'}). Fix the field name, or use "
+            "col(...).is_null() for a field that is optional"
+        )
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,7 +13,14 @@ from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.fs import atomic_write, url_to_fs
 from zephyr.engine.io.bad_input import bad_file, short_error
-from zephyr.engine.io.scan import check_columns, filter_batch, is_plain_local, scan_columns, unreadable_columnar_file
+from zephyr.engine.io.scan import (
+    check_columns,
+    check_filter_columns,
+    filter_batch,
+    is_plain_local,
+    scan_columns,
+    unreadable_columnar_file,
+)
 from zephyr.engine.io.sink import CountingSink, WriteStats
 
 
@@ -38,7 +45,10 @@ def parquet_batches(
             raise  # an error of the filesystem itself (network, permissions): not bad data, let it retry
         unreadable_columnar_file(url, fs, path, skip, "parquet", exc)
         return
+    if not len(schema):
+        return  # no columns: an empty shard's file (see write_empty); it holds no records
     check_columns(url, columns, schema)
+    check_filter_columns(url, filter, schema)
     pushdown = filter is not None and filter.columns() <= set(schema.names)
     read_columns = columns if filter is None or pushdown else scan_columns(columns, filter, schema)
     try:
@@ -91,7 +101,7 @@ def write_parquet(batches: Iterator[pa.RecordBatch], url: str) -> WriteStats:
                     writer.write_table(pa.Table.from_batches(group, schema), row_group_size=rows)
                     records += rows
                     group, rows, nbytes = [], 0, 0
-            if group:
+            if rows:
                 writer.write_table(pa.Table.from_batches(group, schema), row_group_size=rows)
                 records += rows
         finally:

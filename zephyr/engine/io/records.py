@@ -66,7 +66,8 @@ def read_records(
     skip = check_policy(on_bad_record)
     fmt = resolve_format(path, format)
     if fmt == "jsonl":
-        for records in project_filter_lists(jsonl_record_lists(path, skip=skip, compression=compression), columns, filter):
+        lists = jsonl_record_lists(path, skip=skip, compression=compression)
+        for records in project_filter_lists(lists, columns, filter, path):
             yield from records
         return
     batches = parquet_batches if fmt == "parquet" else vortex_batches
@@ -103,7 +104,7 @@ def read_batches(
         return
     buffer: list[dict] = []
     first_record = 0
-    lists = project_filter_lists(jsonl_record_lists(path, skip=skip, compression=compression), columns, filter)
+    lists = project_filter_lists(jsonl_record_lists(path, skip=skip, compression=compression), columns, filter, path)
     for records in itertools.chain(lists, [None]):
         if records is not None:
             buffer.extend(records)
@@ -133,7 +134,7 @@ def write_records(
     SchemaMismatchError naming the field and the records.
 
     Empty input (no records) writes nothing and returns `records=0`; whether that is an error is
-    the caller's decision.
+    the caller's decision (`write_empty` writes a file with no records).
     """
     fmt = resolve_format(url, format)
     blocks = item_blocks(items)
@@ -147,3 +148,14 @@ def write_records(
     if fmt == "parquet":
         return write_parquet(batches, url)
     return write_vortex(batches, url)
+
+
+def write_empty(url: str, *, format: str | None = None, schema: pa.Schema | None = None) -> WriteStats:
+    """Write a valid file with no records (atomically): an empty shard's output, so that a reader can
+    tell an empty shard from a lost file. jsonl: an empty (compressed) stream; parquet/vortex: `schema`
+    (default: no columns; `unify_folder_schema` later gives it the folder's columns)."""
+    fmt = resolve_format(url, format)
+    if fmt == "jsonl":
+        return write_jsonl(iter(()), url)
+    empty = pa.RecordBatch.from_pylist([], schema=plain_schema(schema) if schema is not None else pa.schema([]))
+    return write_parquet(iter([empty]), url) if fmt == "parquet" else write_vortex(iter([empty]), url)

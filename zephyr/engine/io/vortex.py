@@ -16,7 +16,14 @@ from zephyr.engine.expr import Expr
 from zephyr.engine.expr_vortex import to_vortex
 from zephyr.fs import atomic_write, open_url, url_to_fs
 from zephyr.engine.io.bad_input import bad_file, short_error
-from zephyr.engine.io.scan import check_columns, filter_batch, is_plain_local, scan_columns, unreadable_columnar_file
+from zephyr.engine.io.scan import (
+    check_columns,
+    check_filter_columns,
+    filter_batch,
+    is_plain_local,
+    scan_columns,
+    unreadable_columnar_file,
+)
 from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
 
@@ -53,7 +60,10 @@ def vortex_batches(
         except (RuntimeError, ValueError, OSError) as exc:
             unreadable_columnar_file(url, fs, path, skip, "vortex", exc)
             return
+        if not len(schema):
+            return  # no columns: an empty shard's file (see write_empty); it holds no records
         check_columns(url, columns, schema)
+        check_filter_columns(url, filter, schema)
         vx_filter = to_vortex(filter, schema) if filter is not None else None
         pushdown = filter is None or vx_filter is not None
         read_columns = list(columns) if columns is not None and pushdown else scan_columns(columns, filter, schema)

@@ -1,0 +1,128 @@
+"""What a sink leaves on disk (issue #17 items 6, 7, 8, 11): one schema per folder, a file for every shard,
+directory inputs, and no reader ever taking a killed writer's temporary file for data."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pytest
+
+from zephyr import Dataset, execution
+from zephyr.engine.io import SchemaMismatchError, read_records
+
+RECORDS = [{"id": 1, "text": "a"}, {"id": 2, "text": "b", "filter_reason": "short"}, {"id": 3, "text": "c", "score": 0.5}]
+
+
+@pytest.fixture
+def local(scratch):
+    with execution(backend="local", scratch=scratch, summary=False, progress=False):
+        yield
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "vortex"])
+def test_a_written_folder_has_one_schema(local, tmp_path, fmt):
+    # 4 shards over 3 records: fields present in some shards only, and one empty shard
+    paths = Dataset.from_list(RECORDS, num_shards=4).write(str(tmp_path / fmt / f"part-{{shard:05d}}.{fmt}")).execute().outputs
+    assert len(paths) == 4
+    rows = sorted(Dataset.from_files(str(tmp_path / fmt / f"*.{fmt}")).collect(), key=lambda r: r["id"])
+    assert rows == [{"id": 1, "text": "a", "filter_reason": None, "score": None},
+                    {"id": 2, "text": "b", "filter_reason": "short", "score": None},
+                    {"id": 3, "text": "c", "filter_reason": None, "score": 0.5}]
+    if fmt == "parquet":
+        frame = pl.read_parquet(str(tmp_path / fmt / "*.parquet"))
+        assert frame.height == 3 and frame.columns == ["id", "text", "filter_reason", "score"]
+        table = pads.dataset(str(tmp_path / fmt), format="parquet").to_table()
+        assert table.num_rows == 3 and table.column("filter_reason").to_pylist().count("short") == 1
+
+
+def test_schema_given_is_every_file_schema(local, tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string()), ("filter_reason", pa.string()), ("score", pa.float64())])
+    Dataset.from_list(RECORDS, num_shards=4).write_parquet(str(tmp_path / "p" / "part-{shard}.parquet"), schema=schema)
+    assert pads.dataset(str(tmp_path / "p"), format="parquet").schema == schema
+    assert pl.read_parquet(str(tmp_path / "p" / "*.parquet")).height == 3
+
+
+def test_types_that_cannot_be_unified_name_the_field_and_the_fix(local, tmp_path):
+    with pytest.raises(SchemaMismatchError, match=r"disagree on field 'v': int64 in .* string in .*pass schema="):
+        Dataset.from_list([{"v": 1}, {"v": "x"}], num_shards=2).write_parquet(str(tmp_path / "p" / "part-{shard}.parquet"))
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "jsonl.zst", "parquet", "vortex"])
+def test_an_empty_shard_writes_its_empty_file(local, tmp_path, ext):
+    pattern = str(tmp_path / "out" / f"part-{{shard:05d}}-of-{{total:05d}}.{ext}")
+    paths = Dataset.from_list([{"id": 1}], num_shards=3).write(pattern).execute().outputs
+    assert [Path(p).name for p in paths] == [f"part-0000{i}-of-00003.{ext}" for i in range(3)]
+    assert all(Path(p).is_file() for p in paths)
+    assert [r for p in paths for r in read_records(p)] == [{"id": 1}]
+    assert Dataset.from_files(str(tmp_path / "out")).count() == 1
+
+
+def test_a_directory_is_read_recursively_without_hidden_files(local, tmp_path, caplog):
+    Dataset.from_list([{"i": i} for i in range(4)], num_shards=2).write_jsonl(str(tmp_path / "data" / "a" / "p-{shard}.jsonl"))
+    Dataset.from_list([{"i": 9}], num_shards=1).write_parquet(str(tmp_path / "data" / "b" / "p-{shard}.parquet"))
+    (tmp_path / "data" / "README.md").write_text("not data")
+    (tmp_path / "data" / "_SUCCESS").write_text("")
+    (tmp_path / "data" / "a" / ".tmp-0123456789abcdef0123456789abcdef-p-0.jsonl").write_text('{"i": 100}\n')
+    with caplog.at_level(logging.WARNING, logger="zephyr"):
+        values = sorted(r["i"] for r in Dataset.from_files(str(tmp_path / "data") + "/").collect())
+    assert values == [0, 1, 2, 3, 9]
+    assert "skipped 1 file(s) whose format the name does not tell: .md (1)" in caplog.text
+    assert sorted(r["i"] for r in Dataset.from_files(str(tmp_path / "data" / "**")).collect()) == [0, 1, 2, 3, 9]
+    assert sorted(r["i"] for r in Dataset.from_files(str(tmp_path / "data" / "a" / "*.jsonl")).collect()) == [0, 1, 2, 3]
+
+
+_SLOW_WRITER = textwrap.dedent('''
+    import sys, time
+    from zephyr import Dataset, execution
+
+    def slow(record):
+        if record["shard"] == 1 and record["i"] >= 8500:  # after the first 8192-record block opened the file
+            time.sleep(0.002)
+        return record
+
+    if __name__ == "__main__":
+        out, scratch = sys.argv[1], sys.argv[2]
+        records = [{"shard": s, "i": i} for s in range(3) for i in range(9000)]
+        with execution(backend="local", scratch=scratch, summary=False, progress=False):
+            Dataset.from_list(records, num_shards=3).map(slow).write_jsonl(out + "/part-{shard:05d}.jsonl.zst")
+''')
+
+
+def test_a_run_killed_while_writing_leaves_nothing_a_rerun_or_reader_takes_for_data(tmp_path):
+    script = tmp_path / "slow_writer.py"
+    script.write_text(_SLOW_WRITER)
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, str(script), str(out), str(scratch)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(out.glob(".tmp-*part-00001.jsonl.zst")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the writer never wrote shard 1"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)  # kill -9 while shard 1 is being written
+    finally:
+        proc.wait()
+    assert list(out.glob(".tmp-*")), "the killed run left its temporary file"
+    with execution(backend="local", scratch=str(tmp_path / "reader"), summary=False, progress=False):
+        # a next step's glob reads the finished shard 0 only, not the dead attempt's temporary file
+        assert Dataset.from_files(str(out / "*")).count() == 9000
+    rerun = subprocess.run([sys.executable, str(script), str(out), str(scratch)], env=env)
+    assert rerun.returncode == 0
+    clean = tmp_path / "clean"
+    with execution(backend="local", scratch=str(tmp_path / "scratch2"), summary=False, progress=False):
+        records = [{"shard": s, "i": i} for s in range(3) for i in range(9000)]
+        Dataset.from_list(records, num_shards=3).write_jsonl(str(clean / "part-{shard:05d}.jsonl.zst"))
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir()) == [
+        f"part-0000{i}.jsonl.zst" for i in range(3)]
+    for name in (f"part-0000{i}.jsonl.zst" for i in range(3)):
+        assert list(read_records(str(out / name))) == list(read_records(str(clean / name)))

@@ -1,0 +1,63 @@
+"""Which files a `from_files` pattern reads: globs, and directories as polars and Ray Data read them."""
+
+from __future__ import annotations
+
+import logging
+
+from zephyr.engine.errors import BadInputError
+from zephyr.fs import expand_glob, url_to_fs
+from zephyr.engine.io.compression import infer_format, split_compression
+
+_log = logging.getLogger("zephyr")
+
+
+def data_files(pattern: str, format: str | None = None) -> list[str]:
+    """The files `pattern` names, for reading as records.
+
+    A glob that names files by extension (`data/*.jsonl.zst`) reads what it matches. A directory
+    (`data/`), read recursively, or an open wildcard (`data/*`, `data/**`) reads the files whose
+    format the name tells (jsonl[.gz|.zst|...], parquet, vortex; every file when `format` is given)
+    and logs which extensions it skipped, so a folder with a README or a `.crc` file still reads.
+    Hidden (`.`) and `_`-prefixed files are never read (see `expand_glob`).
+    """
+    files = expand_glob(pattern)
+    if format is not None or not _open_ended(pattern):
+        return files
+    kept, skipped = [], {}
+    for path in files:
+        try:
+            infer_format(path)
+        except BadInputError:
+            ext = _extension(path)
+            skipped[ext] = skipped.get(ext, 0) + 1
+            continue
+        kept.append(path)
+    if skipped:
+        listed = ", ".join(f"{ext} ({n})" for ext, n in sorted(skipped.items()))
+        _log.warning("zephyr: %s: read %d data file(s), skipped %d file(s) whose format the name does not tell: %s "
+                     "(pass format= to read them as one format)", pattern, len(kept), sum(skipped.values()), listed)
+    if not kept:
+        raise BadInputError(
+            f"{pattern!r} has no data files: found {len(files)} file(s) with extensions "
+            f"{', '.join(sorted(skipped))}; expected .jsonl/.json/.ndjson (optionally .gz/.zst/.bz2/.xz), "
+            ".parquet or .vortex. Pass format='jsonl'|'parquet'|'vortex' to read them anyway"
+        )
+    return kept
+
+
+def _open_ended(pattern: str) -> bool:
+    fs, path = url_to_fs(pattern)
+    last = path.rstrip("/").rsplit("/", 1)[-1]
+    if any(ch in path for ch in "*?["):
+        return "." not in last.replace("*", "").replace("?", "")
+    try:
+        return fs.isdir(path)
+    except OSError:
+        return False
+
+
+def _extension(path: str) -> str:
+    stem, codec = split_compression(path)
+    name = stem.rsplit("/", 1)[-1]
+    ext = "." + name.rsplit(".", 1)[-1] if "." in name else "(none)"
+    return ext + ({"gzip": ".gz", "zstd": ".zst", "bz2": ".bz2", "xz": ".xz"}[codec] if codec else "")
