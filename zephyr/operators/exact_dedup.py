@@ -29,12 +29,12 @@ from typing import Any
 
 import xxhash
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.engine.io import read_batches
 from zephyr.engine.worker import current_shard
-from zephyr.engine.fs import join, url_to_fs
+from zephyr.fs import join, url_to_fs
 
 __all__ = ["normalize_for_hash", "text_hash", "dedup_documents", "dedup_paragraphs"]
 
