@@ -38,7 +38,7 @@ from zephyr.engine.sortkey import binary_array, decode, encode, encode_array
 
 __all__ = [
     "ShuffleSpec", "RunFile", "ScatterWriter", "merged_blocks", "iter_groups", "iter_group_batches", "iter_values",
-    "scatters_batches", "column_keyed",
+    "scatters_batches", "column_keyed", "target_bytes",
 ]
 
 _SCHEMA = pa.schema(
@@ -247,6 +247,18 @@ def scatters_batches(spec: ShuffleSpec) -> bool:
     """A keyed shuffle without combiner or join tag: Arrow batches are scattered whole, records stay Arrow
     (key functions still see each record as a dict, once, on the map side)."""
     return spec.key is not None and spec.combiner is None and spec.tag is None
+
+
+def target_bytes(upstream_runs: Iterable[Iterable[RunFile]], num_targets: int) -> list[int]:
+    """Bytes per target measured by the scatter sidecars (RunFile.segments) of all upstream stages: the
+    reduce side schedules its largest targets first, so a skewed target starts at once instead of last."""
+    sizes = [0] * num_targets
+    for runs in upstream_runs:
+        for run in runs:
+            for target, segment in run.segments.items():
+                if target < num_targets:
+                    sizes[target] += segment[3]
+    return sizes
 
 
 def column_keyed(spec: ShuffleSpec) -> bool:
@@ -538,7 +550,47 @@ def _spill(blocks: Iterator[pa.RecordBatch], target: int, url: str) -> RunFile:
     return RunFile(url, {target: (0, batches, count, total)}, _value_type(schema))
 
 
-def _pieces(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, list[Any], bool]]:
+class _Tally:
+    """Records and bytes of the group being walked; a group over `giant_bytes` is reported in the task's
+    counters when it ends (`shuffle/giant_keys`, and per key `shuffle/giant_key/<key>/records|bytes`):
+    such a key cannot be split across reducers, so the run summary names it. Its rows still stream:
+    only one chunk of merged rows is in memory at a time, whatever the group's size."""
+
+    def __init__(self, giant_bytes: int | None) -> None:
+        self.giant_bytes = giant_bytes
+        self.key: bytes | None = None
+        self.records = 0
+        self.bytes = 0
+
+    def add(self, key: bytes, records: int, size: int) -> None:
+        if key != self.key:
+            self.close()
+            self.key, self.records, self.bytes = key, 0, 0
+        self.records += records
+        self.bytes += size
+
+    def close(self) -> None:
+        if self.key is not None and self.giant_bytes is not None and self.bytes > self.giant_bytes:
+            from zephyr import counters
+
+            name = repr(decode(self.key))
+            name = name if len(name) <= 80 else name[:77] + "..."
+            counters.increment("shuffle/giant_keys")
+            counters.increment(f"shuffle/giant_key/{name}/records", self.records)
+            counters.increment(f"shuffle/giant_key/{name}/bytes", self.bytes)
+        self.key = None
+
+
+def _tallied(rows: pa.RecordBatch, starts: np.ndarray, heads: list[bytes], tally: _Tally | None) -> None:
+    if tally is None or tally.giant_bytes is None:
+        return
+    sizes = np.add.reduceat(_row_bytes(rows), starts).tolist()
+    counts = np.diff(np.append(starts, rows.num_rows)).tolist()
+    for key, count, size in zip(heads, counts, sizes):
+        tally.add(key, count, size)
+
+
+def _pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> Iterator[tuple[bytes, list[Any], bool]]:
     """(key, values, pickled) for each stretch of one group's rows within a chunk of merged rows; a group
     spanning chunks gives consecutive pieces with the same key. Values are pickled bytes (unpickled
     lazily by the caller) or, from columnar runs, the records themselves (one Arrow conversion a chunk)."""
@@ -546,6 +598,7 @@ def _pieces(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, list[Any]
         keys = rows.column(2)
         starts = _group_starts(keys)
         heads = pc.take(keys, starts, memory_pool=_POOL).to_pylist()
+        _tallied(rows, starts, heads, tally)
         column = rows.column(4)
         pickled = pa.types.is_large_binary(column.type)
         values = column.to_pylist()
@@ -555,12 +608,13 @@ def _pieces(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, list[Any]
             yield key, values[start:end], pickled
 
 
-def _batch_pieces(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, pa.RecordBatch]]:
+def _batch_pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> Iterator[tuple[bytes, pa.RecordBatch]]:
     """(key, records as one RecordBatch) for each stretch of one group's rows within a chunk."""
     for rows in _chunks(blocks):
         keys = rows.column(2)
         starts = _group_starts(keys)
         heads = pc.take(keys, starts, memory_pool=_POOL).to_pylist()
+        _tallied(rows, starts, heads, tally)
         column = rows.column(4)
         bounds = starts.tolist()
         bounds.append(len(column))
@@ -625,11 +679,14 @@ def _group_starts(keys: pa.Array) -> np.ndarray:
     return np.flatnonzero(new)
 
 
-def iter_groups(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, Iterator[Any]]]:
-    """(key, values iterator) per distinct key of merged blocks; pickled values are unpickled lazily."""
-    for _, pieces in itertools.groupby(_pieces(blocks), key=operator.itemgetter(0)):
+def iter_groups(blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None) -> Iterator[tuple[Any, Iterator[Any]]]:
+    """(key, values iterator) per distinct key of merged blocks; pickled values are unpickled lazily.
+    A group of more than `giant_bytes` is reported in the counters (see _Tally)."""
+    tally = _Tally(giant_bytes)
+    for _, pieces in itertools.groupby(_pieces(blocks, tally), key=operator.itemgetter(0)):
         key, values, pickled = next(pieces)
         yield decode(key), _unpickled(values, pickled, pieces)
+    tally.close()
 
 
 def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, list[Any], bool]]) -> Iterator[Any]:
@@ -638,13 +695,17 @@ def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, lis
         yield from map(pickle.loads, values) if pickled else values
 
 
-def iter_group_batches(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, Iterator[pa.RecordBatch]]]:
+def iter_group_batches(
+    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None
+) -> Iterator[tuple[Any, Iterator[pa.RecordBatch]]]:
     """(key, record batches) per distinct key of merged blocks: the reducer form of
     `group_by(..., batch=True)`. A group's rows come in sort order as one or more RecordBatches (a group
     larger than a chunk of merged rows spans several), so a giant group still streams."""
-    for _, pieces in itertools.groupby(_batch_pieces(blocks), key=operator.itemgetter(0)):
+    tally = _Tally(giant_bytes)
+    for _, pieces in itertools.groupby(_batch_pieces(blocks, tally), key=operator.itemgetter(0)):
         key, batch = next(pieces)
         yield decode(key), itertools.chain([batch], (batch for _, batch in pieces))
+    tally.close()
 
 
 def iter_values(blocks: Iterable[pa.RecordBatch]) -> Iterator[Any]:
