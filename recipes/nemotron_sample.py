@@ -25,6 +25,7 @@ import sysconfig
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import zstandard
@@ -174,7 +175,17 @@ def _record(text: str, split: str, rng: random.Random, index: int) -> dict:
 
 
 def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420, files_per_split: int = 2) -> Path:
-    """Write the sample under `output/<split>/part-XXXXX.jsonl.zst` (if not already there); returns output."""
+    """Write the sample under `output/<split>/part-XXXXX.jsonl.zst` (if not already there); returns output.
+
+    Any docs_per_split >= 1 works. The text on this machine gives a few hundred distinct long passages
+    and about two thousand short ones; splits that would need more reuse passages from the start of the
+    pool (repeated passages are then duplicates that `planted.json` does not list; it says how many
+    documents were cut from a reused passage under "reused_passages").
+    """
+    if not isinstance(docs_per_split, int) or docs_per_split < 1:
+        raise ValueError(f"docs_per_split must be a positive integer, got {docs_per_split!r}")
+    if files_per_split < 1:
+        raise ValueError(f"files_per_split must be at least 1, got {files_per_split!r}")
     output = Path(output)
     done = output / "planted.json"
     if done.is_file():
@@ -188,20 +199,32 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
     followers = _bigram_model(vocabulary)
     rng.shuffle(long_passages)
     rng.shuffle(short_passages)
+    if not long_passages or not short_passages:
+        raise RuntimeError(
+            f"the sample needs prose from installed package descriptions and standard-library docstrings; "
+            f"found {len(long_passages)} long and {len(short_passages)} short passages in {len(texts)} texts "
+            "(is this a minimal Python without package metadata?)"
+        )
+    reused = 0
 
-    def take(pool: list[str], n: int) -> list[str]:
-        return [pool[i % len(pool)] for i in range(n)]
+    def take(pool: list[str], start: int, n: int) -> list[str]:
+        """n passages from `pool[start:]`, wrapping to the pool's start when it runs out (the slice
+        alone used to be empty for large n: a ZeroDivisionError at 688 docs per split)."""
+        nonlocal reused
+        rest = pool[start:] or pool
+        reused += max(0, n - len(pool[start:]))
+        return [rest[i % len(rest)] for i in range(n)]
 
     def boilerplate(n_lines: int) -> str:
         return "\n".join(rng.choice(_BOILERPLATE) for _ in range(n_lines))
 
     split_texts: dict[str, list[str]] = {}
     n = docs_per_split
-    split_texts["high_actual"] = take(long_passages, n)
-    split_texts["high_synthetic"] = [_question_answer(p, rng) for p in take(long_passages[n:], n)]
-    split_texts["medium_high"] = take(short_passages, n)
-    split_texts["medium"] = [p + "\n\n" + boilerplate(2) for p in take(short_passages[n:], n)]
-    split_texts["medium_low"] = [boilerplate(3) + "\n" + p[:500] + "\n" + boilerplate(4) for p in take(short_passages[2 * n :], n)]
+    split_texts["high_actual"] = take(long_passages, 0, n)
+    split_texts["high_synthetic"] = [_question_answer(p, rng) for p in take(long_passages, n, n)]
+    split_texts["medium_high"] = take(short_passages, 0, n)
+    split_texts["medium"] = [p + "\n\n" + boilerplate(2) for p in take(short_passages, n, n)]
+    split_texts["medium_low"] = [boilerplate(3) + "\n" + p[:500] + "\n" + boilerplate(4) for p in take(short_passages, 2 * n, n)]
     split_texts["low_actual"] = [
         boilerplate(rng.randint(4, 10)) if i % 2 else _bigram_salad(vocabulary, followers, rng, rng.randint(80, 300))
         for i in range(n)
@@ -209,7 +232,7 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
     split_texts["low_synthetic"] = [_question_answer(_bigram_salad(vocabulary, followers, rng, 200), rng) for _ in range(n)]
 
     records = {split: [_record(t, split, rng, i) for i, t in enumerate(texts_)] for split, texts_ in split_texts.items()}
-    planted: dict[str, list] = {"exact": [], "near": []}
+    planted: dict[str, Any] = {"exact": [], "near": []}
     all_splits = list(SPLITS)
     for _ in range(int(0.05 * n * len(SPLITS))):  # 5% exact duplicates, within and across splits
         src_split, dst_split = rng.choice(all_splits), rng.choice(all_splits)
@@ -236,6 +259,8 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
             tmp = folder / f".tmp-part-{f:05d}.jsonl.zst"
             tmp.write_bytes(compressor.compress(payload))
             tmp.rename(folder / f"part-{f:05d}.jsonl.zst")
+    if reused:
+        planted["reused_passages"] = reused
     tmp = output / ".tmp-planted.json"
     tmp.write_text(json.dumps(planted))
     tmp.rename(done)

@@ -280,3 +280,57 @@ def test_group_walk_over_joined_and_cut_blocks_gives_the_same_groups(tmp_path, m
     in_run_order = [r for shard in range(3) for r in records[shard::3]]
     for key, ids in want:
         assert ids == [r[2] for r in sorted((r for r in in_run_order if r[0] == key), key=lambda r: r[1])]
+
+
+def _skewed_records(shard: int):
+    """40% of the records under one key ("giant"), the rest spread over 500 keys; ~600 bytes each."""
+    rng = random.Random(100 + shard)
+    for i in range(50_000):
+        key = "giant" if rng.random() < 0.4 else rng.randint(0, 499)
+        yield {"key": key, "seq": i, "shard": shard, "payload": "%08d" % i * 70}
+
+
+@pytest.mark.timeout(300)
+def test_giant_key_streams_within_the_budget_and_is_reported(scratch):
+    """One key holding 40% of ~125 MB of records (its group alone ~50 MB, over a 32 MB budget): its group streams to the
+    reducer (peak RSS stays within baseline + budget + a fixed 48 MB, as for a balanced group_by) and the
+    run's counters name it with its exact record count and bytes."""
+    budget = 32 * MB
+    with execution(backend="processes", workers=2, scratch=scratch, memory_per_worker=budget, summary=False):
+        baseline = Dataset.from_iterable(lambda s: iter(range(10)), num_shards=2).group_by(
+            lambda x: x, lambda k, v: k
+        ).execute()
+        base_rss = max(s.peak_rss for s in baseline.stages)
+        run = Dataset.from_iterable(_skewed_records, num_shards=4).group_by(
+            lambda r: r["key"], _summarize, sort_by=lambda r: r["seq"], num_shards=3
+        ).execute()
+    giant = sum(1 for shard in range(4) for r in _skewed_records(shard) if r["key"] == "giant")
+    counts = {r["key"]: r["count"] for r in run.outputs}
+    assert counts["giant"] == giant and sum(counts.values()) == 200_000
+    assert run.counters["shuffle/giant_keys"] == 1
+    assert run.counters["shuffle/giant_key/'giant'/records"] == giant
+    assert run.counters["shuffle/giant_key/'giant'/bytes"] > budget
+    peak = max(s.peak_rss for s in run.stages)
+    assert peak < base_rss + budget + 48 * MB, f"peak RSS {peak / MB:.0f} MB, baseline {base_rss / MB:.0f} MB"
+
+
+def test_target_bytes_sums_the_sidecars_per_target(tmp_path):
+    from zephyr.engine.shuffle import target_bytes
+
+    records = [(k % 3, "x" * (10 * (k % 3 + 1))) for k in range(300)]
+    runs = _runs_of(records, tmp_path, key=lambda r: r[0], shards=2)
+    writer_runs = []
+    for shard in range(2):
+        writer = ScatterWriter(ShuffleSpec(3, key=lambda r: r[0]), str(tmp_path / f"t-{shard}"), shard=shard, flush_bytes=4096)
+        for r in records[shard::2]:
+            writer.add(r)
+        writer_runs.append(writer.close())
+    sizes = target_bytes(writer_runs, 3)
+    from zephyr.engine.shuffle import _key_hash
+
+    want = [0, 0, 0]
+    for key, payload in records:
+        import pickle
+
+        want[_key_hash(encode(key)) % 3] += len(encode(key)) + len(pickle.dumps((key, payload), protocol=5))
+    assert sizes == want and len(runs) > 0

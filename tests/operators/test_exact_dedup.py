@@ -97,3 +97,81 @@ def test_paragraph_dedup_validates_arguments(scratch):
         dedup_paragraphs(ds, separator="")
     with pytest.raises(ValueError, match="min_paragraph_chars"):
         dedup_paragraphs(ds, min_paragraph_chars=-1)
+
+
+def _tied_corpus(articles):
+    """Duplicates across shards whose order keys tie (the same id): input order decides the keeper, and
+    records that differ only outside the text tell which one was kept."""
+    docs = []
+    for copy in range(4):
+        for i, text in enumerate(articles[:5]):
+            docs.append({"id": f"doc-{i}", "text": text if copy % 2 else text.upper(), "copy": copy})
+    docs += [{"id": "solo", "text": articles[6], "copy": 0}, {"id": "empty", "text": "", "copy": 0}]
+    return docs
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_document_dedup_by_lookup_equals_the_whole_document_shuffle(articles, scratch, tmp_path, monkeypatch, drop):
+    """The decision pass + lookup gives the record set of the old one-pass shuffle of whole documents
+    (forced here by making the duplicates table 'too large'), ties on the order key included."""
+    from zephyr.operators import exact_dedup
+
+    docs = _tied_corpus(articles)
+
+    def run(path):
+        with execution(backend="local", scratch=str(tmp_path / path), summary=False):
+            out = dedup_documents(Dataset.from_list(docs, num_shards=3), drop=drop, num_shards=2).execute()
+        return sorted(json.dumps(d, sort_keys=True) for d in out.outputs), out.counters
+
+    by_lookup, lookup_counters = run("lookup")
+    monkeypatch.setattr(exact_dedup, "_LOOKUP_BYTES", 1 << 40)
+    by_shuffle, shuffle_counters = run("shuffle")
+    assert by_lookup == by_shuffle
+    assert lookup_counters == shuffle_counters
+    kept = [json.loads(d) for d in by_lookup if json.loads(d)["dup_keep"]]
+    assert sorted((d["id"], d["copy"]) for d in kept) == sorted([(f"doc-{i}", 0) for i in range(5)] + [("solo", 0), ("empty", 0)])
+
+
+def test_document_dedup_shuffles_no_text(articles, scratch, monkeypatch):
+    """Nothing that goes into a shuffle holds a document's text: only (hash, (order key, shard, index))."""
+    from zephyr.engine.shuffle import ScatterWriter
+
+    seen = []
+    original = ScatterWriter.add
+
+    def spy(self, record):
+        seen.append(record)
+        return original(self, record)
+
+    monkeypatch.setattr(ScatterWriter, "add", spy)
+    docs = _tied_corpus(articles)
+    with execution(backend="local", scratch=scratch, summary=False):
+        out = dedup_documents(Dataset.from_list(docs, num_shards=3)).collect()
+    assert len(out) == len(docs) and len(seen) == len(docs)
+    texts = {d["text"] for d in docs if d["text"]}
+    assert not any(text in value for record in seen for value in _strings(record) for text in texts)
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _strings(item)
+
+
+def test_ascii_fast_path_normalizes_like_the_unicode_path():
+    """text_hash takes a bytes path for ASCII text: it must give normalize_for_hash's bytes exactly
+    (punctuation vs symbols, the \\x1c-\\x1f separators str.split treats as whitespace, case)."""
+    import random
+
+    from zephyr.operators.exact_dedup import _normalized_bytes
+
+    rng = random.Random(0)
+    samples = ["", "  ", "A$b+c<d>e^f`g|h~i", "x\x1cy\x1fz\x0bw", "Hello,   WORLD!\n", "a_b-c.d"]
+    samples += ["".join(chr(rng.randrange(128)) for _ in range(rng.randrange(60))) for _ in range(3000)]
+    for text in samples:
+        assert _normalized_bytes(text) == normalize_for_hash(text).encode("utf-8"), repr(text)

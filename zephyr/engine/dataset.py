@@ -130,6 +130,7 @@ class Dataset:
         sort_by: Callable[[Any], Any] | str | None = None,
         combiner: Callable[[Any, Iterable[Any]], Any] | None = None,
         num_shards: int | None = None,
+        batch: bool = False,
     ) -> Dataset:
         """Group records by `key(record)` and call `reducer(key, items)` once per key.
 
@@ -140,7 +141,18 @@ class Dataset:
         Keys and sort keys must be None/bool/int/float/str/bytes or tuples of them to be ordered; any
         picklable key groups correctly. A field name (`"user"`, or `col("user")`) as key or sort key
         reads that field (missing -> None); over parquet/vortex input the shuffle then takes whole
-        Arrow batches at once instead of one record at a time.
+        Arrow batches at once instead of one record at a time, and records stay Arrow through the
+        shuffle (no pickling).
+
+        batch=True is the Arrow reducer form: `reducer(key, batches)` gets the group's records (dicts
+        before the shuffle) as an iterator of `pyarrow.RecordBatch` in sort order, one batch per stretch
+        of the group in a chunk of merged rows (a large group spans several, so it still streams; use
+        `pyarrow.Table.from_batches(list(batches))` for one table). Over columnar input the batches share
+        the input's schema; from dict records each batch's schema is inferred from its rows (a field that
+        is None throughout a batch has null type: combine with `pyarrow.concat_tables(...,
+        promote_options="permissive")`). It pays off for large groups handled
+        with Arrow compute; for many small groups the dict form is cheaper. Any reducer may return a
+        `pyarrow.RecordBatch` or `Table`: its rows become records.
         """
         for name, value in (("key", key), ("sort_by", sort_by)):
             if isinstance(value, str) and value.startswith("-"):
@@ -149,7 +161,7 @@ class Dataset:
                     f"{value!r}. Sort ascending with {name}={value[1:]!r}, or pass a function, e.g. "
                     f"{name}=lambda r: -r[{value[1:]!r}] for a numeric field."
                 )
-        return self._then(O.GroupBy(_field_or_fn(key), reducer, _field_or_fn(sort_by), combiner, num_shards))
+        return self._then(O.GroupBy(_field_or_fn(key), reducer, _field_or_fn(sort_by), combiner, num_shards, batch))
 
     def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
         """Keep the first record (in input order) of every `key(record)` (or field `key`)."""

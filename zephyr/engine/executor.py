@@ -31,6 +31,7 @@ from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.outputs import FileSink
 from zephyr.engine.progress import ProgressDisplay
+from zephyr.engine.shuffle import target_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 
 __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
@@ -192,6 +193,9 @@ def _run_stage(
     progress.start_stage(stage, resumed=len(done))
     started = time.perf_counter()
     pending = [_Pending(shard) for shard in range(stage.num_shards) if shard not in done]
+    # largest shuffle targets first (sidecar bytes): a skewed target does not start last and straggle
+    sizes = target_bytes(upstream_runs, stage.num_shards)
+    pending.sort(key=lambda p: -sizes[p.shard])
     in_flight: dict[int, _Pending] = {}
     make_task: Callable[[_Pending], ShardTask] = lambda p: ShardTask(  # noqa: E731
         stage_pickle,

@@ -23,7 +23,7 @@ from zephyr.engine import ops as O
 from zephyr.engine.errors import UserCodeError
 from zephyr.fs import join
 from zephyr.engine.ops import callable_name, preview
-from zephyr.engine.shuffle import _as_records, iter_groups, iter_values, merged_blocks
+from zephyr.engine.shuffle import _as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
 from zephyr.engine.task import ShardResult, ShardTask
 
 __all__ = [
@@ -156,6 +156,7 @@ class GroupInput:
 
     upstream: tuple[int, ...]
     reducer: Callable[[Any, Iterator[Any]], Any]
+    batch: bool = False  # the reducer takes (key, iterator of pyarrow.RecordBatch): group_by(batch=True)
 
     @property
     def name(self) -> str:
@@ -168,7 +169,9 @@ class GroupInput:
         return f"shuffle target {shard}"
 
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
-        return self._reduced(iter_groups(_merged(task, result, ordered=True)), task)
+        walk = iter_group_batches if self.batch else iter_groups
+        giant = task.memory_per_worker // 16  # groups above this are reported (key, records, bytes)
+        return self._reduced(walk(_merged(task, result, ordered=True), giant_bytes=giant), task)
 
     def _reduced(self, groups: Iterator[tuple[Any, Iterator[Any]]], task: ShardTask) -> Iterator[Any]:
         reducer = self.reducer

@@ -157,6 +157,7 @@ class GroupBy:
     sort_by: Callable[[Any], Any] | None = None
     combiner: Callable[[Any, Iterable[Any]], Any] | None = None
     num_shards: int | None = None
+    batch: bool = False  # the reducer takes (key, iterator of pyarrow.RecordBatch)
 
     @property
     def name(self) -> str:

@@ -54,7 +54,7 @@ from zephyr.engine.pipeline import (
     ShardApply,
     Step,
 )
-from zephyr.engine.shuffle import ShuffleSpec, column_keyed
+from zephyr.engine.shuffle import ShuffleSpec, scatters_batches
 
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
 
@@ -202,9 +202,10 @@ class _Planner:
 
 
 def _takes_batches(output: StageOutput) -> bool:
-    """Outputs that take Arrow batches as they are: a scatter on fields, a columnar file."""
+    """Outputs that take Arrow batches as they are: a keyed scatter (no combiner, no join tag), a
+    columnar file."""
     if isinstance(output, Scatter):
-        return column_keyed(output.spec)
+        return scatters_batches(output.spec)
     if isinstance(output, FileSink | PartitionedSink):
         return output.format in _COLUMNAR
     return False
@@ -217,7 +218,7 @@ def _batch_rows(stage_input: FileInput, steps: tuple[Step, ...], output: StageOu
         if not isinstance(steps[0], BatchApply):
             return None
         rows = steps[0].batch_size
-    elif isinstance(output, Scatter) and column_keyed(output.spec):
+    elif isinstance(output, Scatter) and scatters_batches(output.spec):
         rows = _SCATTER_BATCH_ROWS
     else:
         return None
@@ -296,7 +297,7 @@ def _lower_reshard(op: O.Reshard, planner: _Planner) -> None:
 def _lower_group_by(op: O.GroupBy, planner: _Planner) -> None:
     n = op.num_shards or planner.stage.num_shards
     upstream = planner.end_stage(Scatter(ShuffleSpec(n, op.key, op.sort_by, op.combiner)))
-    planner.start(GroupInput((upstream,), op.reducer), n)
+    planner.start(GroupInput((upstream,), op.reducer, op.batch), n)
 
 
 def _lower_join(op: O.Join, planner: _Planner) -> None:

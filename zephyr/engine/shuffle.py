@@ -34,9 +34,12 @@ import xxhash
 
 from zephyr.fs import join, url_to_fs
 from zephyr.engine.expr import Column
-from zephyr.engine.sortkey import decode, encode, encode_column
+from zephyr.engine.sortkey import binary_array, decode, encode, encode_array
 
-__all__ = ["ShuffleSpec", "RunFile", "ScatterWriter", "merged_blocks", "iter_groups", "iter_values"]
+__all__ = [
+    "ShuffleSpec", "RunFile", "ScatterWriter", "merged_blocks", "iter_groups", "iter_group_batches", "iter_values",
+    "scatters_batches", "column_keyed", "target_bytes",
+]
 
 _SCHEMA = pa.schema(
     [
@@ -48,6 +51,7 @@ _SCHEMA = pa.schema(
     ]
 )
 _ROW_OVERHEAD = 200  # Python object headers and list slots per buffered row, beyond the payload
+_COLUMNAR_ROW_OVERHEAD = 16  # a columnar row's share of the sort indices and the sorted copy's offsets
 _BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
 _CHUNK_ROWS = 1024  # a gather walks groups over at least this many merged rows at once
 _CHUNK_BYTES = 4 * _BATCH_BYTES  # ... and at most about this many bytes
@@ -60,6 +64,7 @@ _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)  # a run batch is small: th
 # What earlier tasks (a scatter) left in mimalloc's cache is released when a gather starts: the gather no
 # longer reuses those pages, and keeping them occasionally added 20-30 MB to its peak.
 _POOL = pa.system_memory_pool()
+_BATCH_TYPES = (pa.RecordBatch, pa.Table)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ class RunFile:
 
     url: str
     segments: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    # "" when the value column holds pickled records; else the Arrow struct type (as text) of a columnar
+    # run, whose value column holds the records' own fields (one run has one type)
+    value_type: str = ""
 
     @property
     def bytes(self) -> int:
@@ -123,29 +131,39 @@ class ScatterWriter:
     def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Add an Arrow batch of records: the same rows `add` would write for `batch.to_pylist()`.
 
-        With field keys (`column_keyed`) keys and sort keys are encoded column-wise, which is what
-        makes a group_by over parquet several times cheaper per record than key functions.
+        For a keyed shuffle without combiner or join tag (`scatters_batches`) the records stay Arrow: the
+        run's value column is the batch itself (a struct column), so nothing is pickled and the reducer's
+        dicts come from one Arrow conversion per chunk. With field keys (`column_keyed`) the keys and sort
+        keys are encoded and hashed column-wise too: no Python object per row on the map side at all.
         """
-        if not column_keyed(self.spec):
+        if isinstance(batch, pa.Table):
+            for part in batch.to_batches():
+                self.add_batch(part)
+            return
+        if not scatters_batches(self.spec) or batch.num_columns == 0:
             for record in batch.to_pylist():
                 self.add(record)
             return
-        for start in range(0, batch.num_rows, _ADD_BATCH_ROWS):  # flush between slices: memory stays bounded
-            self._add_slice(batch.slice(start, _ADD_BATCH_ROWS))
+        # slices of about 1/8 of the flush budget: a flush never overshoots it by much
+        rows = max(1024, int(batch.num_rows * (self.flush_bytes / 8) / max(1, batch.nbytes)))
+        for start in range(0, batch.num_rows, rows):
+            self._add_columnar(batch.slice(start, rows))
 
-    def _add_slice(self, batch: pa.RecordBatch) -> None:
+    def _add_columnar(self, batch: pa.RecordBatch) -> None:
         spec = self.spec
-        keys = encode_column(_field(batch, spec.key.name))
-        sorts = [b""] * len(keys) if spec.sort_by is None else encode_column(_field(batch, spec.sort_by.name))
-        khashes = list(map(_key_hash, keys))
-        values = [pickle.dumps(record, protocol=5) for record in batch.to_pylist()]
-        self._targets.extend((np.array(khashes, np.uint64) % np.uint64(spec.num_targets)).tolist())
-        self._khashes.extend(khashes)
-        self._keys.extend(keys)
-        self._sorts.extend(sorts)
-        self._values.extend(values)
-        self._buffered += sum(map(len, keys)) + sum(map(len, sorts)) + sum(map(len, values)) + _ROW_OVERHEAD * len(keys)
-        self.records += len(keys)
+        by_fields = isinstance(spec.key, Column) and (spec.sort_by is None or isinstance(spec.sort_by, Column))
+        records = None if by_fields else batch.to_pylist()
+        keys = _encoded(batch, spec.key, records)
+        sorts = _empty_binary(batch.num_rows) if spec.sort_by is None else _encoded(batch, spec.sort_by, records)
+        khashes = _hash_array(keys)
+        targets = (khashes % np.uint64(spec.num_targets)).astype(np.int32)
+        values = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
+        part = pa.RecordBatch.from_arrays([pa.array(targets), pa.array(khashes), keys, sorts, values], names=_SCHEMA.names)
+        if self._columnar and part.schema != self._columnar[0].schema:
+            self.flush()  # a run holds one value type
+        self._columnar.append(part)
+        self._buffered += part.nbytes + _COLUMNAR_ROW_OVERHEAD * part.num_rows
+        self.records += part.num_rows
         if self._buffered >= self.flush_bytes:
             self.flush()
 
@@ -163,9 +181,12 @@ class ScatterWriter:
         self._keys: list[bytes] = []
         self._sorts: list[bytes] = []
         self._values: list[bytes] = []
+        self._columnar: list[pa.RecordBatch] = []
         self._buffered = 0
 
     def flush(self) -> None:
+        if self._columnar:
+            self._flush_columnar()
         if not self._targets:
             return
         table = pa.table(
@@ -186,6 +207,12 @@ class ScatterWriter:
             table, order = self._combine(table.take(order)), None
         if table.num_rows:  # a combiner may emit nothing
             self.runs.append(_write_run(table, order, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
+
+    def _flush_columnar(self) -> None:
+        table = pa.Table.from_batches(self._columnar).combine_chunks()
+        self._reset()
+        order = pc.sort_indices(table, sort_keys=[(n, "ascending") for n in ("target", "khash", "key", "sort")])
+        self.runs.append(_write_run(table, order.to_numpy(), join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
 
     def close(self) -> list[RunFile]:
         self.flush()
@@ -216,6 +243,24 @@ class ScatterWriter:
         return out
 
 
+def scatters_batches(spec: ShuffleSpec) -> bool:
+    """A keyed shuffle without combiner or join tag: Arrow batches are scattered whole, records stay Arrow
+    (key functions still see each record as a dict, once, on the map side)."""
+    return spec.key is not None and spec.combiner is None and spec.tag is None
+
+
+def target_bytes(upstream_runs: Iterable[Iterable[RunFile]], num_targets: int) -> list[int]:
+    """Bytes per target measured by the scatter sidecars (RunFile.segments) of all upstream stages: the
+    reduce side schedules its largest targets first, so a skewed target starts at once instead of last."""
+    sizes = [0] * num_targets
+    for runs in upstream_runs:
+        for run in runs:
+            for target, segment in run.segments.items():
+                if target < num_targets:
+                    sizes[target] += segment[3]
+    return sizes
+
+
 def column_keyed(spec: ShuffleSpec) -> bool:
     """A group_by on fields (`col(...)` key and sort key, no combiner): batches can be scattered whole."""
     return (
@@ -234,12 +279,37 @@ def _field(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _binary_column(items: list[bytes]) -> pa.Array:
-    """A large_binary array built at its exact size (the generic builder over-allocates by doubling)."""
-    offsets = np.zeros(len(items) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=offsets[1:])
-    data = b"".join(items)
-    return pa.Array.from_buffers(pa.large_binary(), len(items), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+_binary_column = binary_array
+
+
+def _encoded(batch: pa.RecordBatch, key: Any, records: list[Any] | None) -> pa.Array:
+    """The encoded keys of a batch's rows: column-wise for a field, else `key(record)` per record."""
+    if isinstance(key, Column):
+        return encode_array(_field(batch, key.name))
+    return _encode_values([key(record) for record in records])
+
+
+def _encode_values(values: list[Any]) -> pa.Array:
+    """`encode` of each value; all-int or all-str values (the usual keys) are encoded column-wise."""
+    kinds = set(map(type, values))
+    if len(kinds) == 1 and (kinds <= {int, str}):
+        try:
+            return encode_array(pa.array(values, pa.int64() if int in kinds else pa.large_string()))
+        except (pa.ArrowException, OverflowError, UnicodeError):
+            pass  # an int beyond 64 bits, a lone surrogate: the generic encoding below
+    return binary_array(list(map(encode, values)))
+
+
+def _empty_binary(n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(np.zeros(n + 1, np.int64)), pa.py_buffer(b"")])
+
+
+def _hash_array(keys: pa.Array) -> np.ndarray:
+    """`_key_hash` of each encoded key, computed once per distinct key of the array."""
+    encoded = pc.dictionary_encode(keys)
+    distinct = encoded.dictionary.to_pylist()
+    hashes = np.fromiter(map(_key_hash, distinct), np.uint64, len(distinct))
+    return hashes[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
 def _write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
@@ -257,7 +327,7 @@ def _write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
     bounds = np.flatnonzero(np.diff(targets)) + 1
     starts = np.concatenate([[0], bounds]).astype(np.int64)
     ends = np.concatenate([bounds, [len(targets)]]).astype(np.int64)
-    with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA, options=_IPC_OPTIONS) as writer:
+    with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=_IPC_OPTIONS) as writer:
         batch_index = 0
         for start, end in zip(starts.tolist(), ends.tolist()):
             edges = _batch_edges(sizes[start:end])
@@ -267,12 +337,46 @@ def _write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
                 writer.write_batch(batch.to_batches()[0])
                 batch_index += 1
             segments[int(targets[start])] = (first, batch_index, end - start, int(sizes[start:end].sum()))
-    return RunFile(url, segments)
+    return RunFile(url, segments, _value_type(table.schema))
+
+
+def _value_type(schema: pa.Schema) -> str:
+    kind = schema.field("value").type
+    return "" if pa.types.is_large_binary(kind) else str(kind)
 
 
 def _row_bytes(rows: pa.Table | pa.RecordBatch) -> np.ndarray:
-    """Per row, the bytes a run's sidecar counts: key plus pickled value."""
-    return _lengths(rows.column("key")) + _lengths(rows.column("value"))
+    """Per row, the bytes a run's sidecar counts: key plus value (pickled, or the record's Arrow fields)."""
+    return _lengths(rows.column("key")) + _value_sizes(rows.column("value"))
+
+
+def _value_sizes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Per row, the bytes of a value column: a pickled value's length, or a columnar record's fixed-width
+    fields plus its strings' lengths (other nested fields: their share of the column's bytes)."""
+    kind = column.type
+    if pa.types.is_large_binary(kind):
+        return _lengths(column)
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = [_item_sizes(chunk) for chunk in chunks if len(chunk)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _item_sizes(array: pa.Array) -> np.ndarray:
+    kind = array.type
+    n = len(array)
+    if pa.types.is_struct(kind):
+        sizes = np.zeros(n, np.int64)
+        for child in array.flatten():
+            sizes += _item_sizes(child)
+        return sizes
+    if pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
+        return np.diff(np.frombuffer(array.buffers()[1], np.int64)[array.offset : array.offset + n + 1])
+    if pa.types.is_binary(kind) or pa.types.is_string(kind):
+        return np.diff(np.frombuffer(array.buffers()[1], np.int32)[array.offset : array.offset + n + 1]).astype(np.int64)
+    try:
+        return np.full(n, max(1, kind.bit_width // 8), np.int64)
+    except ValueError:  # not fixed width
+        return np.full(n, array.nbytes // max(1, n), np.int64)
 
 
 def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -300,17 +404,25 @@ def _batch_edges(sizes: np.ndarray, limit: int | None = None) -> list[int]:
     return sorted({0, *cuts.tolist(), len(sizes)})
 
 
-def _segment_batches(run: RunFile, target: int) -> Iterator[pa.RecordBatch]:
-    """The record batches of `target` in `run` (sorted within the run), one in memory at a time."""
+def _segment_batches(run: RunFile, target: int, pickled: bool = False) -> Iterator[pa.RecordBatch]:
+    """The record batches of `target` in `run` (sorted within the run), one in memory at a time; with
+    `pickled`, a columnar run's values are pickled (runs of different value types meet in one merge)."""
     segment = run.segments.get(target)
     if segment is None:
         return
     first, end, _, _ = segment
     fs, path = url_to_fs(run.url)
+    convert = pickled and run.value_type != ""
     with fs.open(path, "rb") as handle:
         reader = pa.ipc.open_file(handle, options=_IPC_READ, memory_pool=_POOL)
         for i in range(first, end):
-            yield reader.get_batch(i)
+            batch = reader.get_batch(i)
+            yield _pickle_values(batch) if convert else batch
+
+
+def _pickle_values(batch: pa.RecordBatch) -> pa.RecordBatch:
+    values = binary_array([pickle.dumps(record, protocol=5) for record in batch.column(4).to_pylist()])
+    return pa.RecordBatch.from_arrays([*batch.columns[:4], values], schema=_SCHEMA)
 
 
 def merged_blocks(
@@ -324,9 +436,12 @@ def merged_blocks(
     """
     runs = [r for r in runs if target in r.segments]
     pa.default_memory_pool().release_unused()  # see _POOL
+    # columnar runs stay columnar when all share one value type (the common case: one input schema);
+    # otherwise every value is pickled on load, so the merged blocks share one schema
+    pickled = len({run.value_type for run in runs}) > 1
     if not ordered:
         for run in runs:
-            yield from _segment_batches(run, target)
+            yield from _segment_batches(run, target, pickled)
         return
     fan_in = max(2, memory_budget // (4 * _BATCH_BYTES))
     level = 0
@@ -338,10 +453,10 @@ def merged_blocks(
                 merged_level.append(group[0])
                 continue
             url = join(spill_dir, f"merge-{target}-{level}-{i // fan_in}-{uuid.uuid4().hex[:8]}.arrow")
-            merged_level.append(_spill(_merge(group, target), target, url))
+            merged_level.append(_spill(_merge(group, target, pickled), target, url))
         runs = merged_level
         level += 1
-    yield from _merge(runs, target)
+    yield from _merge(runs, target, pickled)
 
 
 _SORT_KEYS = [("khash", "ascending"), ("key", "ascending"), ("sort", "ascending")]
@@ -350,9 +465,9 @@ _SORT_KEYS = [("khash", "ascending"), ("key", "ascending"), ("sort", "ascending"
 class _Cursor:
     """One run's rows of a target during a merge: its current batch and the first row not yet merged."""
 
-    def __init__(self, run: RunFile, target: int, index: int) -> None:
+    def __init__(self, run: RunFile, target: int, index: int, pickled: bool) -> None:
         self.index = index
-        self._batches = _segment_batches(run, target)
+        self._batches = _segment_batches(run, target, pickled)
         self.batch: pa.RecordBatch | None = None
         self.pos = 0
         self.khash: list[int] = []  # the batch's key hashes (a list: bisect on it beats numpy per call)
@@ -389,7 +504,7 @@ class _Cursor:
         return rows
 
 
-def _merge(runs: list[RunFile], target: int) -> Iterator[pa.RecordBatch]:
+def _merge(runs: list[RunFile], target: int, pickled: bool = False) -> Iterator[pa.RecordBatch]:
     """k-way merge of sorted runs, a block of rows at a time, with one batch per run in memory.
 
     Rows order by (key hash, key, sort key, run index, row). Each round takes the smallest last row among
@@ -397,7 +512,7 @@ def _merge(runs: list[RunFile], target: int) -> Iterator[pa.RecordBatch]:
     up to B can be emitted, sorted together in Arrow (a stable sort of the runs' prefixes concatenated in
     run order keeps the tie order). The run that holds B empties its batch, so each round makes progress.
     """
-    cursors = [c for c in (_Cursor(run, target, i) for i, run in enumerate(runs)) if c.batch is not None]
+    cursors = [c for c in (_Cursor(run, target, i, pickled) for i, run in enumerate(runs)) if c.batch is not None]
     while len(cursors) > 1:
         lowest = min(cursors, key=lambda c: (c.last, c.index))
         taken = (c.take_through(lowest.last, inclusive=c.index <= lowest.index) for c in cursors)
@@ -420,8 +535,11 @@ def _spill(blocks: Iterator[pa.RecordBatch], target: int, url: str) -> RunFile:
     batches = 0
     count = 0
     total = 0
-    with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA, options=_IPC_OPTIONS) as writer:
-        for block in blocks:
+    blocks = iter(blocks)
+    first = next(blocks, None)
+    schema = _SCHEMA if first is None else first.schema  # a merge's blocks share one schema
+    with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, schema, options=_IPC_OPTIONS) as writer:
+        for block in itertools.chain([] if first is None else [first], blocks):
             sizes = _row_bytes(block)
             edges = _batch_edges(sizes)
             for lo, hi in zip(edges[:-1], edges[1:]):
@@ -429,21 +547,92 @@ def _spill(blocks: Iterator[pa.RecordBatch], target: int, url: str) -> RunFile:
                 batches += 1
             count += block.num_rows
             total += int(sizes.sum())
-    return RunFile(url, {target: (0, batches, count, total)})
+    return RunFile(url, {target: (0, batches, count, total)}, _value_type(schema))
 
 
-def _pieces(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, list[bytes]]]:
-    """(key, pickled values) for each stretch of one group's rows within a chunk of merged rows; a group
-    spanning chunks gives consecutive pieces with the same key."""
+class _Tally:
+    """Records and bytes of the group being walked; a group over `giant_bytes` is reported in the task's
+    counters when it ends (`shuffle/giant_keys`, and per key `shuffle/giant_key/<key>/records|bytes`):
+    such a key cannot be split across reducers, so the run summary names it. Its rows still stream:
+    only one chunk of merged rows is in memory at a time, whatever the group's size."""
+
+    def __init__(self, giant_bytes: int | None) -> None:
+        self.giant_bytes = giant_bytes
+        self.key: bytes | None = None
+        self.records = 0
+        self.bytes = 0
+
+    def add(self, key: bytes, records: int, size: int) -> None:
+        if key != self.key:
+            self.close()
+            self.key, self.records, self.bytes = key, 0, 0
+        self.records += records
+        self.bytes += size
+
+    def close(self) -> None:
+        if self.key is not None and self.giant_bytes is not None and self.bytes > self.giant_bytes:
+            from zephyr import counters
+
+            name = repr(decode(self.key))
+            name = name if len(name) <= 80 else name[:77] + "..."
+            counters.increment("shuffle/giant_keys")
+            counters.increment(f"shuffle/giant_key/{name}/records", self.records)
+            counters.increment(f"shuffle/giant_key/{name}/bytes", self.bytes)
+        self.key = None
+
+
+def _tallied(rows: pa.RecordBatch, starts: np.ndarray, heads: list[bytes], tally: _Tally | None) -> None:
+    if tally is None or tally.giant_bytes is None:
+        return
+    sizes = np.add.reduceat(_row_bytes(rows), starts).tolist()
+    counts = np.diff(np.append(starts, rows.num_rows)).tolist()
+    for key, count, size in zip(heads, counts, sizes):
+        tally.add(key, count, size)
+
+
+def _pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> Iterator[tuple[bytes, list[Any], bool]]:
+    """(key, values, pickled) for each stretch of one group's rows within a chunk of merged rows; a group
+    spanning chunks gives consecutive pieces with the same key. Values are pickled bytes (unpickled
+    lazily by the caller) or, from columnar runs, the records themselves (one Arrow conversion a chunk)."""
     for rows in _chunks(blocks):
         keys = rows.column(2)
         starts = _group_starts(keys)
         heads = pc.take(keys, starts, memory_pool=_POOL).to_pylist()
-        values = rows.column(4).to_pylist()
+        _tallied(rows, starts, heads, tally)
+        column = rows.column(4)
+        pickled = pa.types.is_large_binary(column.type)
+        values = column.to_pylist()
         bounds = starts.tolist()
         bounds.append(len(values))
         for key, start, end in zip(heads, bounds, bounds[1:]):
-            yield key, values[start:end]
+            yield key, values[start:end], pickled
+
+
+def _batch_pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> Iterator[tuple[bytes, pa.RecordBatch]]:
+    """(key, records as one RecordBatch) for each stretch of one group's rows within a chunk."""
+    for rows in _chunks(blocks):
+        keys = rows.column(2)
+        starts = _group_starts(keys)
+        heads = pc.take(keys, starts, memory_pool=_POOL).to_pylist()
+        _tallied(rows, starts, heads, tally)
+        column = rows.column(4)
+        bounds = starts.tolist()
+        bounds.append(len(column))
+        for key, start, end in zip(heads, bounds, bounds[1:]):
+            yield key, _records_batch(column.slice(start, end - start))
+
+
+def _records_batch(values: pa.Array) -> pa.RecordBatch:
+    if pa.types.is_struct(values.type):
+        return pa.RecordBatch.from_struct_array(values)
+    records = [pickle.loads(v) for v in values.to_pylist()]
+    if not all(isinstance(r, dict) for r in records):
+        bad = next(r for r in records if not isinstance(r, dict))
+        raise TypeError(
+            f"group_by(..., batch=True) hands the reducer Arrow batches, which needs dict records; got a "
+            f"{type(bad).__name__}: {bad!r:.200}. Map records to dicts before the group_by, or drop batch=True"
+        )
+    return pa.RecordBatch.from_pylist(records)
 
 
 def _chunks(blocks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -452,7 +641,8 @@ def _chunks(blocks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     pending: list[pa.RecordBatch] = []
     rows = size = 0
     for block in blocks:
-        block_size = _span(block.column(2)) + _span(block.column(4))
+        values = block.column(4)
+        block_size = _span(block.column(2)) + (_span(values) if pa.types.is_large_binary(values.type) else values.nbytes)
         if pending and (size + block_size > _CHUNK_BYTES or rows >= _CHUNK_ROWS):
             yield _joined(pending)
             pending, rows, size = [], 0, 0
@@ -489,28 +679,48 @@ def _group_starts(keys: pa.Array) -> np.ndarray:
     return np.flatnonzero(new)
 
 
-def iter_groups(blocks: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, Iterator[Any]]]:
-    """(key, values iterator) per distinct key of merged blocks; values are unpickled lazily."""
-    for _, pieces in itertools.groupby(_pieces(blocks), key=operator.itemgetter(0)):
-        key, values = next(pieces)
-        yield decode(key), _unpickled(values, pieces)
+def iter_groups(blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None) -> Iterator[tuple[Any, Iterator[Any]]]:
+    """(key, values iterator) per distinct key of merged blocks; pickled values are unpickled lazily.
+    A group of more than `giant_bytes` is reported in the counters (see _Tally)."""
+    tally = _Tally(giant_bytes)
+    for _, pieces in itertools.groupby(_pieces(blocks, tally), key=operator.itemgetter(0)):
+        key, values, pickled = next(pieces)
+        yield decode(key), _unpickled(values, pickled, pieces)
+    tally.close()
 
 
-def _unpickled(values: list[bytes], more: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[Any]:
-    yield from map(pickle.loads, values)
-    for _, values in more:
-        yield from map(pickle.loads, values)
+def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, list[Any], bool]]) -> Iterator[Any]:
+    yield from map(pickle.loads, values) if pickled else values
+    for _, values, pickled in more:
+        yield from map(pickle.loads, values) if pickled else values
+
+
+def iter_group_batches(
+    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None
+) -> Iterator[tuple[Any, Iterator[pa.RecordBatch]]]:
+    """(key, record batches) per distinct key of merged blocks: the reducer form of
+    `group_by(..., batch=True)`. A group's rows come in sort order as one or more RecordBatches (a group
+    larger than a chunk of merged rows spans several), so a giant group still streams."""
+    tally = _Tally(giant_bytes)
+    for _, pieces in itertools.groupby(_batch_pieces(blocks, tally), key=operator.itemgetter(0)):
+        key, batch = next(pieces)
+        yield decode(key), itertools.chain([batch], (batch for _, batch in pieces))
+    tally.close()
 
 
 def iter_values(blocks: Iterable[pa.RecordBatch]) -> Iterator[Any]:
     for rows in _chunks(blocks):
-        yield from map(pickle.loads, rows.column(4).to_pylist())
+        column = rows.column(4)
+        values = column.to_pylist()
+        yield from map(pickle.loads, values) if pa.types.is_large_binary(column.type) else values
 
 
 def _as_records(result: Any) -> Iterable[Any]:
     """A reducer's result as records: generators and iterators yield many, None none, else one."""
     if result is None:
         return ()
+    if isinstance(result, _BATCH_TYPES):  # a batch reducer's rows
+        return result.to_pylist()
     if hasattr(result, "__next__"):
         return result
     return (result,)

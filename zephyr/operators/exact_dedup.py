@@ -22,14 +22,19 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import xxhash
 
-from zephyr.engine import counters
+from zephyr import counters
+from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
+from zephyr.engine.io import read_batches
+from zephyr.engine.worker import current_shard
+from zephyr.fs import join, url_to_fs
 
 __all__ = ["normalize_for_hash", "text_hash", "dedup_documents", "dedup_paragraphs"]
 
@@ -54,9 +59,32 @@ def normalize_for_hash(text: str) -> str:
     return " ".join(text.split())
 
 
+@functools.lru_cache(maxsize=1)
+def _ascii_table() -> bytes:
+    """bytes.translate table giving, for ASCII text, what normalize_for_hash does before its whitespace
+    collapse: upper case to lower (NFKC and casefold change nothing else in ASCII), punctuation (Unicode
+    category P*, not symbols such as $+<=>^`|~) to a space, and the separators \x1c-\x1f that str.split
+    treats as whitespace (bytes.split does not) to a space."""
+    table = bytearray(range(256))
+    for cp in range(128):
+        char = chr(cp)
+        if unicodedata.category(char).startswith("P") or 0x1C <= cp <= 0x1F:
+            table[cp] = 0x20
+        else:
+            table[cp] = ord(char.casefold())
+    return bytes(table)
+
+
+def _normalized_bytes(text: str) -> bytes:
+    """normalize_for_hash(text) as UTF-8; ASCII text (most web text) takes a bytes fast path ~10x quicker."""
+    if text.isascii():
+        return b" ".join(text.encode("ascii").translate(_ascii_table()).split())
+    return normalize_for_hash(text).encode("utf-8")
+
+
 def text_hash(text: str) -> str:
     """128-bit xxh3 of the normalized text, hex (32 chars)."""
-    return xxhash.xxh3_128_hexdigest(normalize_for_hash(text).encode("utf-8"))
+    return xxhash.xxh3_128_hexdigest(_normalized_bytes(text))
 
 
 # --- document level -----------------------------------------------------------------------------------
@@ -84,8 +112,27 @@ class _DocKey:
         return text_hash(doc.get(self.text_field) or "")
 
 
+def _mark_kept(doc: dict, cluster: str, size: int) -> dict:
+    kept = dict(doc)
+    kept["dup_cluster"] = cluster
+    kept["dup_count"] = size
+    kept["dup_keep"] = True
+    return kept
+
+
+def _mark_duplicate(doc: dict, cluster: str) -> dict:
+    out = dict(doc)
+    out["dup_cluster"] = cluster
+    out["dup_keep"] = False
+    if not out.get("filter_reason"):
+        out["filter_reason"] = "exact_duplicate"
+    return out
+
+
 @dataclass(frozen=True)
 class _MarkDocs:
+    """The whole-document shuffle (used when the duplicates table does not fit a worker's memory)."""
+
     drop: bool
 
     def __call__(self, key: str, docs: Iterable[dict]) -> Iterator[dict]:
@@ -103,17 +150,68 @@ class _MarkDocs:
                 counters.increment("dedup/exact_documents_dropped")
                 continue
             counters.increment("dedup/exact_documents_duplicate")
-            out = dict(doc)
-            out["dup_cluster"] = key
-            out["dup_keep"] = False
-            if not out.get("filter_reason"):
-                out["filter_reason"] = "exact_duplicate"
-            yield out
-        kept = dict(first)
-        kept["dup_cluster"] = key
-        kept["dup_count"] = size
-        kept["dup_keep"] = True
-        yield kept
+            yield _mark_duplicate(doc, key)
+        yield _mark_kept(first, key, size)
+
+
+@dataclass(frozen=True)
+class _HashRank:
+    """map_shard of the decision pass: per document only (hash, (order key, shard, index)); no text."""
+
+    text_field: str
+    order_key: Callable[[dict], Any]
+
+    def __call__(self, docs: Iterable[dict]) -> Iterator[tuple]:
+        shard = current_shard()
+        field_name, order = self.text_field, self.order_key
+        for index, doc in enumerate(docs):
+            yield text_hash(doc.get(field_name) or ""), (order(doc), shard, index)
+
+
+def _first(item: tuple) -> Any:
+    return item[0]
+
+
+def _second(item: tuple) -> Any:
+    return item[1]
+
+
+def _decide(key: str, members: Iterable[tuple]) -> Iterator[dict]:
+    """Members of one hash in corpus order (order key, then position): the first is kept. Singletons
+    (almost every document) emit nothing; a cluster emits its keeper's size and each duplicate."""
+    iterator = iter(members)
+    _, (_, shard, index) = next(iterator)
+    size = 1
+    for _, (_, dup_shard, dup_index) in iterator:
+        size += 1
+        yield {"shard": dup_shard, "index": dup_index, "size": 0}
+    if size > 1:
+        yield {"shard": shard, "index": index, "size": size}
+
+
+@dataclass(frozen=True)
+class _Annotate:
+    """map_shard of the annotation pass: each document's decision by lookup of its position."""
+
+    text_field: str
+    sizes: dict  # (shard, index) -> cluster size for a keeper, 0 for a duplicate; absent: a singleton
+    drop: bool
+
+    def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
+        shard = current_shard()
+        sizes, field_name, drop = self.sizes, self.text_field, self.drop
+        for index, doc in enumerate(docs):
+            size = sizes.get((shard, index), 1)
+            if size:
+                yield _mark_kept(doc, text_hash(doc.get(field_name) or ""), size)
+            elif drop:
+                counters.increment("dedup/exact_documents_dropped")
+            else:
+                counters.increment("dedup/exact_documents_duplicate")
+                yield _mark_duplicate(doc, text_hash(doc.get(field_name) or ""))
+
+
+_LOOKUP_BYTES = 160  # a (shard, index) -> size entry of the duplicates table, in a Python dict
 
 
 def dedup_documents(
@@ -127,14 +225,39 @@ def dedup_documents(
     """Mark (or with `drop=True`, remove) documents whose normalized text appeared earlier.
 
     order_key: defines "earlier" (default: the `id` field); must return a str/int/float/bytes or a
-    tuple of them. Output order is the shuffle's (deterministic, grouped by hash), not input order.
+    tuple of them. Ties (equal order keys) go to the earlier document in input order.
+
+    Two passes over `ds`, and no text in any shuffle: a decision pass, run NOW on the current
+    `execution(...)`, shuffles only (hash, order key, position) per document and keeps the positions
+    of the duplicate clusters' members; the returned (lazy) dataset reads `ds` again and annotates each
+    document by looking its position up, so it keeps `ds`'s shards and order. `ds` must give the same
+    records in the same order both times (files and lists do). When the duplicates table would not fit
+    in an eighth of a worker's memory, the documents themselves are shuffled by hash instead (one pass,
+    output grouped by hash).
     """
-    return ds.group_by(
-        _DocKey(text_field),
-        _MarkDocs(drop),
-        sort_by=order_key or _FieldOrder("id"),
-        num_shards=num_shards,
-    )
+    order = order_key or _FieldOrder("id")
+    config = current_config()
+    table_url = join(config.scratch_url, f"exact-dedup-{uuid.uuid4().hex[:12]}")
+    try:
+        run = (
+            ds.map_shard(_HashRank(text_field, order))
+            .group_by(_first, _decide, sort_by=_second, num_shards=num_shards)
+            .write(join(table_url, "part-{shard:05d}.parquet"), format="parquet")
+            .execute()
+        )
+        entries = run.stages[-1].records_out
+        if entries * _LOOKUP_BYTES > config.memory_per_worker // 8:
+            return ds.group_by(_DocKey(text_field), _MarkDocs(drop), sort_by=order, num_shards=num_shards)
+        sizes: dict[tuple[int, int], int] = {}
+        for path in run.outputs:
+            for batch in read_batches(path, format="parquet"):
+                shards, indices, cluster_sizes = (batch.column(n).to_pylist() for n in ("shard", "index", "size"))
+                sizes.update(zip(zip(shards, indices), cluster_sizes))
+    finally:
+        fs, path = url_to_fs(table_url)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    return ds.map_shard(_Annotate(text_field, sizes, drop))
 
 
 # --- paragraph level ----------------------------------------------------------------------------------
