@@ -6,6 +6,7 @@ Sources produce shards; narrow ops transform one shard's stream and fuse into on
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "Sink",
     "op_name",
     "callable_name",
+    "display_name",
     "preview",
 ]
 
@@ -207,11 +209,30 @@ def op_name(op: Any) -> str:
 
 
 def callable_name(fn: Any) -> str:
-    """`clean_text`, `Cls.method`, `lambda`; an expression or other object by its repr."""
+    """The name a user recognises: `clean_text`, `Normalize`, `lambda@script.py:12`, never `<locals>` noise.
+
+    An expression or other non-callable object by its repr. A callable may name itself with a
+    `display_name` attribute (e.g. a library's internal task class).
+    """
     if not callable(fn) or hasattr(fn, "to_arrow"):  # not callable, or a col()/lit() expression
         return repr(fn)
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    return "lambda" if name == "<lambda>" else str(name)
+    own = getattr(fn, "display_name", None)
+    if isinstance(own, str) and own:
+        return own
+    if isinstance(fn, functools.partial):
+        return callable_name(fn.func)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name is None:  # a callable object: its class
+        name = type(fn).__qualname__
+    name = str(name).rsplit("<locals>.", 1)[-1]
+    if name.endswith("<lambda>"):
+        code = getattr(fn, "__code__", None)
+        where = f"@{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code is not None else ""
+        return f"lambda{where}"
+    return name.lstrip("_") or name
+
+
+display_name = callable_name  # the name progress views and run records use
 
 
 def preview(record: Any, limit: int = 300) -> str:

@@ -172,6 +172,8 @@ def tokenize_file(path: str, index: int, output: str, config: TokenizeConfig, *,
 class _ShardTask:
     """Picklable per-file task for the engine: holds paths and config, loads the tokenizer in the worker."""
 
+    display_name = "tokenize"  # the stage name progress and run records show
+
     output: str
     config: TokenizeConfig
     format: str | None
