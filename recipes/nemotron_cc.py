@@ -1,8 +1,8 @@
 """Nemotron-CC: normalize -> exact dedup -> fuzzy dedup -> tokenize each quality split -> mixture -> train.
 
     zephyr run recipes/nemotron_cc.py                         # the embedded sample, end to end
-    zephyr run recipes/nemotron_cc.py --input 'gs://bucket/nemotron-cc/**/*.jsonl.zst' \\
-        --output /mnt/out/nemotron --backend ray --scratch gs://bucket/scratch --no-train
+    zephyr run --backend ray --scratch gs://bucket/scratch recipes/nemotron_cc.py \\
+        --input 'gs://bucket/nemotron-cc/**/*.jsonl.zst' --output /mnt/out/nemotron --no-train
 
 Input: Nemotron-CC's `.jsonl.zst` files (`text`, `warc_record_id`, metadata), either under one directory
 per split (`<input>/<split>/*.jsonl.zst`) or as published (`quality=high/kind=actual/...`): the split of
@@ -220,7 +220,10 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
         name, _, value = item.partition("=")
         if name not in SPLITS:
             parser.error(f"--weights: unknown split {name!r}; splits are {', '.join(SPLITS)}")
-        weights[name] = float(value)
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            parser.error(f"--weights: {name}={value!r} is not a number; write e.g. {name}=0.5")
     return RecipeConfig(args.input, args.output, weights, not args.no_train, args.train_steps, args.tokenizer,
                         args.num_shards, args.sample_docs_per_split)
 

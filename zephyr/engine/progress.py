@@ -260,11 +260,15 @@ class ProgressDisplay:
             _view.forced = self.enabled
             self._forced_here = True
         self._recorder = run_record.current_run()
+        sink_dir = _sink_dir(physical)
         if self._recorder is None:
+            # a lone job (library use, no `zephyr run`): its record goes beside the scratch space, not
+            # into the user's output folder
             self._own_run = True
-            self._recorder = run_record.RunRecorder(backend=config.backend, workers=config.num_workers)
-            self._fallback = run_record.default_record_dir(config.scratch)
-        self._job = self._recorder.begin_job(sink_dir=_sink_dir(physical), config=config)
+            self._recorder = run_record.RunRecorder(backend=config.backend, workers=config.num_workers,
+                                                    record_dir=run_record.lone_job_record_dir(config))
+            sink_dir = None
+        self._job = self._recorder.begin_job(sink_dir=sink_dir, config=config)
         self._started = time.monotonic()
 
     def end_job(self, status: str, counters: dict[str, int], error: BaseException | None = None) -> None:
@@ -272,7 +276,7 @@ class ProgressDisplay:
             return
         self._recorder.end_job(self._job, status, seconds=time.monotonic() - self._started, counters=counters)
         if self._own_run:
-            self._recorder.finish(status, error, fallback_dir=self._fallback)
+            self._recorder.finish(status, error)
         if getattr(self, "_forced_here", False):
             _view.forced = None
         for state in self._stages.values():
@@ -359,7 +363,8 @@ class ProgressDisplay:
         self._bytes_out[stage.index] = state.record["bytes_out"]
         _view.remove(state.row)
         rec = state.record
-        line = (f"{_stage_label(stage)}: {'FAILED' if failed else 'done'}, {rec['shards']} shards, "
+        resumed = f" ({rec['resumed_shards']} resumed)" if rec["resumed_shards"] else ""
+        line = (f"{_stage_label(stage)}: {'FAILED' if failed else 'done'}, {rec['shards']} shards{resumed}, "
                 f"{format_count(rec['records_in'])} -> {format_count(rec['records_out'])} records, "
                 f"{format_bytes(rec['bytes_in'])} in {format_duration(elapsed)}")
         # one line per stage for a plain script under `zephyr run`; inside a recipe step, on a terminal (the live
@@ -411,10 +416,13 @@ def _eta(state: _StageState, elapsed: float) -> float | None:
 
 def _stage_detail(state: _StageState, elapsed: float) -> str:
     rec = state.record
-    text = (f"{rec['shards_done']}/{rec['shards']} shards  {format_count(rec['records_in'])} rec "
-            f"{format_bytes(rec['bytes_in'])}")
+    text = f"{rec['shards_done']}/{rec['shards']} shards  {format_count(rec['records_in'])} rec"
+    if rec["bytes_in"]:
+        text += f" {format_bytes(rec['bytes_in'])}"
     if elapsed > 0 and rec["records_in"]:
-        text += f"  {format_count(rec['records_in'] / elapsed)} rec/s {format_bytes(rec['bytes_in'] / elapsed)}/s"
+        text += f"  {format_count(rec['records_in'] / elapsed)} rec/s"
+        if rec["bytes_in"]:
+            text += f" {format_bytes(rec['bytes_in'] / elapsed)}/s"
     eta = _eta(state, elapsed)
     if eta is not None and rec["shards_done"] < rec["shards"]:
         text += f"  ETA {format_duration(eta)}"
@@ -485,9 +493,11 @@ def print_run_summary(record: dict[str, Any]) -> None:
             table.add_column(column, justify="left" if column == "stage" else "right")
         for job in record.get("jobs", []):
             for stage in job.get("stages", []):
+                name = stage["name"] if len(stage["name"]) <= 70 else stage["name"][:67] + "..."
+                resumed = f" ({stage['resumed_shards']} resumed)" if stage.get("resumed_shards") else ""
                 table.add_row(
-                    (f"{job['job']}." if len(record["jobs"]) > 1 else "") + f"{stage['index']} {stage['name']}",
-                    str(stage["shards"]), format_count(stage["records_in"]), format_count(stage["records_out"]),
+                    (f"{job['job']}." if len(record["jobs"]) > 1 else "") + f"{stage['index']} {name}",
+                    f"{stage['shards']}{resumed}", format_count(stage["records_in"]), format_count(stage["records_out"]),
                     format_bytes(stage["bytes_in"]), format_duration(stage["seconds"]),
                     str(len(stage["retries"])) if stage["retries"] else "",
                 )
@@ -502,7 +512,7 @@ def print_run_summary(record: dict[str, Any]) -> None:
         console.print("counters: " + ", ".join(f"{k}={v:,}" for k, v in sorted(counters.items())),
                       markup=False, highlight=False)
     if retries:
-        console.print(f"{retries} retried shard attempt(s); details in the run record", markup=False)
+        console.print(f"{retries} retried shard attempt(s); details in the run record", markup=False, highlight=False)
 
 
 def _opt_count(value: Any) -> str:

@@ -7,10 +7,12 @@ what happened instead of scraping the terminal. The executor and `StepRunner` fe
 Which run a job belongs to:
 - `zephyr run SCRIPT` (and every subcommand) opens one run around the whole command (`open_run`);
 - a `StepRunner` used outside such a command opens a run of its own that it keeps up to date step by step;
-- an engine job outside both (a plain `python script.py` calling `.collect()`) is a run of one job.
+- an engine job outside both (a plain `python script.py` calling `.collect()`) is a run of one job,
+  recorded under `$ZEPHYR_RUNS`, else `./.zephyr` (beside the default scratch space), so library use
+  never adds files to the user's output folders.
 
-The record dir is the recipe's output root (StepRunner), else the directory of the first sink, else
-`$ZEPHYR_RUNS`, else the parent of the scratch directory when it was set (`./.zephyr` by default).
+The record dir of a `zephyr run` is the recipe's output root (StepRunner), else the directory of the first
+sink, else `$ZEPHYR_RUNS`, else `./.zephyr` (the parent of an explicit local `--scratch`).
 Writes are atomic (temp file + rename) and happen at most once per second while running, and at the end.
 """
 
@@ -193,6 +195,11 @@ def default_record_dir(scratch: str | None = None) -> str:
     if scratch and "://" not in scratch:
         return os.path.dirname(os.path.abspath(scratch).rstrip("/")) or "."
     return os.path.abspath(".zephyr")
+
+
+def lone_job_record_dir(config: Any) -> str:
+    """Where a job outside `zephyr run` and StepRunner records itself: $ZEPHYR_RUNS, else ./.zephyr."""
+    return os.environ.get("ZEPHYR_RUNS") or os.path.abspath(".zephyr")
 
 
 def step_figures(summary: dict[str, Any]) -> dict[str, Any]:
