@@ -55,6 +55,10 @@ Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).
     "datashop": """examples:
   zephyr datashop datashop.yaml
   zephyr datashop datashop.yaml --output-dir out/edu --backend processes --workers 8 --json""",
+    "ablate": """examples:
+  zephyr ablate ablation.yaml
+  zephyr ablate ablation.yaml seeds=[0,1] train.tokens=100000 --plan
+  zephyr ablate ablation.yaml --train-backend ray""",
     "export": """examples:
   zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
   zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
@@ -343,8 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_cli(subparsers)
     for name, sub in subparsers.choices.items():
         _add_verbosity(sub)
-        if name in _EXAMPLES and not sub.epilog:
-            sub.epilog = _EXAMPLES[name]
+        if name in _EXAMPLES and f"zephyr {name}" not in (sub.epilog or ""):
+            sub.epilog = _EXAMPLES[name] + ("\n\n" + sub.epilog if sub.epilog else "")
     return parser
 
 
