@@ -226,7 +226,7 @@ class ReshardInput:
 
     @property
     def name(self) -> str:
-        return "reshard"
+        return "reshard" if len(self.upstream) == 1 else f"union({len(self.upstream)} inputs)"
 
     def describe(self) -> str:
         return _describe_shuffle(self.upstream)

@@ -27,6 +27,7 @@ __all__ = [
     "GroupBy",
     "Join",
     "Reshard",
+    "Union",
     "Sink",
     "op_name",
     "callable_name",
@@ -158,10 +159,25 @@ class GroupBy:
     sort_by: Callable[[Any], Any] | None = None
     combiner: Callable[[Any, Iterable[Any]], Any] | None = None
     num_shards: int | None = None
+    # range partitioning (Dataset.sort): target i gets the records whose encoded sort key falls in
+    # [ranges[i-1], ranges[i]); None: targets by key hash
+    ranges: tuple[bytes, ...] | None = None
 
     @property
     def name(self) -> str:
         return f"group_by({callable_name(self.key)})"
+
+
+@dataclass(frozen=True)
+class Union:
+    """Concatenate other datasets' records to this one's (a shuffle: every input is scattered round-robin)."""
+
+    others: tuple[Any, ...]  # Datasets
+    num_shards: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"union({len(self.others) + 1} inputs)"
 
 
 @dataclass(frozen=True)
