@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr import Dataset, execution
-from zephyr.engine.formats import read_records
+from zephyr.engine.io import read_records
 
 
 @pytest.fixture

@@ -258,14 +258,14 @@ class Dataset:
         import pyarrow as pa
 
         if not self.ops and isinstance(self.source, O.FilesSource):
-            from zephyr.engine.fs import expand_glob
+            from zephyr.fs import expand_glob
 
             first = expand_glob(self.source.patterns[0])[0]
             fmt = self.source.format or _infer_format(first)
             if fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                from zephyr.engine.fs import open_url
+                from zephyr.fs import open_url
 
                 with open_url(first, "rb", compression=None) as handle:
                     schema = pq.read_schema(handle)
@@ -398,7 +398,7 @@ class _ShardFold:
 
 
 def _infer_format(path: str) -> str | None:
-    from zephyr.engine.formats import infer_format
+    from zephyr.engine.io import infer_format
 
     try:
         return infer_format(path)

@@ -225,7 +225,7 @@ def op_name(op: Any) -> str:
 
 
 def callable_name(fn: Any) -> str:
-    """The name a user recognises: `clean_text`, `Normalize`, `lambda@script.py:12`, never `<locals>` noise.
+    """The name a user recognises: `clean_text`, `Normalize`, `lambda`, never `<locals>` noise.
 
     An expression or other non-callable object by its repr. A callable may name itself with a
     `display_name` attribute (e.g. a library's internal task class).
@@ -242,9 +242,7 @@ def callable_name(fn: Any) -> str:
         name = type(fn).__qualname__
     name = str(name).rsplit("<locals>.", 1)[-1]
     if name.endswith("<lambda>"):
-        code = getattr(fn, "__code__", None)
-        where = f"@{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code is not None else ""
-        return f"lambda{where}"
+        return "lambda"  # no line number: names are part of stage fingerprints, moving code must not rerun
     return name.lstrip("_") or name
 
 

@@ -293,12 +293,12 @@ class ProgressDisplay:
 
     # -------------------------------------------------------------------------- stages
     def start_stage(self, stage: Any, *, resumed: int) -> None:
-        shards = getattr(stage, "shards", ()) or ()
+        shards = _shards(stage)
         if shards:
             total_bytes = sum(getattr(s, "size", 0) or 0 for s in shards[resumed:])
             total_records = sum(len(s.records) for s in shards[resumed:] if getattr(s, "records", None) is not None)
         else:
-            upstream = getattr(getattr(stage, "shuffle_input", None), "upstream", ()) or ()
+            upstream = getattr(stage, "upstream", ()) or ()
             total_bytes = sum(self._bytes_out.get(i, 0) for i in upstream)
             total_records = 0
         record = {
@@ -322,7 +322,7 @@ class ProgressDisplay:
         for key in ("records_in", "records_out", "bytes_in", "bytes_out"):
             rec[key] += getattr(result, key, 0)
         rec["peak_rss"] = max(rec["peak_rss"], getattr(result, "peak_rss", 0))
-        shards = getattr(stage, "shards", ()) or ()
+        shards = _shards(stage)
         if shards and result.shard < len(shards):
             state.done_bytes += getattr(shards[result.shard], "size", 0) or 0
             records = getattr(shards[result.shard], "records", None)
@@ -381,6 +381,11 @@ class ProgressDisplay:
             _append_log(self._recorder, text)
         if verbosity() >= 1 or (self._own_run and verbosity() >= 0):
             _view.log(text.rstrip("\n"))
+
+
+def _shards(stage: Any) -> tuple[Any, ...]:
+    """A source stage's shards (with sizes or records, for the ETA); () for a shuffle stage."""
+    return tuple(getattr(getattr(stage, "input", None), "shards", ()) or ())
 
 
 def _sink_dir(physical: Any) -> str | None:

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from zephyr.engine.fs import join, url_to_fs
+from zephyr.fs import join, url_to_fs
 
 __all__ = ["FORMAT", "RunRecorder", "current_run", "open_run", "read_run_records", "run_id_now", "use_run"]
 
