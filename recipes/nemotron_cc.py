@@ -1,8 +1,8 @@
 """Nemotron-CC: normalize -> exact dedup -> fuzzy dedup -> tokenize each quality split -> mixture -> train.
 
     zephyr run recipes/nemotron_cc.py                         # the embedded sample, end to end
-    zephyr run recipes/nemotron_cc.py --input 'gs://bucket/nemotron-cc/**/*.jsonl.zst' \\
-        --output /mnt/out/nemotron --backend ray --scratch gs://bucket/scratch --no-train
+    zephyr run --backend ray --scratch gs://bucket/scratch recipes/nemotron_cc.py \\
+        --input 'gs://bucket/nemotron-cc/**/*.jsonl.zst' --output /mnt/out/nemotron --no-train
 
 Input: Nemotron-CC's `.jsonl.zst` files (`text`, `warc_record_id`, metadata), either under one directory
 per split (`<input>/<split>/*.jsonl.zst`) or as published (`quality=high/kind=actual/...`): the split of
@@ -17,7 +17,6 @@ and intermediate documents can be on any filesystem Zephyr reads (gs://, s3://, 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from zephyr import Dataset, counters
+from zephyr.cli import ZephyrArgumentParser
 from zephyr.fs import expand_glob, join, url_to_fs
 from zephyr.operators import dedup_documents
 from zephyr.operators.fuzzy_dedup import (
@@ -201,15 +201,15 @@ class RecipeConfig:
 
 
 def parse_args(argv: list[str] | None = None) -> RecipeConfig:
-    parser = argparse.ArgumentParser(prog="zephyr run recipes/nemotron_cc.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    # zephyr's parser: no abbreviations, one-line errors, defaults shown in --help
+    parser = ZephyrArgumentParser(prog="zephyr run recipes/nemotron_cc.py", description=__doc__)
     parser.add_argument("--input", action="append", default=[],
                         help="glob(s) of Nemotron-CC .jsonl.zst files (default: the embedded sample)")
     parser.add_argument("--output", default="out/nemotron_cc", help="root of every step's output (local)")
     parser.add_argument("--weights", default="", help="mixture weights, e.g. high_actual=0.5,medium=0.5 "
                         "(default: proportional to each split's tokens)")
     parser.add_argument("--no-train", action="store_true", help="skip the short training run on the mixture")
-    parser.add_argument("--train-steps", type=int, default=60)
+    parser.add_argument("--train-steps", type=int, default=60, help="steps of the short training run")
     parser.add_argument("--tokenizer", default="smollm2", help="tokenizer.json path or hub name (default: SmolLM2)")
     parser.add_argument("--num-shards", type=int, default=4, help="shards of the dedup shuffles")
     parser.add_argument("--sample-docs-per-split", type=int, default=420,
@@ -220,7 +220,10 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
         name, _, value = item.partition("=")
         if name not in SPLITS:
             parser.error(f"--weights: unknown split {name!r}; splits are {', '.join(SPLITS)}")
-        weights[name] = float(value)
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            parser.error(f"--weights: {name}={value!r} is not a number; write e.g. {name}=0.5")
     return RecipeConfig(args.input, args.output, weights, not args.no_train, args.train_steps, args.tokenizer,
                         args.num_shards, args.sample_docs_per_split)
 

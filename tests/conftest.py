@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# run records of lone engine jobs (library use) go to one temporary folder, not into the checkout
+os.environ.setdefault("ZEPHYR_RUNS", tempfile.mkdtemp(prefix="zephyr-test-runs-"))
 
 
 @pytest.fixture(scope="session")

@@ -1,82 +1,238 @@
-"""The `zephyr` command: `zephyr run SCRIPT`, plus the subcommands each package registers."""
+"""The `zephyr` command: `zephyr run SCRIPT`, plus the subcommands each package registers.
+
+Conventions every subcommand follows (tested in tests/test_cli.py):
+- one meaning per flag name: `--backend` is always the engine's execution backend (local, processes, ray);
+- `-q/--quiet` and `-v/--verbose` everywhere; every flag has help text and shows its default;
+- no abbreviations (`--add` is never `--address`);
+- errors are one line naming the fix: exit code 2 for a wrong command line or config, 1 for a run that
+  failed; `-v` adds the internal traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import os
+import runpy
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["main", "run_script"]
+__all__ = ["main", "run_script", "build_parser"]
 
 # Packages that add subcommands through `add_cli(subparsers)` (tokenize, inspect, verify, train, ...).
-_SUBCOMMAND_MODULES = ("zephyr.tokenize.cli", "zephyr.train.cli", "zephyr.datashop.cli", "zephyr.ablate.cli")
+_SUBCOMMAND_MODULES = (
+    "zephyr.tokenize.cli", "zephyr.train.cli", "zephyr.datashop.cli", "zephyr.ablate.cli", "zephyr.export_cli",
+    "zephyr.ui.cli",
+)
 
-_ENGINE_FLAGS = """engine options (accepted anywhere after SCRIPT):
-  --backend {local,processes,ray}   where shards run (default: processes, all cores)
-  --workers N                       worker processes (default: all cores)
-  --memory-per-worker SIZE          shuffle memory budget per worker, e.g. 512MB (default 1GB)
-  --scratch URL                     shuffle files and checkpoints (default ./.zephyr/scratch);
-                                    on a Ray cluster, a path every node can reach (gs://, s3://)
-  --address ADDRESS                 Ray cluster address (ray://host:10001 or auto); default: local Ray
-  --dry-run                         print the plan of every pipeline instead of running it
-"""
+# Examples shown under each subcommand's --help when its package gives none.
+_EXAMPLES = {
+    "run": """examples:
+  zephyr run recipes/nemotron_cc.py                               # the embedded sample, end to end
+  zephyr run --backend ray --scratch gs://b/scratch recipes/nemotron_cc.py --input 'gs://b/cc/*.zst'
+  zephyr run --workers 4 --memory-per-worker 2GB my_pipeline.py --my-flag 3
+
+Engine options go BEFORE the script path; everything after it belongs to the script (its own --workers,
+--dry-run, ... are never taken by the engine). SCRIPT defines main() (called inside the engine context),
+or runs its pipeline at top level (executed like `python SCRIPT`, with the engine options applied).
+Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).""",
+    "tokenize": """examples:
+  zephyr tokenize 'data/*.jsonl.zst' stores/web
+  zephyr tokenize 'gs://bucket/docs/*.parquet' gs://bucket/stores/web --validation-fraction 0.01 --backend ray
+  zephyr tokenize 'data/*.jsonl' stores/web --tokenizer path/to/tokenizer.json --encoder tokenizers""",
+    "inspect": """examples:
+  zephyr inspect stores/web
+  zephyr inspect stores/web --samples 5 --max-chars 200""",
+    "verify": """examples:
+  zephyr verify stores/web
+  zephyr verify gs://bucket/stores/web --no-ids""",
+    "datashop": """examples:
+  zephyr datashop datashop.yaml
+  zephyr datashop datashop.yaml --output-dir out/edu --backend processes --workers 8 --json""",
+    "ablate": """examples:
+  zephyr ablate ablation.yaml
+  zephyr ablate ablation.yaml seeds=[0,1] train.tokens=100000 --plan
+  zephyr ablate ablation.yaml --train-backend ray""",
+    "export": """examples:
+  zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
+  zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
+}
+
+_ENGINE_VALUE_FLAGS = ("--backend", "--workers", "--memory-per-worker", "--scratch", "--address")
+_ENGINE_SWITCHES = ("--dry-run", "-q", "--quiet", "-v", "--verbose", "-h", "--help")
 
 
-def _engine_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--backend", choices=("local", "processes", "ray"))
-    parser.add_argument("--workers", type=int)
-    parser.add_argument("--memory-per-worker")
-    parser.add_argument("--scratch")
-    parser.add_argument("--address")
-    parser.add_argument("--dry-run", action="store_true")
-    return parser
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps descriptions as written and appends each option's default (when it has a meaningful one)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" not in text
+            and "default" not in text
+            and action.option_strings
+            and default not in (None, False, argparse.SUPPRESS)
+            and not isinstance(action, argparse._HelpAction | argparse._VersionAction)
+        ):
+            text += " (default: %(default)s)"
+        return text
 
 
-def run_script(script: str, args: Sequence[str]) -> int:
-    """Import SCRIPT and call its `main()` inside an execution context built from the engine flags.
+class ZephyrArgumentParser(argparse.ArgumentParser):
+    """argparse without prefix matching, with one-line errors and the shared help formatter."""
 
-    Flags the engine knows are taken out of `args`; the rest stay in sys.argv for the script's own parser.
-    """
-    from zephyr.engine.context import execution, parse_size
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        kwargs["formatter_class"] = _Formatter
+        super().__init__(*args, **kwargs)
 
-    engine_args, script_args = _engine_parser().parse_known_args(list(args))
-    path = Path(script)
-    if not path.is_file():
-        print(f"zephyr run: no such script {script!r}", file=sys.stderr)
-        return 2
-    overrides = {}
-    if engine_args.backend:
-        overrides["backend"] = engine_args.backend
-    if engine_args.workers:
-        overrides["workers"] = engine_args.workers
-    if engine_args.memory_per_worker:
-        overrides["memory_per_worker"] = parse_size(engine_args.memory_per_worker)
-    if engine_args.scratch:
-        overrides["scratch"] = engine_args.scratch
-    if engine_args.address:
-        overrides["ray_address"] = engine_args.address
-        overrides.setdefault("backend", "ray")
-    if engine_args.dry_run:
-        overrides["dry_run"] = True
-    module = _import_script(path)
-    entry = getattr(module, "main", None)
-    if not callable(entry):
-        print(f"zephyr run: {script} defines no main() function to run", file=sys.stderr)
-        return 2
-    old_argv = sys.argv
-    sys.argv = [str(path), *script_args]
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _positive_int(text: str) -> int:
     try:
-        with execution(**overrides):
-            result = entry()
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _size(text: str) -> int:
+    from zephyr.engine.context import parse_size
+
+    try:
+        value = parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text!r} as a size: write e.g. 512MB, 2GiB or a number of bytes"
+        ) from None
+    if value < 16 << 20:
+        raise argparse.ArgumentTypeError(f"{text!r} is below the 16MB minimum")
+    return value
+
+
+def _scratch(text: str) -> str:
+    """A local scratch directory must be creatable and writable (a bucket URL is checked when used)."""
+    if "://" in text and not text.startswith("file://"):
+        return text
+    path = Path(text.removeprefix("file://")).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".zephyr-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise argparse.ArgumentTypeError(
+            f"cannot use {text!r} as scratch space ({error.strerror or error}): pass a writable directory, "
+            "or a bucket URL every worker can reach"
+        ) from None
+    return str(path)
+
+
+def add_engine_options(parser: argparse.ArgumentParser, *, with_cluster: bool = True) -> None:
+    """The engine options, with the same names, meaning and checks wherever they appear."""
+    parser.add_argument("--backend", choices=("local", "processes", "ray"),
+                        help="where shards run: local (in-process, for debugging), processes (all cores of this "
+                             "machine) or ray (default: $ZEPHYR_BACKEND, else processes)")
+    parser.add_argument("--workers", type=_positive_int, metavar="N",
+                        help="worker processes (default: all cores)")
+    if with_cluster:
+        parser.add_argument("--memory-per-worker", type=_size, metavar="SIZE",
+                            help="shuffle memory budget per worker, e.g. 512MB (default: 1GB)")
+        parser.add_argument("--scratch", type=_scratch, metavar="URL",
+                            help="shuffle files and checkpoints; on a Ray cluster a path every node can reach "
+                                 "(default: $ZEPHYR_SCRATCH, else ./.zephyr/scratch)")
+        parser.add_argument("--address", metavar="ADDRESS",
+                            help="Ray cluster address (ray://host:10001 or auto); implies --backend ray "
+                                 "(default: a local Ray)")
+
+
+def engine_overrides(args: argparse.Namespace) -> dict:
+    """execution(...) overrides from the engine options that were given."""
+    overrides: dict = {}
+    for name, key in (("backend", "backend"), ("workers", "workers"), ("memory_per_worker", "memory_per_worker"),
+                      ("scratch", "scratch"), ("address", "ray_address")):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[key] = value
+    if overrides.get("ray_address"):
+        overrides.setdefault("backend", "ray")
+    if getattr(args, "dry_run", False):
+        overrides["dry_run"] = True
+    return overrides
+
+
+# ------------------------------------------------------------------------------------ zephyr run
+def run_script(script: str, args: Sequence[str], overrides: dict | None = None) -> int:
+    """Run SCRIPT inside an execution context built from the engine options, with `args` as its sys.argv.
+
+    A script with a top-level `def main()` is imported and its main() called; any other script runs as
+    `python SCRIPT` would (as `__main__`), so a pipeline written at top level works too.
+    """
+    from zephyr.engine.context import execution
+
+    path = Path(script)
+    problem = _script_problem(path)
+    if problem:
+        raise _UsageError(problem)
+    has_main = _defines_main(path)
+    old_argv = sys.argv
+    sys.argv = [str(path), *args]
+    try:
+        with execution(**(overrides or {})):
+            if has_main:
+                module = _import_script(path)
+                result = module.main()
+            else:
+                sys.path.insert(0, str(path.resolve().parent))
+                runpy.run_path(str(path), run_name="__main__")
+                result = 0
+    except SystemExit as exit_:
+        if exit_.code not in (0, None) and isinstance(exit_.code, int) and exit_.code == 2:
+            misplaced = [a for a in args if a.split("=", 1)[0] in _ENGINE_VALUE_FLAGS + ("--dry-run",)]
+            if misplaced:
+                print(f"zephyr run: engine options go before the script path: "
+                      f"zephyr run {' '.join(misplaced)} ... {script} (the script got {' '.join(misplaced)})",
+                      file=sys.stderr)
+        raise
     finally:
         sys.argv = old_argv
     return result if isinstance(result, int) else 0
+
+
+class _UsageError(Exception):
+    """A wrong command line: reported in one line with exit code 2."""
+
+
+def _script_problem(path: Path) -> str | None:
+    if not path.exists():
+        return f"no such script {str(path)!r}"
+    if path.is_dir():
+        return f"{str(path)!r} is a directory: pass a Python file, e.g. recipes/nemotron_cc.py"
+    if path.suffix != ".py":
+        return f"{str(path)!r} is not a Python script (.py): pass a pipeline file, e.g. recipes/nemotron_cc.py"
+    try:
+        ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as error:
+        return f"{path}:{error.lineno}: not valid Python: {error.msg}"
+    except (OSError, UnicodeDecodeError) as error:
+        return f"cannot read {path}: {error}"
+    return None
+
+
+def _defines_main(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "main" for node in tree.body)
 
 
 def _import_script(path: Path):
@@ -95,23 +251,90 @@ def _import_script(path: Path):
     return module
 
 
+def _split_run_argv(tokens: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """(engine tokens, script, script args): options before the first positional are the engine's."""
+    engine: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token == "--":
+            i += 1
+            break
+        if not token.startswith("-") or token == "-":
+            break
+        engine.append(token)
+        if token in _ENGINE_VALUE_FLAGS and i + 1 < len(tokens):
+            engine.append(tokens[i + 1])
+            i += 1
+        i += 1
+    if i >= len(tokens):
+        return engine, None, []
+    return engine, tokens[i], list(tokens[i + 1:])
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    from zephyr.engine.progress import print_run_summary
+    from zephyr.engine.run_record import RunRecorder, open_run
+
+    overrides = engine_overrides(args)
+    recorder = RunRecorder(command=["zephyr", "run", *getattr(args, "raw_argv", [])], script=args.script,
+                           backend=overrides.get("backend"), workers=overrides.get("workers"))
+    scratch = overrides.get("scratch")
+    from zephyr.engine.run_record import default_record_dir
+
+    try:
+        with open_run(recorder, fallback_dir=default_record_dir(scratch)):
+            code = run_script(args.script, args.args, overrides)
+    finally:
+        if not overrides.get("dry_run") and (recorder.record["jobs"] or recorder.record["steps"]):
+            print_run_summary(recorder.record)
+            if recorder.path and getattr(args, "verbose", False):
+                print(f"run record: {recorder.path}", file=sys.stderr)
+    return code
+
+
+# --------------------------------------------------------------------------------------- parser
+def _version() -> str:
+    try:
+        return importlib.metadata.version("zephyr")
+    except Exception:  # noqa: BLE001
+        return "0+unknown"
+
+
+def _add_verbosity(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    default = False if top else argparse.SUPPRESS
+    existing = {s for a in parser._actions for s in a.option_strings}
+    if "-q" not in existing:
+        parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                            help="print only errors and final results: no progress, no summary table")
+    if "-v" not in existing:
+        parser.add_argument("-v", "--verbose", action="store_true", default=default,
+                            help="also print every engine job's table and tracebacks of errors")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ZephyrArgumentParser(
         prog="zephyr",
         description="Raw web data to pretraining token mixtures, tested with small training runs.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run 'zephyr COMMAND --help' for a command's options and examples.",
     )
+    parser.add_argument("--version", action="version", version=f"zephyr {_version()}",
+                        help="print the version and exit")
+    _add_verbosity(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = subparsers.add_parser(
         "run",
-        help="run a pipeline script's main() (e.g. recipes/nemotron_cc.py)",
-        description="Import SCRIPT and call its main() inside an engine context.",
-        epilog=_ENGINE_FLAGS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="run a pipeline script (e.g. recipes/nemotron_cc.py) with engine options",
+        description="Run SCRIPT (its main(), or its top-level code) inside an engine context.",
+        usage="zephyr run [engine options] SCRIPT [script arguments ...]",
     )
-    run.add_argument("script", help="a Python file defining main()")
-    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script and engine options")
-    run.set_defaults(func=lambda a: run_script(a.script, a.args))
+    add_engine_options(run)
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the plan of every pipeline instead of running it")
+    run.add_argument("script", metavar="SCRIPT", help="a Python file: defines main(), or runs a pipeline at top level")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
+                     help="arguments for the script (everything after SCRIPT)")
+    run.set_defaults(func=_run_command)
     for module_name in _SUBCOMMAND_MODULES:
         if importlib.util.find_spec(module_name.rsplit(".", 1)[0]) is None:
             continue
@@ -122,17 +345,71 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # that package registers no subcommands
             raise
         module.add_cli(subparsers)
+    for name, sub in subparsers.choices.items():
+        _add_verbosity(sub)
+        if name in _EXAMPLES and f"zephyr {name}" not in (sub.epilog or ""):
+            sub.epilog = _EXAMPLES[name] + ("\n\n" + sub.epilog if sub.epilog else "")
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    # `zephyr [-q|-v] run [engine options] SCRIPT ...`: split by hand so the script's flags stay its own
+    position = next((i for i, token in enumerate(argv) if not token.startswith("-")), None)
+    if position is None or argv[position] != "run":
+        return parser.parse_args(argv)
+    engine, script, script_args = _split_run_argv(argv[position + 1:])
+    known = _ENGINE_VALUE_FLAGS + _ENGINE_SWITCHES
+    unknown = [t for t in engine if t.startswith("-") and t.split("=", 1)[0] not in known]
+    if unknown:
+        parser._subparsers._group_actions[0].choices["run"].error(
+            f"unknown engine option {unknown[0]!r} before the script path; the script's own options go after "
+            "SCRIPT (zephyr run [engine options] SCRIPT [script options])"
+        )
+    args = parser.parse_args([*argv[: position + 1], *engine, *([script] if script is not None else [])])
+    args.args = script_args
+    args.raw_argv = argv[position + 1:]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from zephyr.engine.progress import set_verbosity
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    verbose, quiet = getattr(args, "verbose", False), getattr(args, "quiet", False)
+    set_verbosity(1 if verbose else -1 if quiet else 0)
+    prog = f"zephyr {args.command}"
+    try:
+        return int(args.func(args) or 0)
+    except _UsageError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001
+        return _report(prog, error, verbose=verbose)
+
+
+def _report(prog: str, error: Exception, *, verbose: bool) -> int:
+    """Errors Zephyr raises on purpose: their message, no internal traceback (unless -v). Others: as Python does."""
+    from zephyr.engine.errors import ZephyrError
+
+    known = isinstance(error, ZephyrError) or type(error).__name__ in ("ConfigError", "AblationConfigError",
+                                                                       "CheckpointError")
+    if not known:
+        raise error
+    if verbose:
+        traceback.print_exception(error)
+    # a UserCodeError's message carries the user's own traceback (the useful part); the engine's frames
+    # around it are left out
+    print(f"{prog}: error: {type(error).__name__}: {str(error).strip()}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import xxhash
 
 from zephyr.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.engine.plan import _describe
+from zephyr.engine.progress import format_duration, live_view, log
+from zephyr.engine.run_record import RunRecorder, current_run, use_run
 
 __all__ = ["DryRunStop", "StepOutput", "StepRunner"]
 
@@ -68,6 +70,7 @@ class StepRunner:
     force: tuple[str, ...] = ()  # step names to rerun even when complete
     history: list[StepOutput] = dataclasses.field(default_factory=list)
     dry_run: bool | None = None  # None: the current execution config's dry_run
+    _own: RunRecorder | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def is_dry_run(self) -> bool:
@@ -109,12 +112,16 @@ class StepRunner:
         path = join(self.root, f"{name}-{version[:10]}")
         marker = join(path, MARKER)
         fs, marker_path = url_to_fs(marker)
+        args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
         if name not in self.force and fs.exists(marker_path):
-            with open_url(marker, "rb", compression=None) as handle:
-                recorded = json.load(handle)
-            output = StepOutput(name, path, version, recorded["summary"], True, recorded.get("seconds", 0.0))
+
+            def reuse() -> StepOutput:
+                with open_url(marker, "rb", compression=None) as handle:
+                    recorded = json.load(handle)
+                return StepOutput(name, path, version, recorded["summary"], True, recorded.get("seconds", 0.0))
+
+            output = self._recorded(name, version, path, reuse)
         elif self.is_dry_run:
-            args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
             print(f"[dry run] step {name!r} (version {version[:10]}) would run into {path}; its plans:", flush=True)
             with tempfile.TemporaryDirectory(prefix=f"zephyr-dry-run-{name}-") as throwaway:
                 try:
@@ -124,15 +131,59 @@ class StepRunner:
                           f"{str(error).splitlines()[0] if str(error) else ''}", flush=True)
             self._stop(name, path)
         else:
-            started = time.perf_counter()
-            args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
-            summary = dict(fn(path, config=config, **args) or {})
-            seconds = time.perf_counter() - started
-            with atomic_write(marker, "w", compression=None) as handle:
-                json.dump({"name": name, "version": version, "summary": summary, "seconds": seconds}, handle, indent=1)
-            output = StepOutput(name, path, version, summary, False, seconds)
+
+            def produce() -> StepOutput:
+                log(f"step {name}: running -> {path}")
+                started = time.perf_counter()
+                summary = dict(fn(path, config=config, **args) or {})
+                seconds = time.perf_counter() - started
+                with atomic_write(marker, "w", compression=None) as handle:
+                    json.dump({"name": name, "version": version, "summary": summary, "seconds": seconds}, handle,
+                              indent=1)
+                return StepOutput(name, path, version, summary, False, seconds)
+
+            output = self._recorded(name, version, path, produce)
         self.history.append(output)
         return output
+
+    def _recorded(self, name: str, version: str, path: str, step: Callable[[], StepOutput]) -> StepOutput:
+        """Run or reuse one step (`step()`), reporting it to the run record and the live view."""
+        recorder, owned = self._recorder()
+        record = recorder.begin_step(name, version, path)
+        view_row = live_view().add(f"step {name}", total=None, detail="running")
+        started = time.perf_counter()
+        try:
+            with use_run(recorder):
+                output = step()
+        except BaseException as error:
+            live_view().remove(view_row)
+            recorder.end_step(record, "failed", seconds=time.perf_counter() - started, summary={})
+            log(f"step {name}: failed after {format_duration(time.perf_counter() - started)}")
+            if owned:
+                recorder.finish("interrupted" if isinstance(error, KeyboardInterrupt) else "failed", error)
+            raise
+        live_view().remove(view_row)
+        status = "cached" if output.skipped else "done"
+        recorder.end_step(record, status, seconds=output.seconds, summary=output.summary)
+        log(f"step {name}: " + ("cached (an earlier run completed this version)" if output.skipped
+                                 else f"done in {format_duration(output.seconds)}"))
+        if owned:
+            recorder.finish("succeeded")  # rewritten as "running" when the next step starts
+        return output
+
+    def _recorder(self) -> tuple[RunRecorder, bool]:
+        """The current run (`zephyr run`), or a run of this StepRunner's own; steps report to it."""
+        recorder = current_run()
+        owned = False
+        if recorder is None:
+            if self._own is None:
+                self._own = RunRecorder(record_dir=self.root)
+            recorder, owned = self._own, True
+            recorder.record["status"] = "running"
+            recorder.record["finished_at"] = None
+        if recorder.record_dir is None:
+            recorder.record_dir = self.root
+        return recorder, owned
 
 
 def _version(name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str, Any]) -> str:

@@ -212,7 +212,7 @@ def test_user_error_names_op_shard_and_record(backend):
     with pytest.raises(UserCodeError) as info:
         ds.collect()
     message = str(info.value)
-    assert "map(test_user_error_names_op_shard_and_record.<locals>.explode)" in message
+    assert "map(explode)" in message
     assert "shard 1" in message and "record #3" in message and "{'id': 13}" in message
     assert "ValueError: bad value" in message and "Traceback" in message
 

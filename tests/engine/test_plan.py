@@ -23,7 +23,7 @@ CONFIG = ExecutionConfig(backend="local")
 
 
 def test_every_logical_op_has_one_lowering():
-    ops = set(typing.get_args(O.NarrowOp)) | {O.GroupBy, O.Join, O.Reshard, O.Sink}
+    ops = set(typing.get_args(O.NarrowOp)) | {O.GroupBy, O.Join, O.Reshard, O.Union, O.Sink, O.ShardSink}
     assert set(_LOWERINGS) == ops
 
 

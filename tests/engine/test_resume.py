@@ -37,8 +37,9 @@ def main():
 
 
 def _zephyr(script: Path, out: Path, scratch: Path) -> list[str]:
-    return [sys.executable, "-m", "zephyr.cli", "run", str(script), "--out", str(out),
-            "--backend", "processes", "--workers", "2", "--scratch", str(scratch)]
+    # engine options before the script path; the script's own (--out) after it
+    return [sys.executable, "-m", "zephyr.cli", "run", "--backend", "processes", "--workers", "2",
+            "--scratch", str(scratch), str(script), "--out", str(out)]
 
 
 def _records(out: Path) -> list[dict]:

@@ -40,9 +40,11 @@ def add_cli(subparsers: Any) -> None:
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("config", help="ablation YAML file")
+    parser.add_argument("config", metavar="CONFIG.yaml", help="ablation YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=50 seeds=[0,1,2]")
-    parser.add_argument("--backend", choices=("local", "ray"), help="override the config's backend")
+    parser.add_argument("--train-backend", choices=("local", "ray"),
+                        help="where the training runs execute: in this process, or as Ray tasks "
+                             "(default: the config's backend)")
     parser.add_argument("--plan", action="store_true", help="print the runs (and which are finished) without training")
     parser.add_argument("--report-only", action="store_true", help="report on finished runs only; train nothing")
     parser.set_defaults(func=main)
@@ -79,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
     from .runner import run_ablation
 
     try:
-        run_ablation(config, backend=args.backend)
+        run_ablation(config, backend=args.train_backend)
     except AblationConfigError as exc:
         print(f"zephyr ablate: {exc}", file=sys.stderr)
         return 2

@@ -21,12 +21,14 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         description="Run a Datashop config: sample a pool, label it with an LM, train a classifier, "
                     "score and filter the corpus, stage after stage. Writes OUTPUT_DIR/report.json.",
     )
-    parser.add_argument("config", help="YAML config (see zephyr/datashop/config.py for the keys)")
-    parser.add_argument("--output-dir", help="override the config's output_dir")
-    parser.add_argument("--engine-backend", choices=("local", "processes", "ray"), help="override engine_backend")
-    parser.add_argument("--workers", type=int, help="override workers")
+    parser.add_argument("config", metavar="CONFIG.yaml", help="YAML config (see zephyr/datashop/config.py for the keys)")
+    parser.add_argument("--output-dir", help="override the config's output_dir (default: the config's)")
+    from zephyr.cli import add_engine_options
+
+    add_engine_options(parser, with_cluster=False)  # --backend/--workers override engine_backend/workers
+    parser.add_argument("--engine-backend", dest="backend", choices=("local", "processes", "ray"),
+                        help=argparse.SUPPRESS)  # the old name of --backend
     parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of the table")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log labeling progress")
     parser.set_defaults(func=run_cli)
 
 
@@ -34,7 +36,8 @@ def run_cli(args: argparse.Namespace) -> int:
     from zephyr.datashop.config import load_config
     from zephyr.datashop.pipeline import run_datashop
 
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(message)s")
     try:
         config = load_config(args.config)
     except (FileNotFoundError, ValueError) as exc:
@@ -43,8 +46,8 @@ def run_cli(args: argparse.Namespace) -> int:
     overrides = {}
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
-    if args.engine_backend:
-        overrides["engine_backend"] = args.engine_backend
+    if args.backend:
+        overrides["engine_backend"] = args.backend
     if args.workers:
         overrides["workers"] = args.workers
     config = dataclasses.replace(config, **overrides)

@@ -8,13 +8,16 @@ exactly which task it held (to retry that shard as an infrastructure loss) and r
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import socket
 import sys
 import traceback
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +36,8 @@ class Outcome:
     error: BaseException | None = None
     lost: bool = False  # the worker died (infrastructure), as opposed to the task raising
     detail: str = ""
+    worker_pid: int | None = None  # where the attempt ran, for retry reports and the run record
+    worker_host: str | None = None
 
 
 class Backend(Protocol):
@@ -57,7 +62,7 @@ class LocalBackend:
         try:
             self._done.append(Outcome(task, result=run_task(task)))
         except Exception as error:  # noqa: BLE001 - reported to the executor, which decides
-            self._done.append(Outcome(task, error=error))
+            self._done.append(Outcome(task, error=error, worker_pid=os.getpid(), worker_host=socket.gethostname()))
 
     def wait(self, timeout: float) -> list[Outcome]:
         done = list(self._done)
@@ -112,6 +117,34 @@ def _portable(error: Exception) -> Exception:
         return UserCodeError(f"{type(error).__name__}: {error}", traceback_text=traceback.format_exc())
 
 
+@contextlib.contextmanager
+def _main_not_reimported() -> Iterator[None]:
+    """Start a worker without re-running the driver's `__main__` in it.
+
+    multiprocessing re-imports the main script in every new process (to find functions by name). Tasks
+    ship their functions by value (cloudpickle), so workers never need it, and re-running it would run
+    a script's top-level pipeline again in each worker: a plain `python script.py` without an
+    `if __name__ == "__main__":` guard would then fail with hundreds of lines of bootstrapping errors.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    saved_file, saved_spec = main.__dict__.get("__file__", missing), main.__dict__.get("__spec__", missing)
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        if saved_file is not missing:
+            main.__dict__["__file__"] = saved_file
+        if saved_spec is missing:
+            main.__dict__.pop("__spec__", None)
+        else:
+            main.__dict__["__spec__"] = saved_spec
+
+
 @dataclass
 class _Worker:
     process: Any
@@ -132,7 +165,8 @@ class ProcessBackend:
     def _start(self) -> _Worker:
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(target=_worker_main, args=(child, list(sys.path)), daemon=True)
-        process.start()
+        with _main_not_reimported():
+            process.start()
         child.close()
         return _Worker(process, parent)
 
@@ -161,12 +195,16 @@ class ProcessBackend:
                 worker.process.join(timeout=1)
                 code = worker.process.exitcode if code is None else code
                 detail = f"worker pid {worker.process.pid} died (exit code {code}{_signal_name(code)})"
-                outcomes.append(Outcome(task, lost=True, detail=detail))
+                outcomes.append(Outcome(task, lost=True, detail=detail, worker_pid=worker.process.pid,
+                                        worker_host=socket.gethostname()))
                 worker.conn.close()
                 self._workers[index] = self._start()
                 continue
             worker.task = None
-            outcomes.append(Outcome(task, result=value) if kind == "ok" else Outcome(task, error=value))
+            outcomes.append(
+                Outcome(task, result=value) if kind == "ok"
+                else Outcome(task, error=value, worker_pid=worker.process.pid, worker_host=socket.gethostname())
+            )
         return outcomes
 
     @staticmethod

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["Dataset"]
 
 _FORMATS = ("jsonl", "parquet", "vortex")
+_BATCH_FORMATS = ("pyarrow", "pandas", "polars")
 
 
 @dataclass(frozen=True)
@@ -99,10 +100,19 @@ class Dataset:
             raise ValueError("select() needs at least one column name")
         return self._then(O.Select(tuple(columns)))
 
-    def map_batches(self, fn: Callable[[Any], Any], *, batch_size: int = 1024) -> Dataset:
-        """Apply `fn` to pyarrow RecordBatches of up to `batch_size` records (the fast columnar path)."""
+    def map_batches(self, fn: Callable[[Any], Any], *, batch_size: int = 1024,
+                    batch_format: str = "pyarrow") -> Dataset:
+        """Apply `fn` to batches of up to `batch_size` records (the fast columnar path).
+
+        batch_format: "pyarrow" (a RecordBatch, no conversion), "pandas" (a DataFrame) or "polars" (a
+        DataFrame); `fn` returns a batch of the same kind (or a pyarrow Table/RecordBatch).
+        """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if batch_format not in _BATCH_FORMATS:
+            raise ValueError(f"batch_format must be one of {', '.join(_BATCH_FORMATS)}, got {batch_format!r}")
+        if batch_format != "pyarrow":
+            fn = _FormattedBatches(fn, batch_format)
         return self._then(O.MapBatches(fn, batch_size))
 
     def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]]) -> Dataset:
@@ -167,6 +177,45 @@ class Dataset:
         """Keep the first record (in input order) of every `key(record)` (or field `key`)."""
         return self.group_by(key, _first_of_group, combiner=_first_of_group, num_shards=num_shards)
 
+    def union(self, *others: Dataset, num_shards: int | None = None) -> Dataset:
+        """All records of this dataset and of `others` (duplicates kept), in `num_shards` shards.
+
+        A shuffle: each input is spread round-robin over the output shards (default: as many as the
+        largest input has), so record order across inputs is not kept.
+        """
+        for other in others:
+            if not isinstance(other, Dataset):
+                raise TypeError(f"union expects Datasets, got {type(other).__name__}")
+        if not others:
+            return self
+        if num_shards is not None and num_shards < 1:
+            raise ValueError(f"num_shards must be at least 1, got {num_shards}")
+        return self._then(O.Union(tuple(others), num_shards))
+
+    def sort(self, key: Callable[[Any], Any] | str, *, descending: bool = False, num_shards: int | None = None,
+             samples_per_shard: int = 256) -> Dataset:
+        """Order all records by `key(record)` (or field `key`): output shard i holds keys <= shard i+1's.
+
+        A distributed sort: a sampling pass (which runs the pipeline so far, now) picks range boundaries
+        from `samples_per_shard` keys per input shard, then one shuffle sends every record to its range
+        and each output shard streams its range in order from disk (external merge; larger than memory is
+        fine). `collect()` after it returns records in global order; ties keep no particular order.
+        Keys must be orderable (None/bool/int/float/str/bytes or tuples of them).
+        """
+        if samples_per_shard < 1:
+            raise ValueError(f"samples_per_shard must be at least 1, got {samples_per_shard}")
+        sort_key = _SortKey(_field_or_fn(key), descending)
+        sampled = sorted(self.map_shard(_SampleKeys(sort_key, samples_per_shard)).collect())
+        if num_shards is None:
+            from zephyr.engine.context import current_config
+
+            num_shards = max(1, min(current_config().num_workers, len(sampled) or 1))
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be at least 1, got {num_shards}")
+        # the shuffle compares encoded sort keys; the samples are encoded the same way
+        ranges = tuple(sorted({sampled[len(sampled) * i // num_shards] for i in range(1, num_shards)}))
+        return self._then(O.GroupBy(_constant_key, _emit_in_order, sort_key, None, num_shards, ranges=ranges))
+
     def sorted_merge_join(
         self,
         right: Dataset,
@@ -199,6 +248,55 @@ class Dataset:
     def collect(self) -> list[Any]:
         """Run the pipeline and return all records, shard by shard."""
         return self.execute().outputs
+
+    def take(self, n: int) -> list[Any]:
+        """The first `n` records (in shard order); each shard stops reading after `n` records."""
+        if n < 0:
+            raise ValueError(f"take needs n >= 0, got {n}")
+        if n == 0:
+            return []
+        return self.take_per_shard(n).collect()[:n]
+
+    def show(self, n: int = 10) -> None:
+        """Print the first `n` records, one per line (dict records as JSON)."""
+        import json
+
+        for record in self.take(n):
+            try:
+                line = json.dumps(record, ensure_ascii=False, default=str)
+            except (TypeError, ValueError):
+                line = repr(record)
+            print(line if len(line) <= 400 else line[:397] + "...")
+
+    def schema(self, *, sample: int = 1000) -> Any:
+        """The pyarrow schema of the records.
+
+        For parquet/vortex files read as they are, the files' own schema (no rows read); otherwise it is
+        inferred from the first `sample` records (fields that appear only later are not seen).
+        """
+        import pyarrow as pa
+
+        if not self.ops and isinstance(self.source, O.FilesSource):
+            from zephyr.fs import expand_glob
+
+            first = expand_glob(self.source.patterns[0])[0]
+            fmt = self.source.format or _infer_format(first)
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
+
+                from zephyr.fs import open_url
+
+                with open_url(first, "rb", compression=None) as handle:
+                    schema = pq.read_schema(handle)
+                if self.source.columns is not None:
+                    schema = pa.schema([schema.field(c) for c in self.source.columns if c in schema.names])
+                return schema
+        records = self.take(sample)
+        if not records:
+            return pa.schema([])
+        if not all(isinstance(r, dict) for r in records):
+            return pa.schema([pa.field("value", pa.array(records).type)])
+        return pa.Table.from_pylist(records).schema
 
     def count(self) -> int:
         """Run the pipeline and return the number of records."""
@@ -336,3 +434,104 @@ class _ShardFold:
             for record in iterator:
                 accumulator = self.fn(accumulator, record)
         yield accumulator
+
+
+def _infer_format(path: str) -> str | None:
+    from zephyr.engine.io import infer_format
+
+    try:
+        return infer_format(path)
+    except Exception:  # noqa: BLE001 - unknown suffix: fall back to sampling records
+        return None
+
+
+@dataclass(frozen=True)
+class _FormattedBatches:
+    """map_batches with pandas or polars frames: converts each Arrow batch in, and the result back."""
+
+    fn: Callable[[Any], Any]
+    batch_format: str
+
+    @property
+    def display_name(self) -> str:
+        return O.display_name(self.fn)
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        if self.batch_format == "pandas":
+            frame = batch.to_pandas()
+        else:
+            import polars as pl
+
+            frame = pl.from_arrow(batch)
+        out = self.fn(frame)
+        if out is None or isinstance(out, pa.RecordBatch | pa.Table):
+            return out
+        if self.batch_format == "pandas":
+            return pa.Table.from_pandas(out, preserve_index=False)
+        if hasattr(out, "to_arrow"):
+            return out.to_arrow()
+        raise TypeError(
+            f"map_batches(batch_format={self.batch_format!r}): {O.display_name(self.fn)} returned "
+            f"{type(out).__name__}; return a {self.batch_format} DataFrame (or a pyarrow Table)"
+        )
+
+
+@dataclass(frozen=True)
+class _SortKey:
+    """The sort key of a record; descending keys are the byte-complement of the ascending encoding.
+
+    The encoding of `zephyr.engine.sortkey` is prefix-free and order-preserving, so complementing its
+    bytes reverses the order exactly, for any orderable key type.
+    """
+
+    key: Callable[[Any], Any]
+    descending: bool
+
+    @property
+    def display_name(self) -> str:
+        return O.display_name(self.key) + (" desc" if self.descending else "")
+
+    def __call__(self, record: Any) -> Any:
+        value = self.key(record)
+        if not self.descending:
+            return value
+        from zephyr.engine.sortkey import encode
+
+        return bytes(255 - b for b in encode(value))
+
+
+@dataclass(frozen=True)
+class _SampleKeys:
+    """Up to `k` encoded sort keys of a shard, sampled uniformly (reservoir sampling, fixed seed)."""
+
+    sort_key: _SortKey
+    k: int
+
+    def __call__(self, records: Iterable[Any]) -> Iterable[Any]:
+        import random
+
+        from zephyr.engine.sortkey import encode
+
+        rng = random.Random(0x5EED)
+        reservoir: list[bytes] = []
+        for seen, record in enumerate(records):
+            if seen < self.k:
+                reservoir.append(encode(self.sort_key(record)))
+            else:
+                slot = rng.randrange(seen + 1)
+                if slot < self.k:
+                    reservoir[slot] = encode(self.sort_key(record))
+        yield from reservoir
+
+
+def _constant_key(record: Any) -> int:
+    return 0
+
+
+def _emit_in_order(key: Any, items: Iterable[Any]) -> Iterable[Any]:
+    yield from items
+
+
+_emit_in_order.display_name = "sort"  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
     stats: list[StageStats] = []
     counters: dict[str, int] = {}
     progress = ProgressDisplay(enabled=config.progress)
+    progress.begin_job(physical, config)
     backend = make_backend(config)
     idle = False
     try:
@@ -101,6 +103,9 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
                 for upstream in _finished_upstreams(physical, stage.index):
                     _remove_stage_outputs(run_url, upstream, config)
         idle = True
+    except BaseException as error:
+        progress.end_job("interrupted" if isinstance(error, KeyboardInterrupt) else "failed", counters, error)
+        raise
     finally:
         release_backend(backend, idle=idle)
     final = physical.stages[-1]
@@ -120,6 +125,7 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
     run = RunResult(outputs, counters, stats, time.perf_counter() - started, physical)
     if config.summary:
         progress.summary(run)
+    progress.end_job("succeeded", counters)
     return run
 
 
@@ -233,6 +239,8 @@ def _run_stage(
                     progress.shard_done(stage, outcome.result)
                     continue
                 retry = _retry_or_raise(stage, entry, outcome, config, stats)
+                progress.retry(stage, entry.shard, entry.attempt - 1, "infra" if outcome.lost else "user",
+                               stats.retries[-1], *_worker_of(outcome))
                 pending.append(retry)
     except BaseException:
         progress.stop_stage(stage, failed=True)
@@ -266,6 +274,16 @@ def _retry_or_raise(
     entry.attempt += 1
     entry.not_before = time.monotonic() + min(config.retry_backoff_s * 2 ** (failures - 1), 30.0)
     return entry
+
+
+def _worker_of(outcome: Outcome) -> tuple[int | None, str | None]:
+    """The pid and host of the worker an attempt ran on (for the run record's retries)."""
+    pid, host = getattr(outcome, "worker_pid", None), getattr(outcome, "worker_host", None)
+    if pid is None:
+        match = re.search(r"pid (\d+)(?: on ([\w.-]+))?", outcome.detail or "")
+        if match:
+            pid, host = int(match.group(1)), match.group(2) or host
+    return pid, host
 
 
 def _done_url(stage_url: str, shard: int) -> str:

@@ -72,7 +72,9 @@ class FileInput:
         source = self.source
         extra = f", filter={source.filter!r}" if source.filter is not None else ""
         cols = f", columns={list(source.columns)}" if source.columns is not None else ""
-        return f"read({', '.join(source.patterns)}{cols}{extra})"
+        first = "/".join(source.patterns[0].rstrip("/").split("/")[-2:])
+        more = f", +{len(source.patterns) - 1} more" if len(source.patterns) > 1 else ""
+        return f"read({first}{more}{cols}{extra})"
 
     def describe(self) -> str:
         return f"{len(self.shards)} source shard(s)"
@@ -229,7 +231,7 @@ class ReshardInput:
 
     @property
     def name(self) -> str:
-        return "reshard"
+        return "reshard" if len(self.upstream) == 1 else f"union({len(self.upstream)} inputs)"
 
     def describe(self) -> str:
         return _describe_shuffle(self.upstream)

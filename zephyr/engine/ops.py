@@ -6,6 +6,7 @@ Sources produce shards; narrow ops transform one shard's stream and fuse into on
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,10 +27,12 @@ __all__ = [
     "GroupBy",
     "Join",
     "Reshard",
+    "Union",
     "Sink",
     "ShardSink",
     "op_name",
     "callable_name",
+    "display_name",
     "preview",
 ]
 
@@ -158,10 +161,25 @@ class GroupBy:
     combiner: Callable[[Any, Iterable[Any]], Any] | None = None
     num_shards: int | None = None
     batch: bool = False  # the reducer takes (key, iterator of pyarrow.RecordBatch)
+    # range partitioning (Dataset.sort): target i gets the records whose encoded sort key falls in
+    # [ranges[i-1], ranges[i]); None: targets by key hash
+    ranges: tuple[bytes, ...] | None = None
 
     @property
     def name(self) -> str:
         return f"group_by({callable_name(self.key)})"
+
+
+@dataclass(frozen=True)
+class Union:
+    """Concatenate other datasets' records to this one's (a shuffle: every input is scattered round-robin)."""
+
+    others: tuple[Any, ...]  # Datasets
+    num_shards: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"union({len(self.others) + 1} inputs)"
 
 
 @dataclass(frozen=True)
@@ -221,11 +239,28 @@ def op_name(op: Any) -> str:
 
 
 def callable_name(fn: Any) -> str:
-    """`clean_text`, `Cls.method`, `lambda`; an expression or other object by its repr."""
+    """The name a user recognises: `clean_text`, `Normalize`, `lambda`, never `<locals>` noise.
+
+    An expression or other non-callable object by its repr. A callable may name itself with a
+    `display_name` attribute (e.g. a library's internal task class).
+    """
     if not callable(fn) or hasattr(fn, "to_arrow"):  # not callable, or a col()/lit() expression
         return repr(fn)
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    return "lambda" if name == "<lambda>" else str(name)
+    own = getattr(fn, "display_name", None)
+    if isinstance(own, str) and own:
+        return own
+    if isinstance(fn, functools.partial):
+        return callable_name(fn.func)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name is None:  # a callable object: its class
+        name = type(fn).__qualname__
+    name = str(name).rsplit("<locals>.", 1)[-1]
+    if name.endswith("<lambda>"):
+        return "lambda"  # no line number: names are part of stage fingerprints, moving code must not rerun
+    return name.lstrip("_") or name
+
+
+display_name = callable_name  # the name progress views and run records use
 
 
 def preview(record: Any, limit: int = 300) -> str:

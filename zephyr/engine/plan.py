@@ -296,8 +296,17 @@ def _lower_reshard(op: O.Reshard, planner: _Planner) -> None:
 
 def _lower_group_by(op: O.GroupBy, planner: _Planner) -> None:
     n = op.num_shards or planner.stage.num_shards
-    upstream = planner.end_stage(Scatter(ShuffleSpec(n, op.key, op.sort_by, op.combiner)))
+    upstream = planner.end_stage(Scatter(ShuffleSpec(n, op.key, op.sort_by, op.combiner, ranges=op.ranges)))
     planner.start(GroupInput((upstream,), op.reducer, op.batch), n)
+
+
+def _lower_union(op: O.Union, planner: _Planner) -> None:
+    # every input scatters round-robin into n targets; one reshard gather concatenates them all
+    first = planner.stage
+    others = [planner.open_dataset(other) for other in op.others]
+    n = op.num_shards or max(builder.num_shards for builder in (first, *others))
+    indices = [planner.finish(builder, Scatter(ShuffleSpec(n))) for builder in (first, *others)]
+    planner.start(ReshardInput(tuple(indices)), n)
 
 
 def _lower_join(op: O.Join, planner: _Planner) -> None:
@@ -334,6 +343,7 @@ _LOWERINGS: dict[type, Callable[[Any, _Planner], None]] = {
     O.Reshard: _lower_reshard,
     O.GroupBy: _lower_group_by,
     O.Join: _lower_join,
+    O.Union: _lower_union,
     O.Sink: _lower_sink,
     O.ShardSink: _lower_shard_sink,
 }

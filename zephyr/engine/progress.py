@@ -1,18 +1,49 @@
-"""Live progress (one bar per stage) and the summary table printed at the end of every run."""
+"""What a run shows while it runs and when it ends, and what it feeds the run record.
+
+One live view per run (on a terminal): the recipe's steps (done / running / cached) and the running
+job's stages, each with records, bytes, rate and an ETA from the input sizes. When stdout or stderr is
+not a terminal the same events come out as plain log lines, no bars. `-q` shows only errors and the
+final summary's absence; `-v` adds every engine job's own table (which also goes to the run's log file
+`<record_dir>/_runs/<run_id>.log`).
+
+Non-engine work (labeling, training, verification) reports through `task_progress(...)`, which draws a
+row in the same view or logs plain lines.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Column, Table
 
-__all__ = ["ProgressDisplay", "format_bytes", "format_count"]
+from zephyr.engine import run_record
+
+__all__ = [
+    "ProgressDisplay",
+    "TaskProgress",
+    "format_bytes",
+    "format_count",
+    "format_duration",
+    "live_view",
+    "log",
+    "print_run_summary",
+    "set_verbosity",
+    "task_progress",
+    "verbosity",
+]
 
 
+# -------------------------------------------------------------------------------- formatting
 def format_bytes(n: float) -> str:
+    """Bytes with a unit: `512 B`, `3.4 MB` (1024-based)."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1024 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -21,94 +52,473 @@ def format_bytes(n: float) -> str:
 
 
 def format_count(n: float) -> str:
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+    """A count of things, never mistaken for bytes: `950`, `12.3K`, `1.20M`, `3.40G` (1000-based)."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= size:
-            return f"{n / size:.2f}{unit}"
+            return f"{n / size:.2f}{unit}" if abs(n) < 10 * size else f"{n / size:.1f}{unit}"
     return f"{n:.0f}"
 
 
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+# ------------------------------------------------------------------------------- verbosity
+def verbosity() -> int:
+    """-1 quiet, 0 normal, 1 verbose (from `set_verbosity` or $ZEPHYR_VERBOSITY)."""
+    try:
+        return int(os.environ.get("ZEPHYR_VERBOSITY", "0"))
+    except ValueError:
+        return 0
+
+
+def set_verbosity(level: int) -> None:
+    """Set for this process and the workers it starts (they inherit the environment)."""
+    os.environ["ZEPHYR_VERBOSITY"] = str(max(-1, min(1, level)))
+
+
+def _terminal() -> bool:
+    return bool(sys.stderr and sys.stderr.isatty() and sys.stdout and sys.stdout.isatty())
+
+
+# ------------------------------------------------------------------------------- live view
+class LiveView:
+    """The one live display of a process: rows for steps, stages and tasks; plain lines when not a tty."""
+
+    def __init__(self) -> None:
+        self.console = Console(stderr=True)
+        self._progress: Progress | None = None
+        self._rows: set[Any] = set()
+        self.forced: bool | None = None
+
+    @property
+    def drawing(self) -> bool:
+        if verbosity() < 0:
+            return False
+        return self.forced if self.forced is not None else _terminal()
+
+    def _ensure(self) -> Progress | None:
+        if not self.drawing:
+            return None
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis", ratio=2)),
+                BarColumn(bar_width=12),
+                TextColumn("{task.fields[detail]}", table_column=Column(no_wrap=True, overflow="ellipsis", ratio=3)),
+                console=self.console,
+                transient=True,
+                expand=True,
+                refresh_per_second=4,
+            )
+            self._progress.start()
+        return self._progress
+
+    def add(self, description: str, *, total: float | None = 1.0, detail: str = "") -> Any:
+        progress = self._ensure()
+        if progress is None:
+            return None
+        row = progress.add_task(description, total=total, detail=detail)
+        self._rows.add(row)
+        return row
+
+    def update(self, row: Any, **fields: Any) -> None:
+        if row is not None and self._progress is not None and row in self._rows:
+            self._progress.update(row, **fields)
+
+    def remove(self, row: Any) -> None:
+        if row is not None and self._progress is not None and row in self._rows:
+            self._rows.discard(row)
+            self._progress.remove_task(row)
+
+    def log(self, line: str, *, level: int = 0) -> None:
+        """A line above the live rows (terminal) or on stderr (plain); shown when verbosity >= level."""
+        if verbosity() < level:
+            return
+        if self._progress is not None:
+            self._progress.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._rows.clear()
+
+
+_view = LiveView()
+
+
+def live_view() -> LiveView:
+    return _view
+
+
+def log(line: str, *, level: int = 0) -> None:
+    _view.log(line, level=level)
+
+
+# ------------------------------------------------------------------------- non-engine tasks
+class TaskProgress:
+    """Progress of one long non-engine task; see `task_progress`."""
+
+    def __init__(self, name: str, total: float | None, unit: str, log_every_s: float) -> None:
+        self.name, self.total, self.unit, self.done = name, total, unit, 0.0
+        self._started = time.monotonic()
+        self._last_log = self._started
+        self._log_every_s = log_every_s
+        self._row = _view.add(name, total=total, detail=self._detail())
+
+    def _detail(self) -> str:
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        rate = self.done / elapsed
+        text = f"{format_count(self.done)}"
+        if self.total:
+            text += f"/{format_count(self.total)}"
+        text += f" {self.unit}  {format_count(rate)} {self.unit}/s"
+        if self.total and rate > 0:
+            text += f"  ETA {format_duration((self.total - self.done) / rate)}"
+        return text
+
+    def advance(self, n: float = 1) -> None:
+        self.set(self.done + n)
+
+    def set(self, done: float, total: float | None = None) -> None:
+        self.done = done
+        if total is not None:
+            self.total = total
+        _view.update(self._row, completed=done, total=self.total, detail=self._detail())
+        now = time.monotonic()
+        if self._row is None and now - self._last_log >= self._log_every_s:
+            self._last_log = now
+            log(f"{self.name}: {self._detail()}")
+
+    def finish(self, failed: bool = False) -> None:
+        _view.remove(self._row)
+        seconds = time.monotonic() - self._started
+        state = "failed" if failed else "done"
+        log(f"{self.name}: {state}, {format_count(self.done)} {self.unit} in {format_duration(seconds)}")
+
+
+@contextlib.contextmanager
+def task_progress(name: str, *, total: float | None = None, unit: str = "items",
+                  log_every_s: float = 10.0) -> Iterator[TaskProgress]:
+    """Show progress of non-engine work: `with task_progress("label", total=n, unit="docs") as p: p.advance()`.
+
+    On a terminal it is a row (bar, rate, ETA) in the run's live view; otherwise a plain line every
+    `log_every_s` seconds and one when it ends. Quiet (-q) shows nothing.
+    """
+    task = TaskProgress(name, total, unit, log_every_s)
+    try:
+        yield task
+    except BaseException:
+        task.finish(failed=True)
+        raise
+    task.finish()
+
+
+# ------------------------------------------------------------------------------- engine jobs
+class _StageState:
+    def __init__(self, stage: Any, record: dict[str, Any], resumed: int, total_bytes: int, total_records: int,
+                 row: Any) -> None:
+        self.stage, self.record, self.row = stage, record, row
+        self.started = time.monotonic()
+        self.last_log = self.started
+        self.resumed = resumed
+        self.total_bytes = total_bytes  # input bytes of the shards to run (0: unknown)
+        self.total_records = total_records  # input records of the shards to run (0: unknown)
+        self.done_bytes = 0
+        self.done_records = 0
+        self.done_shards = 0
+
+
 class ProgressDisplay:
-    """Shard-level progress bars on stderr when it is a terminal (or when forced on)."""
+    """The executor's hooks for one job: feed the live view, the plain log and the run record."""
 
     def __init__(self, enabled: bool | None = None) -> None:
-        self.console = Console(stderr=True)
-        self.enabled = self.console.is_terminal if enabled is None else enabled
-        self._progress = (
-            Progress(
-                TextColumn("[bold]stage {task.fields[index]}[/] {task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("shards  {task.fields[records]} records"),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=False,
-            )
-            if self.enabled
-            else None
-        )
-        self._tasks: dict[int, Any] = {}
-        self._records: dict[int, int] = {}
+        self.enabled = enabled
+        self._stages: dict[int, _StageState] = {}
+        self._bytes_out: dict[int, int] = {}
+        self._job: dict[str, Any] | None = None
+        self._recorder: run_record.RunRecorder | None = None
+        self._own_run = False
+        self._started = time.monotonic()
+        self._step = None
+
+    # ---------------------------------------------------------------------------- job
+    def begin_job(self, physical: Any, config: Any) -> None:
+        """Attach this job to the current run (or open a run of one job) and record it."""
+        if self.enabled is not None and _view.forced is None:
+            _view.forced = self.enabled
+            self._forced_here = True
+        self._recorder = run_record.current_run()
+        sink_dir = _sink_dir(physical)
+        if self._recorder is None:
+            # a lone job (library use, no `zephyr run`): its record goes beside the scratch space, not
+            # into the user's output folder
+            self._own_run = True
+            self._recorder = run_record.RunRecorder(backend=config.backend, workers=config.num_workers,
+                                                    record_dir=run_record.lone_job_record_dir(config))
+            sink_dir = None
+        self._job = self._recorder.begin_job(sink_dir=sink_dir, config=config)
+        self._started = time.monotonic()
+
+    def end_job(self, status: str, counters: dict[str, int], error: BaseException | None = None) -> None:
+        if self._recorder is None or self._job is None:
+            return
+        self._recorder.end_job(self._job, status, seconds=time.monotonic() - self._started, counters=counters)
+        if self._own_run:
+            self._recorder.finish(status, error)
+        if getattr(self, "_forced_here", False):
+            _view.forced = None
+        for state in self._stages.values():
+            _view.remove(state.row)
+        if self._own_run:
+            _view.close()
 
     def __enter__(self) -> ProgressDisplay:
-        if self._progress is not None:
-            self._progress.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._progress is not None:
-            self._progress.stop()
+        for state in self._stages.values():
+            _view.remove(state.row)
 
+    # -------------------------------------------------------------------------- stages
     def start_stage(self, stage: Any, *, resumed: int) -> None:
-        self._records[stage.index] = 0
-        if self._progress is None:
-            return
-        name = stage.name if len(stage.name) <= 60 else stage.name[:57] + "..."
-        self._tasks[stage.index] = self._progress.add_task(
-            name, total=stage.num_shards, completed=resumed, index=stage.index, records="0"
-        )
+        shards = _shards(stage)
+        if shards:
+            total_bytes = sum(getattr(s, "size", 0) or 0 for s in shards[resumed:])
+            total_records = sum(len(s.records) for s in shards[resumed:] if getattr(s, "records", None) is not None)
+        else:
+            upstream = getattr(stage, "upstream", ()) or ()
+            total_bytes = sum(self._bytes_out.get(i, 0) for i in upstream)
+            total_records = 0
+        record = {
+            "index": stage.index, "name": stage.name, "shards": stage.num_shards, "shards_done": resumed,
+            "resumed_shards": resumed, "records_in": 0, "records_out": 0, "bytes_in": 0, "bytes_out": 0,
+            "seconds": 0.0, "records_per_s": None, "eta_seconds": None, "peak_rss": 0, "retries": [],
+        }
+        if self._job is not None:
+            self._job["stages"].append(record)
+        row = _view.add(_stage_label(stage), total=stage.num_shards, detail="starting")
+        _view.update(row, completed=resumed)
+        self._stages[stage.index] = _StageState(stage, record, resumed, total_bytes, total_records, row)
 
     def shard_done(self, stage: Any, result: Any) -> None:
-        self._records[stage.index] += result.records_out
-        if self._progress is None:
+        state = self._stages.get(stage.index)
+        if state is None:
             return
-        self._progress.update(
-            self._tasks[stage.index], advance=1, records=format_count(self._records[stage.index])
-        )
+        rec = state.record
+        state.done_shards += 1
+        rec["shards_done"] += 1
+        for key in ("records_in", "records_out", "bytes_in", "bytes_out"):
+            rec[key] += getattr(result, key, 0)
+        rec["peak_rss"] = max(rec["peak_rss"], getattr(result, "peak_rss", 0))
+        shards = _shards(stage)
+        if shards and result.shard < len(shards):
+            state.done_bytes += getattr(shards[result.shard], "size", 0) or 0
+            records = getattr(shards[result.shard], "records", None)
+            state.done_records += len(records) if records is not None else 0
+        else:
+            state.done_bytes += getattr(result, "bytes_in", 0)
+        elapsed = time.monotonic() - state.started
+        rec["seconds"] = round(elapsed, 3)
+        rec["records_per_s"] = round(rec["records_in"] / elapsed, 1) if elapsed > 0 else None
+        rec["eta_seconds"] = _eta(state, elapsed)
+        _view.update(state.row, completed=rec["shards_done"], detail=_stage_detail(state, elapsed))
+        now = time.monotonic()
+        if state.row is None and now - state.last_log >= 30 and rec["shards_done"] < stage.num_shards:
+            state.last_log = now
+            log(f"{_stage_label(stage)}: {_stage_detail(state, elapsed)}")
+        if self._recorder is not None:
+            self._recorder.write()
+
+    def retry(self, stage: Any, shard: int, attempt: int, kind: str, error: str,
+              worker_pid: int | None, worker_host: str | None) -> None:
+        state = self._stages.get(stage.index)
+        entry = {"shard": shard, "attempt": attempt, "kind": kind, "error": run_record.one_line(error),
+                 "worker_pid": worker_pid, "worker_host": worker_host}
+        if state is not None:
+            state.record["retries"].append(entry)
+        where = f" (worker pid {worker_pid} on {worker_host})" if worker_pid else ""
+        log(f"retrying {_stage_label(stage)} shard {shard} (attempt {attempt + 1}){where}: {entry['error']}")
+        if self._recorder is not None:
+            self._recorder.write()
 
     def stop_stage(self, stage: Any, *, failed: bool) -> None:
-        if self._progress is not None and failed:
-            self._progress.update(self._tasks[stage.index], description="[red]failed[/]")
-
-    def summary(self, run: Any) -> None:
-        """Print the per-stage table, retries and counters of a finished run (to stderr)."""
-        table = Table(title=f"zephyr run summary ({run.seconds:.1f} s)", title_justify="left")
-        for column in ("stage", "shards", "records in", "records out", "bytes in", "bytes out", "time", "peak RSS"):
-            table.add_column(column, justify="right" if column != "stage" else "left")
-        for s in run.stages:
-            resumed = f" ({s.resumed_shards} resumed)" if s.resumed_shards else ""
-            table.add_row(
-                f"{s.index} {s.name[:70]}",
-                f"{s.shards}{resumed}",
-                format_count(s.records_in),
-                format_count(s.records_out),
-                format_bytes(s.bytes_in),
-                format_bytes(s.bytes_out),
-                f"{s.seconds:.1f} s",
-                format_bytes(s.peak_rss),
-            )
-        console = self.console if self.enabled else Console(stderr=True, force_terminal=False, width=160)
-        if not sys.stderr:
+        state = self._stages.get(stage.index)
+        if state is None:
             return
-        console.print(table)
-        retries = [r for s in run.stages for r in s.retries]
-        if retries:
-            console.print(f"[yellow]{len(retries)} retried shard attempt(s):[/]")
-            for reason in retries:
-                console.print(f"  - {reason}")
-        if run.counters:
-            counters = Table(title="counters", title_justify="left")
-            counters.add_column("name")
-            counters.add_column("value", justify="right")
-            for name, value in sorted(run.counters.items()):
-                counters.add_row(name, f"{value:,}")
-            console.print(counters)
+        elapsed = time.monotonic() - state.started
+        state.record["seconds"] = round(elapsed, 3)
+        state.record["eta_seconds"] = None if failed else 0.0
+        self._bytes_out[stage.index] = state.record["bytes_out"]
+        _view.remove(state.row)
+        rec = state.record
+        resumed = f" ({rec['resumed_shards']} resumed)" if rec["resumed_shards"] else ""
+        line = (f"{_stage_label(stage)}: {'FAILED' if failed else 'done'}, {rec['shards']} shards{resumed}, "
+                f"{format_count(rec['records_in'])} -> {format_count(rec['records_out'])} records, "
+                f"{format_bytes(rec['bytes_in'])} in {format_duration(elapsed)}")
+        # one line per stage for a plain script under `zephyr run`; inside a recipe step, on a terminal (the live
+        # rows showed it) or for a lone job (its table follows) only with -v
+        in_step = self._recorder is not None and self._recorder.current_step is not None
+        log(line, level=1 if (in_step or _view.drawing or self._own_run) else 0)
+
+    # ------------------------------------------------------------------------- summary
+    def summary(self, run: Any) -> None:
+        """The job's own table: printed with -v, or for a job outside any run; always into the run's log."""
+        table = job_table(run)
+        text = _render(table, width=160)
+        if self._recorder is not None and self._recorder.record_dir and not self._own_run:
+            _append_log(self._recorder, text)
+        if verbosity() >= 1 or (self._own_run and verbosity() >= 0):
+            _view.log(text.rstrip("\n"))
+
+
+def _shards(stage: Any) -> tuple[Any, ...]:
+    """A source stage's shards (with sizes or records, for the ETA); () for a shuffle stage."""
+    return tuple(getattr(getattr(stage, "input", None), "shards", ()) or ())
+
+
+def _sink_dir(physical: Any) -> str | None:
+    try:
+        output = physical.stages[-1].output
+        pattern = getattr(output, "pattern", None)
+    except (AttributeError, IndexError):
+        return None
+    if not isinstance(pattern, str):
+        return None
+    head = pattern.split("{", 1)[0]
+    directory = head.rsplit("/", 1)[0] if "/" in head else "."
+    return directory if "://" in directory else os.path.abspath(directory)
+
+
+def _stage_label(stage: Any) -> str:
+    return f"stage {stage.index} {stage.name}"
+
+
+def _eta(state: _StageState, elapsed: float) -> float | None:
+    if elapsed <= 0:
+        return None
+    remaining = None
+    if state.total_bytes and state.done_bytes:
+        remaining = elapsed * (state.total_bytes - state.done_bytes) / state.done_bytes
+    elif state.total_records and state.done_records:
+        remaining = elapsed * (state.total_records - state.done_records) / state.done_records
+    elif state.done_shards:
+        todo = state.stage.num_shards - state.resumed - state.done_shards
+        remaining = elapsed * todo / state.done_shards
+    return round(max(remaining, 0.0), 1) if remaining is not None else None
+
+
+def _stage_detail(state: _StageState, elapsed: float) -> str:
+    rec = state.record
+    text = f"{rec['shards_done']}/{rec['shards']} shards  {format_count(rec['records_in'])} rec"
+    if rec["bytes_in"]:
+        text += f" {format_bytes(rec['bytes_in'])}"
+    if elapsed > 0 and rec["records_in"]:
+        text += f"  {format_count(rec['records_in'] / elapsed)} rec/s"
+        if rec["bytes_in"]:
+            text += f" {format_bytes(rec['bytes_in'] / elapsed)}/s"
+    eta = _eta(state, elapsed)
+    if eta is not None and rec["shards_done"] < rec["shards"]:
+        text += f"  ETA {format_duration(eta)}"
+    return text
+
+
+def job_table(run: Any) -> Table:
+    table = Table(title=f"zephyr job summary ({run.seconds:.1f} s)", title_justify="left")
+    for column in ("stage", "shards", "records in", "records out", "bytes in", "bytes out", "time", "peak RSS"):
+        table.add_column(column, justify="right" if column != "stage" else "left")
+    for s in run.stages:
+        resumed = f" ({s.resumed_shards} resumed)" if s.resumed_shards else ""
+        table.add_row(f"{s.index} {s.name[:70]}", f"{s.shards}{resumed}", format_count(s.records_in),
+                      format_count(s.records_out), format_bytes(s.bytes_in), format_bytes(s.bytes_out),
+                      f"{s.seconds:.1f} s", format_bytes(s.peak_rss))
+    retries = [r for s in run.stages for r in s.retries]
+    if retries or run.counters:
+        extra = [f"{len(retries)} retried shard attempt(s): " + "; ".join(map(str, retries))] if retries else []
+        extra += [f"{name} = {value:,}" for name, value in sorted(run.counters.items())]
+        table.caption = "\n".join(extra)
+        table.caption_justify = "left"
+    return table
+
+
+def _render(renderable: Any, width: int | None = None) -> str:
+    buffer = io.StringIO()
+    Console(file=buffer, force_terminal=False, width=width or 160, color_system=None).print(renderable)
+    return buffer.getvalue()
+
+
+def _append_log(recorder: run_record.RunRecorder, text: str) -> None:
+    path = os.path.join(str(recorder.record_dir), "_runs", f"{recorder.run_id}.log")
+    if "://" in path:
+        return  # the log file is local only; the JSON record goes to buckets too
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(text)
+    except OSError:
+        pass
+
+
+# --------------------------------------------------------------------------------- run end
+def print_run_summary(record: dict[str, Any]) -> None:
+    """The one table at the end of a run: its steps, or (without steps) its stages; then counters."""
+    if verbosity() < 0:
+        return
+    width = None if _terminal() else 160
+    console = Console(stderr=True, width=width)
+    status = record.get("status", "?")
+    title = f"zephyr run {status} in {format_duration(record.get('seconds'))}"
+    if record.get("steps"):
+        table = Table(title=title, title_justify="left")
+        for column in ("step", "status", "time", "docs in", "docs out", "removed", "tokens"):
+            table.add_column(column, justify="left" if column in ("step", "status") else "right")
+        for step in record["steps"]:
+            removed = sum(step.get("removed", {}).values())
+            table.add_row(
+                step["name"], step["status"],
+                "-" if step["status"] == "cached" else format_duration(step.get("seconds")),
+                _opt_count(step.get("docs_in")), _opt_count(step.get("docs_out")),
+                format_count(removed) if step.get("removed") else "",
+                _opt_count(step.get("tokens")),
+            )
+    else:
+        table = Table(title=title, title_justify="left")
+        for column in ("stage", "shards", "records in", "records out", "bytes in", "time", "retries"):
+            table.add_column(column, justify="left" if column == "stage" else "right")
+        for job in record.get("jobs", []):
+            for stage in job.get("stages", []):
+                name = stage["name"] if len(stage["name"]) <= 70 else stage["name"][:67] + "..."
+                resumed = f" ({stage['resumed_shards']} resumed)" if stage.get("resumed_shards") else ""
+                table.add_row(
+                    (f"{job['job']}." if len(record["jobs"]) > 1 else "") + f"{stage['index']} {name}",
+                    f"{stage['shards']}{resumed}", format_count(stage["records_in"]), format_count(stage["records_out"]),
+                    format_bytes(stage["bytes_in"]), format_duration(stage["seconds"]),
+                    str(len(stage["retries"])) if stage["retries"] else "",
+                )
+    counters: dict[str, int] = {}
+    for job in record.get("jobs", []):
+        for name, value in job.get("counters", {}).items():
+            counters[name] = counters.get(name, 0) + value
+    retries = sum(len(s["retries"]) for j in record.get("jobs", []) for s in j.get("stages", []))
+    _view.close()
+    console.print(table)
+    if counters:
+        console.print("counters: " + ", ".join(f"{k}={v:,}" for k, v in sorted(counters.items())),
+                      markup=False, highlight=False)
+    if retries:
+        console.print(f"{retries} retried shard attempt(s); details in the run record", markup=False, highlight=False)
+
+
+def _opt_count(value: Any) -> str:
+    return format_count(value) if isinstance(value, int | float) else ""

@@ -79,6 +79,7 @@ class ShuffleSpec:
     sort_by: Callable[[Any], Any] | None = None
     combiner: Callable[[Any, Iterable[Any]], Any] | None = None
     tag: int | None = None  # join side: 0 left, 1 right; used as the sort key
+    ranges: tuple[bytes, ...] | None = None  # range partitioning on the encoded sort key (Dataset.sort)
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,8 @@ class ScatterWriter:
         else:
             key = encode(spec.key(record))
             khash = _key_hash(key)
-            target = khash % spec.num_targets
             sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
+            target = khash % spec.num_targets if spec.ranges is None else bisect.bisect_right(spec.ranges, sort)
         self._append(target, khash, key, sort, value)
         self.records += 1
         if self._buffered >= self.flush_bytes:
@@ -268,6 +269,7 @@ def column_keyed(spec: ShuffleSpec) -> bool:
         and (spec.sort_by is None or isinstance(spec.sort_by, Column))
         and spec.combiner is None
         and spec.tag is None
+        and spec.ranges is None
     )
 
 

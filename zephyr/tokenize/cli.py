@@ -24,32 +24,34 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                    help="'smollm2' (offline default), a tokenizer.json / directory / .gguf path, or a hub name")
     p.add_argument("--validation-fraction", type=float, default=0.0,
                    help="send this fraction of documents (by id hash) to OUTPUT/validation")
-    p.add_argument("--text-field", default="text")
-    p.add_argument("--id-field", default="id")
+    p.add_argument("--text-field", default="text", help="the field holding each document's text")
+    p.add_argument("--id-field", default="id", help="the field holding each document's id")
     p.add_argument("--add-bos", action="store_true", help="prepend BOS to every document")
     p.add_argument("--no-eos", action="store_true", help="do not append EOS (the document separator)")
     p.add_argument("--parse-special", action="store_true",
                    help="turn special-token strings in the text into special ids (default: plain text)")
-    p.add_argument("--engine", choices=("auto", "tiktoken", "tokenizers"), default="auto",
-                   help="encoder: auto = tiktoken when verified identical to tokenizers")
+    p.add_argument("--encoder", choices=("auto", "tiktoken", "tokenizers"), default="auto",
+                   help="BPE encoder: auto = tiktoken when verified identical to tokenizers")
+    p.add_argument("--engine", dest="encoder", choices=("auto", "tiktoken", "tokenizers"), help=argparse.SUPPRESS)
     p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
     p.add_argument("--on-bad-record", choices=("raise", "skip"), default="raise",
                    help="skip (and count) unreadable records and files instead of failing (default: raise)")
-    p.add_argument("--backend", choices=("local", "processes", "ray"), help="engine backend (default processes)")
-    p.add_argument("--workers", type=int, help="worker processes (default: all cores)")
+    from zephyr.cli import add_engine_options
+
+    add_engine_options(p)
     p.set_defaults(func=_run_tokenize)
 
     p = subparsers.add_parser("inspect", help="summarise a token store",
                               description="Print counts, a document-length histogram and decoded samples.")
-    p.add_argument("store", metavar="STORE")
-    p.add_argument("--samples", type=int, default=3)
-    p.add_argument("--max-chars", type=int, default=400)
+    p.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
+    p.add_argument("--samples", type=int, default=3, help="documents to decode and show")
+    p.add_argument("--max-chars", type=int, default=400, help="characters shown per sample")
     p.add_argument("--no-decode", action="store_true", help="show ids instead of loading the tokenizer")
     p.set_defaults(func=_run_inspect)
 
     p = subparsers.add_parser("verify", help="check a token store's files against its manifest",
                               description="Check offsets, counts, file sizes and id range; exit 1 on any problem.")
-    p.add_argument("store", metavar="STORE")
+    p.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     p.add_argument("--no-ids", action="store_true", help="skip the scan of every id against vocab_size")
     p.set_defaults(func=_run_verify)
 
@@ -61,12 +63,10 @@ def _run_tokenize(args: argparse.Namespace) -> int:
     from .pipeline import tokenize_dataset
     from .tokenizer import TokenizerSpec
 
-    overrides = {}
-    if args.backend:
-        overrides["backend"] = args.backend
-    if args.workers:
-        overrides["workers"] = args.workers
-    spec = TokenizerSpec(source=args.tokenizer, parse_special=args.parse_special, engine=args.engine)
+    from zephyr.cli import engine_overrides
+
+    overrides = engine_overrides(args)
+    spec = TokenizerSpec(source=args.tokenizer, parse_special=args.parse_special, engine=args.encoder)
     started = time.perf_counter()
     try:
         with execution(**overrides):

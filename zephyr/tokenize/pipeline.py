@@ -210,6 +210,8 @@ class TokenStoreWriter:
     (the engine shard index when ``files`` is None). Picklable: holds paths and config; the tokenizer is
     loaded in the worker. Returns the ``shard.json`` URLs; the driver writes the manifest."""
 
+    display_name = "tokenize"  # the stage name progress and run records show
+
     root: str
     config: TokenizeConfig
     live: str | None = None

@@ -32,6 +32,22 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_train)
 
 
+def _missing_stores(config) -> list[str]:
+    """Token stores the config names that do not exist (local paths only; URLs are fetched later)."""
+    from pathlib import Path
+
+    named = [(f"data.train.{name}", path) for name, (path, _) in config.data.train.items()]
+    named += [(f"data.eval.{name}", path) for name, path in config.data.eval.items()]
+    problems = []
+    for key, path in named:
+        if "://" in str(path):
+            continue
+        if not (Path(path) / "manifest.json").is_file():
+            problems.append(f"{key}: {path} is not a token store (no manifest.json there); write one with "
+                            f"`zephyr tokenize 'INPUT_GLOB' {path}` or fix the path in the config")
+    return problems
+
+
 def _run_train(args: argparse.Namespace) -> int:
     from zephyr.train.config import ConfigError, config_to_dict, load_config
 
@@ -43,6 +59,10 @@ def _run_train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(config_to_dict(config), indent=2))
         return 0
+    missing = _missing_stores(config)
+    if missing:
+        print(f"zephyr train: error: {missing[0]}", file=sys.stderr)
+        return 2
     from zephyr.train.trainer import train
 
     result = train(config)

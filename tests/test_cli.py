@@ -1,0 +1,167 @@
+"""The `zephyr` command line: flags, errors, scripts written the usual way (issues #17 items 5, 9, 10, 16; #19)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zephyr.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _zephyr(*args: str, cwd: Path | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "zephyr.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_version():
+    result = _zephyr("--version")
+    assert result.returncode == 0 and result.stdout.startswith("zephyr ")
+
+
+def test_every_flag_has_help_every_subcommand_examples_and_verbosity():
+    subcommands = _subcommands()
+    assert {"run", "tokenize", "inspect", "verify", "train", "ablate", "datashop"} <= set(subcommands)
+    for name, sub in subcommands.items():
+        flags = {s for a in sub._actions for s in a.option_strings}
+        assert {"-q", "--quiet", "-v", "--verbose"} <= flags, name
+        assert sub.epilog and "zephyr " + name in sub.epilog, f"{name} has no examples"
+        for action in sub._actions:
+            if action.option_strings and action.help != argparse.SUPPRESS:
+                assert action.help, f"zephyr {name} {action.option_strings[0]} has no help"
+        assert not sub.allow_abbrev, name
+
+
+def test_backend_means_the_execution_backend_everywhere():
+    for name, sub in _subcommands().items():
+        for action in sub._actions:
+            if "--backend" in action.option_strings:
+                assert set(action.choices) == {"local", "processes", "ray"}, name
+            if "--engine" in action.option_strings:
+                assert action.help == argparse.SUPPRESS, f"{name}: --engine is only a hidden old alias"
+
+
+SCRIPT_WITH_OWN_FLAGS = '''
+import argparse, json
+from zephyr.engine.context import current_config
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--add", type=int)
+    parser.add_argument("--dry", action="store_true")
+    args = parser.parse_args()
+    config = current_config()
+    print(json.dumps({"script": vars(args), "backend": config.backend, "workers": config.workers,
+                      "dry_run": config.dry_run}))
+'''
+
+
+def test_flags_after_the_script_belong_to_the_script(tmp_path):
+    script = tmp_path / "own_flags.py"
+    script.write_text(SCRIPT_WITH_OWN_FLAGS)
+    result = _zephyr("run", "--backend", "local", "--workers", "3", str(script), "--workers", "7", "--add", "3",
+                     "--dry")
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen == {"script": {"workers": 7, "add": 3, "dry": True}, "backend": "local", "workers": 3,
+                    "dry_run": False}
+
+
+def test_misplaced_engine_flag_is_named(tmp_path):
+    script = tmp_path / "own_flags.py"
+    script.write_text(SCRIPT_WITH_OWN_FLAGS)
+    result = _zephyr("run", str(script), "--backend", "ray")
+    assert result.returncode == 2
+    assert "engine options go before the script path" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "README.md"], "not a Python script"),
+        (["run", "--memory-per-worker", "lots", "x.py"], "cannot read 'lots' as a size"),
+        (["run", "--scratch", "/proc/nope", "x.py"], "cannot use '/proc/nope' as scratch space"),
+        (["run", "--workers", "0", "x.py"], "--workers: must be at least 1"),
+        (["run", "--add", "3", "x.py"], "unknown engine option '--add'"),
+        (["run", "recipes/nemotron_cc.py", "--weights", "medium=abc"], "--weights: medium='abc' is not a number"),
+        (["tokenize", "a.jsonl", "out", "--workers", "0"], "--workers: must be at least 1"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_code_2(args, needle):
+    result = _zephyr(*args, cwd=REPO)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_store_in_a_train_config_is_one_line(tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text(f"steps: 2\noutput_dir: {tmp_path / 'run'}\n"
+                      f"data:\n  train: {{web: [{tmp_path / 'no_store'}, 1.0]}}\n  seq_len: 16\n  batch_size: 2\n")
+    result = _zephyr("train", str(config))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "data.train.web" in line and "not a token store" in line and "zephyr tokenize" in line
+
+
+def test_recipe_input_glob_matching_nothing_is_one_line_and_exit_1(tmp_path):
+    result = _zephyr("run", "--backend", "local", "--scratch", str(tmp_path / "scratch"),
+                     str(REPO / "recipes" / "nemotron_cc.py"), "--input", str(tmp_path / "none" / "*.jsonl.zst"),
+                     "--output", str(tmp_path / "out"), "--no-train", cwd=tmp_path)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "BadInputError: no files match" in errors[0]
+    assert "Traceback" not in result.stderr and "File \"" not in result.stderr  # no internal traceback (#17.16)
+
+
+def test_verbose_shows_the_traceback_of_a_zephyr_error(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text(f"from zephyr import Dataset\ndef main():\n    Dataset.from_files({str(tmp_path / 'x*.jsonl')!r}).collect()\n")
+    quiet = _zephyr("run", "--backend", "local", str(script), cwd=tmp_path)
+    verbose = _zephyr("-v", "run", "--backend", "local", str(script), cwd=tmp_path)
+    assert quiet.returncode == verbose.returncode == 1
+    assert "Traceback" not in quiet.stderr and "Traceback" in verbose.stderr
+
+
+TOP_LEVEL_PIPELINE = '''
+from zephyr import Dataset
+from zephyr.engine.context import current_config
+
+result = Dataset.from_list([{"v": i} for i in range(10)], num_shards=2).map(lambda r: r["v"] + 1).collect()
+print("RESULT", sum(result), current_config().backend)
+'''
+
+
+def test_plain_python_script_without_main_guard_runs_on_processes(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(TOP_LEVEL_PIPELINE)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "RESULT 55 processes" in result.stdout
+    assert "bootstrapping phase" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_zephyr_run_on_a_script_without_main_applies_the_engine_options(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(TOP_LEVEL_PIPELINE)
+    result = _zephyr("run", "--backend", "local", "--scratch", str(tmp_path / "scratch"), str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("RESULT 55 local") == 1  # ran once, under --backend local
