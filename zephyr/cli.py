@@ -14,7 +14,8 @@ from pathlib import Path
 __all__ = ["main", "run_script"]
 
 # Packages that add subcommands through `add_cli(subparsers)` (tokenize, inspect, verify, train, ...).
-_SUBCOMMAND_MODULES = ("zephyr.tokenize.cli", "zephyr.train.cli", "zephyr.datashop.cli", "zephyr.ablate.cli")
+_SUBCOMMAND_MODULES = ("zephyr.tokenize.cli", "zephyr.train.cli", "zephyr.datashop.cli", "zephyr.ablate.cli",
+                       "zephyr.ui.cli")
 
 _ENGINE_FLAGS = """engine options (accepted anywhere after SCRIPT):
   --backend {local,processes,ray}   where shards run (default: processes, all cores)

@@ -8,7 +8,7 @@ Document level (`dedup_documents`): the key is a 128-bit xxh3 hash of the normal
 case-folded, punctuation removed, whitespace collapsed), so trivially re-formatted copies collide.
 Each document gets `dup_cluster` (the hash) and `dup_keep`; the kept one also `dup_count` (cluster
 size, for FineWeb-2-style re-hydration); the others get `filter_reason="exact_duplicate"` (unless an
-earlier stage set one). `drop=True` emits only the kept documents. Memory per cluster is O(1).
+earlier stage set one) and `dup_keeper` (the kept document's `id`, for lineage). `drop=True` emits only the kept documents. Memory per cluster is O(1).
 
 Paragraph level (`dedup_paragraphs`, CCNet-style): text is split on `separator`; every normalized
 paragraph seen earlier in the corpus order (doc order, then position) is removed from later documents.
@@ -106,6 +106,7 @@ class _MarkDocs:
             out = dict(doc)
             out["dup_cluster"] = key
             out["dup_keep"] = False
+            out["dup_keeper"] = first.get("id")  # lineage: the copy kept for it (zephyr.operators.lineage)
             if not out.get("filter_reason"):
                 out["filter_reason"] = "exact_duplicate"
             yield out
