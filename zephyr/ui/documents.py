@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from zephyr.engine.expr import Expr, col
-from zephyr.engine.formats import infer_format, read_records
+from zephyr.engine.io import infer_format, read_records
 from zephyr.engine.fs import open_url, url_to_fs
 from zephyr.ui.source import Root
 
