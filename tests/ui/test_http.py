@@ -156,3 +156,32 @@ def test_training_and_ablation_pages(ui_server) -> None:
     assert any(d["high"] < 0 for d in report["differences"])
     html = ui_server.get(f"/training/report?path={q(listing['reports'][0])}")[1].decode()
     assert "<svg" in html and "<script src=\"/static/ui.js\">" in html and "http" not in html.split("<main>")[1].split("href")[0]
+
+
+def test_live_view_follows_a_running_process(ui_server, ui_root: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("live_run.py")), str(ui_root), "6", "0.6"])
+    try:
+        seen: list[int] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            live = ui_server.json("/api/runs/live")["live"]
+            if live and live["pid"] == proc.pid:
+                done = live["jobs"][0]["stages"][0]["shards_done"]
+                if not seen or done != seen[-1]:
+                    seen.append(done)
+                if live["status"] == "succeeded":
+                    break
+            time.sleep(0.2)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    assert seen[-1] == 6 and len(seen) >= 3 and seen == sorted(seen), seen  # the count rose while it ran
+    live = ui_server.json("/api/runs/live")["live"]
+    retry = live["jobs"][0]["stages"][0]["retries"][0]
+    assert retry["worker_pid"] == proc.pid and retry["shard"] == 2 and "planted failure" in retry["error"]
+    html = ui_server.get("/fragments/live")[1].decode()
+    assert "6/6" in html and "planted failure" in html and str(proc.pid) in html

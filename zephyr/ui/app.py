@@ -84,6 +84,8 @@ def create_app(root_url: str) -> Starlette:
         api, html_page = _endpoints(root, data, render, title, active)
         routes.append(Route(path, html_page))
         routes.append(Route("/api" + ("/runs" if path == "/" else path), api))
+    live_api, _ = _endpoints(root, pages.live_data, pages.render_live, "Live", "runs")
+    routes.append(Route("/api/runs/live", live_api))
 
     def live_fragment(request: Request) -> Response:
         return HTMLResponse(pages.render_live(pages.live_data(root, request)))
