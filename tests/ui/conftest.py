@@ -63,6 +63,8 @@ def _write_ablation_report(out: Path) -> None:
 def ui_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real recipe output root (about a minute on 2 busy cores), shared by every UI test."""
     from zephyr import Dataset, execution
+    from zephyr.operators import QualityFilter, dedup_documents
+    from zephyr.operators.lineage import drop_removed
 
     root = tmp_path_factory.mktemp("ui") / "out"
     recipe = _load_recipe()
@@ -74,6 +76,13 @@ def ui_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         files = sorted(str(p) for p in exact.glob("part-*.jsonl.zst"))
         Dataset.from_files(files).write(str(root / "copies" / "parquet" / "part-{shard:05d}.parquet")).execute()
         Dataset.from_files(files).write(str(root / "copies" / "vortex" / "part-{shard:05d}.vortex")).execute()
+        # documents marked, not dropped, by real operators (filter_reason from quality rules and exact dedup),
+        # and the same marks turned into a drop with a lineage side output of several reasons
+        normalized = sorted(str(p) for p in next(root.glob("normalize-*")).glob("*/part-*.jsonl.zst"))
+        marked = dedup_documents(Dataset.from_files(normalized).map(QualityFilter()), num_shards=2)
+        marked.write(str(root / "marked" / "part-{shard:05d}.jsonl.zst")).execute()
+        drop_removed(marked, str(root / "quality" / "_removed")).write(
+            str(root / "quality" / "part-{shard:05d}.jsonl.zst")).execute()
     _write_ablation_report(root / "ablation")
     return root
 

@@ -74,6 +74,7 @@ def main() -> None:
             stage["records_per_s"] = stage["records_in"] / stage["seconds"]
             stage["eta_seconds"] = (shards - stage["shards_done"]) * stage["seconds"] / stage["shards_done"]
             record["jobs"][0]["counters"] = {"rows": stage["records_out"]}
+            record["jobs"][0]["seconds"] = stage["seconds"]
             write()
             time.sleep(pause)
     record["jobs"][0]["status"] = "succeeded"

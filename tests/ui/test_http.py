@@ -185,3 +185,19 @@ def test_live_view_follows_a_running_process(ui_server, ui_root: Path) -> None:
     assert retry["worker_pid"] == proc.pid and retry["shard"] == 2 and "planted failure" in retry["error"]
     html = ui_server.get("/fragments/live")[1].decode()
     assert "6/6" in html and "planted failure" in html and str(proc.pid) in html
+
+
+def test_lineage_of_a_quality_and_dedup_step_matches_the_marks(ui_server, ui_root: Path) -> None:
+    from collections import Counter
+
+    marked = sorted(str(p) for p in (ui_root / "marked").glob("part-*.jsonl.zst"))
+    with execution(backend="local", summary=False, progress=False):
+        docs = Dataset.from_files(marked).collect()
+    expected = Counter(d["filter_reason"] for d in docs if d.get("filter_reason") or d.get("dup_keep") is False)
+    assert len(expected) >= 2  # quality rules and exact duplicates
+    removed = {s["step"]: s for s in ui_server.json("/api/removed")["steps"]}
+    assert removed["quality"]["removed"] == dict(expected)
+    # the marked dataset filters by filter_reason exactly like the engine
+    text = 'filter_reason == "exact_duplicate"'
+    page = ui_server.json(f"/api/documents?dataset=marked&filter={q(text)}&limit=1000")
+    assert [r["id"] for r in page["rows"]] == [d["id"] for d in docs if d.get("filter_reason") == "exact_duplicate"]

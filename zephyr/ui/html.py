@@ -31,7 +31,8 @@ def url(route: str, /, **params: Any) -> str:
 
 
 def link(href: str, text: Any, **attrs: str) -> str:
-    extra = "".join(f' {k.replace("_", "-")}="{esc(v)}"' for k, v in attrs.items())
+    names = {"cls": "class"}
+    extra = "".join(f' {names.get(k, k.replace("_", "-"))}="{esc(v)}"' for k, v in attrs.items())
     return f'<a href="{esc(href)}"{extra}>{esc(text)}</a>'
 
 
@@ -114,7 +115,7 @@ def line_chart(series: dict[str, Sequence[Sequence[float]]], *, title: str, x_la
     for t in _ticks(x0, x1):
         parts.append(f'<text class=tick x="{sx(t):.1f}" y="{top + h + 14}" text-anchor=middle>{esc(f"{t:.6g}")}</text>')
     parts.append(f'<text class=axis x="{left + w / 2}" y="{height - 4}" text-anchor=middle>{esc(x_label)}</text>')
-    parts.append(f'<rect class=frame x={left} y={top} width={w} height={h}/>')
+    parts.append(f'<rect class="frame" x="{left}" y="{top}" width="{w}" height="{h}"/>')
     legend = []
     for k, (name, pts) in enumerate(series.items()):
         color = PALETTE[k % len(PALETTE)]
@@ -123,7 +124,7 @@ def line_chart(series: dict[str, Sequence[Sequence[float]]], *, title: str, x_la
         dots = "".join(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r=2.5><title>{esc(name)} · {esc(x_label)} '
                        f'{esc(f"{x:g}")}: {esc(f"{y:.5g}")}</title></circle>' for x, y in clean)
         parts.append(f'<g class=series data-series="{k}" stroke="{color}" fill="{color}">'
-                     f'<path d="{path}" fill=none stroke-width=1.6/>{dots}</g>')
+                     f'<path d="{path}" fill="none" stroke-width="1.6"/>{dots}</g>')
         legend.append(f'<button type=button class=legend data-series="{k}"><i style="background:{color}"></i>'
                       f'{esc(name)}</button>')
     parts.append("</svg>")
@@ -186,9 +187,9 @@ def interval_chart(items: Sequence[dict], *, title: str, width: int = 640) -> st
         tip = f'{it.get("label")}: {fmt(mean, 4)} [{fmt(it.get("low"), 4)}, {fmt(it.get("high"), 4)}] {verdict}'
         parts.append(f'<text class=rowlabel x=4 y="{y + 4}">{esc(it.get("label"))}</text>'
                      f'<g class="ci {esc(verdict)}"><title>{esc(tip)}</title>'
-                     f'<line x1="{sx(low):.1f}" x2="{sx(high):.1f}" y1={y} y2={y} stroke-width=2/>')
+                     f'<line x1="{sx(low):.1f}" x2="{sx(high):.1f}" y1="{y}" y2="{y}" stroke-width="2"/>')
         if isinstance(mean, (int, float)) and math.isfinite(mean):
-            parts.append(f'<circle cx="{sx(mean):.1f}" cy={y} r=4/>')
+            parts.append(f'<circle cx="{sx(mean):.1f}" cy="{y}" r="4"/>')
         parts.append("</g>")
     parts.append("</svg>")
     return f'<figure class=chart><figcaption>{esc(title)}</figcaption>{"".join(parts)}</figure>'

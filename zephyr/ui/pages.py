@@ -113,7 +113,7 @@ def render_live(data: dict) -> str:
                                fmt(st.get("records_per_s"), 1), fmt(st.get("eta_seconds"), 1), fmt(len(st.get("retries") or []))])
             for r in st.get("retries") or []:
                 retry_rows.append([fmt(st.get("index")), fmt(r.get("shard")), fmt(r.get("attempt")), esc(r.get("kind")),
-                                   esc(r.get("error")), esc(r.get("worker_host")), fmt(r.get("worker_pid"))])
+                                   esc(r.get("error")), esc(r.get("worker_host")), esc(r.get("worker_pid"))])
         counters = ", ".join(f"{esc(k)} {fmt(v)}" for k, v in sorted((job.get("counters") or {}).items()))
         out.append(f'<div class=job><h3>job {esc(job.get("job"))} {esc(job.get("step") or "")} '
                    f'<span class="status {esc(job.get("status"))}">{esc(job.get("status"))}</span> '
