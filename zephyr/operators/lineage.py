@@ -32,7 +32,7 @@ import xxhash
 
 from zephyr.engine import counters
 from zephyr.engine.dataset import Dataset
-from zephyr.engine.fs import atomic_write, join
+from zephyr.fs import atomic_write, join
 
 __all__ = ["LINEAGE_DIR", "LINEAGE_SCHEMA", "drop_removed", "removal_of"]
 

@@ -29,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"zephyr ui needs {exc.name}: pip install 'zephyr[ui]' (starlette, uvicorn)", file=sys.stderr)
         return 2
-    from zephyr.engine.fs import url_to_fs
+    from zephyr.fs import url_to_fs
     from zephyr.ui import serve
 
     fs, path = url_to_fs(args.root)

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from zephyr.engine.expr import Expr, col
 from zephyr.engine.io import infer_format, read_records
-from zephyr.engine.fs import open_url, url_to_fs
+from zephyr.fs import open_url, url_to_fs
 from zephyr.ui.source import Root
 
 __all__ = ["page", "get_row", "find_document", "file_rows"]

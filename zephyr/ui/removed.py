@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from zephyr.engine.fs import url_to_fs
+from zephyr.fs import url_to_fs
 from zephyr.ui.documents import find_document
 from zephyr.ui.source import Root
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from zephyr.engine.fs import join, open_url, url_to_fs
+from zephyr.fs import join, open_url, url_to_fs
 
 __all__ = ["Root", "DATA_SUFFIXES", "is_data_file"]
 

@@ -12,7 +12,7 @@ import json
 import posixpath
 from typing import Any
 
-from zephyr.engine.fs import open_url
+from zephyr.fs import open_url
 from zephyr.ui.source import Root
 
 __all__ = ["list_training", "training_view", "list_reports", "report_view"]
