@@ -64,10 +64,16 @@ def test_runs_page_shows_steps_with_counts_and_reasons(ui_server, ui_root: Path)
     assert steps["tokenize"]["tokens"] > 0 and all(s["status"] == "done" for s in data["steps"])
 
 
+FILTERS = [
+    'split in ["medium", "high_actual"] and len(text) > 1500 and dup_count >= 1',
+    'split in ["medium", "high_actual"] and len(text) > 1500 and not (lang is not null)',  # a field no file has
+]
+
+
+@pytest.mark.parametrize("text", FILTERS, ids=["fields-present", "field-missing"])
 @pytest.mark.parametrize("kind", ["jsonl", "parquet", "vortex"])
-def test_filters_give_the_engines_documents(ui_server, ui_root: Path, kind: str) -> None:
+def test_filters_give_the_engines_documents(ui_server, ui_root: Path, kind: str, text: str) -> None:
     folder = next(ui_root.glob("exact_dedup-*")).name if kind == "jsonl" else f"copies/{kind}"
-    text = 'split in ["medium", "high_actual"] and len(text) > 1500 and not (lang is not null)'
     files = sorted(str(p) for p in (ui_root / folder).iterdir() if p.name.startswith("part-"))
     with execution(backend="local", summary=False, progress=False):
         expected = [d["id"] for d in Dataset.from_files(files).filter(parse_filter(text)).collect()]
@@ -197,7 +203,28 @@ def test_lineage_of_a_quality_and_dedup_step_matches_the_marks(ui_server, ui_roo
     assert len(expected) >= 2  # quality rules and exact duplicates
     removed = {s["step"]: s for s in ui_server.json("/api/removed")["steps"]}
     assert removed["quality"]["removed"] == dict(expected)
+    # paging one reason across the lineage files (pages of 3) lists each removed document once
+    ids, offset = [], 0
+    while True:
+        page = ui_server.json(f"/api/removed?step=quality&reason=exact_duplicate&offset={offset}&limit=3")
+        ids += [r["id"] for r in page["rows"]]
+        offset += 3
+        if offset >= page["total"]:
+            break
+    assert sorted(ids) == sorted(d["id"] for d in docs if d.get("filter_reason") == "exact_duplicate")
     # the marked dataset filters by filter_reason exactly like the engine
     text = 'filter_reason == "exact_duplicate"'
     page = ui_server.json(f"/api/documents?dataset=marked&filter={q(text)}&limit=1000")
     assert [r["id"] for r in page["rows"]] == [d["id"] for d in docs if d.get("filter_reason") == "exact_duplicate"]
+
+
+def test_filter_on_a_nested_quality_signal(ui_server, ui_root: Path) -> None:
+    marked = sorted(str(p) for p in (ui_root / "marked").glob("part-*.jsonl.zst"))
+    with execution(backend="local", summary=False, progress=False):
+        docs = Dataset.from_files(marked).collect()
+    words = sorted(d["quality_signals"]["words"] for d in docs)
+    cut = words[len(words) // 3]
+    expected = [d["id"] for d in docs if d["quality_signals"]["words"] < cut and d["split"] != "medium"]
+    text = f'quality_signals.words < {cut} and split != "medium"'
+    page = ui_server.json(f"/api/documents?dataset=marked&filter={q(text)}&limit=1000")
+    assert 0 < len(expected) < len(docs) and [r["id"] for r in page["rows"]] == expected

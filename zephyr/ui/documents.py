@@ -7,11 +7,14 @@ How a page is read (the cost is what the page needs, never a whole file):
 - Unfiltered vortex: the row count comes from the footer; the page's rows are read by index.
 - jsonl: records stream from the start of the file where the page begins and the stream is closed
   as soon as the page is full (decompression stops there).
-- Filtered (the engine's `col` expressions, see `zephyr.ui.filters`, pushed into parquet/vortex
-  scans exactly as `Dataset.filter` does): files are scanned in order until the page is full; how
-  many matches each scanned file held is remembered, so later pages start at the right file.
+- Filtered (the engine's `col` expressions, see `zephyr.ui.filters`): parquet row groups are read
+  one at a time, the filter's columns first (its Arrow form, as the engine's pushdown uses) and whole
+  rows only for the rows shown; vortex scans get the predicate pushed down as `Dataset.filter` does;
+  jsonl streams. Files are scanned in order until the page is full; how many matches each scanned
+  file held is remembered, so later pages start at the right file.
 
-Text search is `col("text").str_contains(q)` (case-sensitive), combined with the filter.
+Text search is `col("text").str_contains(q)` (case-sensitive), combined with the filter. Nested fields
+(`quality_signals.words`) are addressed with dots; such filters are evaluated row by row.
 """
 
 from __future__ import annotations
@@ -85,6 +88,45 @@ def _parquet_slice(url: str, start: int, count: int) -> list[dict]:
     return out
 
 
+def _parquet_filtered(url: str, expr: Expr, skip: int, count: int) -> tuple[list[dict], int] | None:
+    """Matching rows [skip, skip + count) of a parquet file and how many matches were read, or None when
+    the expression needs fields the file lacks (the caller streams instead).
+
+    Row group by row group: the filter's columns are read and the expression (the engine's, as an Arrow
+    expression, like its pushdown) picks the matching rows; whole rows are decoded only for the rows the
+    page shows. A dataset scanner would read ahead many row groups, which is what a page must not do.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    fs, path = url_to_fs(url)
+    got: list[dict] = []
+    consumed = 0
+    with fs.open(path, "rb") as handle:
+        pf = pq.ParquetFile(handle)
+        columns = sorted(expr.columns())
+        if not set(columns) <= set(pf.schema_arrow.names):
+            return None
+        try:
+            arrow_expr = expr.to_arrow()
+        except NotImplementedError:
+            return None
+        for rg in range(pf.metadata.num_row_groups):
+            keys = pf.read_row_group(rg, columns=columns)
+            keys = keys.append_column("__row", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+            hits = keys.filter(arrow_expr).column("__row").to_numpy()
+            if consumed + len(hits) <= skip:
+                consumed += len(hits)
+                continue
+            lo = max(0, skip - consumed)
+            take = hits[lo : lo + count - len(got)]
+            got.extend(pf.read_row_group(rg).take(pa.array(take)).to_pylist())
+            consumed += lo + len(take)
+            if len(got) >= count:
+                break
+    return got, consumed
+
+
 def _vortex_slice(url: str, start: int, count: int) -> list[dict]:
     import pyarrow as pa
     import vortex as vx
@@ -101,7 +143,36 @@ def _vortex_slice(url: str, start: int, count: int) -> list[dict]:
 
 
 def _iter_file(url: str, expr: Expr | None) -> Iterator[dict]:
-    return read_records(url, filter=expr)
+    nested = sorted(c for c in expr.columns() if "." in c) if expr is not None else []
+    if not nested:
+        return read_records(url, filter=expr)
+    return _nested_filter(read_records(url), expr, nested)
+
+
+def _lookup(record: Any, path: list[str]) -> Any:
+    for part in path:
+        if not isinstance(record, dict):
+            return None
+        record = record.get(part)
+    return record
+
+
+def _nested_filter(records: Iterator[dict], expr: Expr, nested: list[str]) -> Iterator[dict]:
+    """`expr` over records whose nested fields are addressed with dots (`quality_signals.words`).
+
+    The engine's `col` reads top-level fields only, so each record is seen through a view where every
+    dotted name is its nested value; the expression is the engine's, evaluated row by row (no pushdown).
+    """
+    try:
+        for record in records:
+            view = dict(record)
+            for name in nested:
+                if name not in record:
+                    view[name] = _lookup(record, name.split("."))
+            if expr.matches(view):
+                yield record
+    finally:
+        records.close()  # type: ignore[attr-defined]
 
 
 def _stream_slice(url: str, expr: Expr | None, skip: int, count: int) -> tuple[list[dict], int]:
@@ -181,9 +252,10 @@ def page(root: Root, dataset: str, *, expr: Expr | None = None, q: str | None = 
         elif where is None and fmt == "vortex":
             got = _vortex_slice(url, skip, need)
         else:
-            got, consumed = _stream_slice(url, where, skip, need)
+            sliced = _parquet_filtered(url, where, skip, need) if fmt == "parquet" else None
+            got, consumed = sliced if sliced is not None else _stream_slice(url, where, skip, need)
             if len(got) < need:
-                counts[i] = consumed  # the stream ended: this file's matches are now known
+                counts[i] = consumed  # the scan ended: this file's matches are now known
         for j, row in enumerate(got):
             row["_file"] = rel
             row["_row"] = skip + j
@@ -219,7 +291,8 @@ def get_row(root: Root, rel: str, index: int, *, expr: Expr | None = None) -> di
     elif expr is None and fmt == "vortex":
         got = _vortex_slice(url, index, 1)
     else:
-        got, _ = _stream_slice(url, expr, index, 1)
+        sliced = _parquet_filtered(url, expr, index, 1) if fmt == "parquet" and expr is not None else None
+        got = sliced[0] if sliced is not None else _stream_slice(url, expr, index, 1)[0]
     if not got:
         return None
     got[0]["_file"] = rel

@@ -20,6 +20,7 @@ Grammar (keywords case-insensitive):
     VALUE   := STRING ('...' or "...") | NUMBER | true | false
 
 Examples: `filter_reason == "exact_duplicate"`, `lang in ["en", "de"] and quality_score >= 0.5`,
+`quality_signals.words < 50` (a dotted name reads a nested field),
 `dup_cluster is not null`, `text contains "recipe"`, `len(text) > 1000`.
 """
 

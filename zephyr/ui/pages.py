@@ -51,23 +51,34 @@ def live_data(root: Root, request: Request) -> dict:
     return {"live": runs.latest_run(root)}
 
 
-def _removed_cell(step: dict) -> str:
+def _removed_cell(step: dict, folders: list[str]) -> str:
+    """Removed counts by reason, each linked to where those documents can be seen: the lineage page, or
+    (steps that mark documents and leave them in their output, as recipes/common_crawl.py does) the step's
+    documents filtered by that reason."""
     if not step.get("removed"):
         return fmt(step.get("removed_total"))
-    parts = [f"{esc(reason)} {fmt(n)}" for reason, n in step["removed"].items()]
-    text = "<br>".join(parts)
-    if step.get("lineage"):
-        return f'<a href="{esc(url("/removed", step=step["path"]))}">{text}</a>'
-    return text
+    own = [f for f in folders if f == step["path"] or f.startswith(step["path"] + "/")]
+    parts = []
+    for reason, n in step["removed"].items():
+        text = f"{esc(reason)} {fmt(n)}"
+        if step.get("lineage"):
+            parts.append(f'<a href="{esc(url("/removed", step=step["path"], reason=reason))}">{text}</a>')
+        elif own:
+            href = url("/documents", dataset=own[0], filter=f"filter_reason == {json.dumps(reason)}")
+            parts.append(f'<a href="{esc(href)}">{text}</a>')
+        else:
+            parts.append(text)
+    return "<br>".join(parts)
 
 
 def render_runs(root: Root, data: dict) -> str:
+    folders = [d["path"] for d in root.datasets() if not d["lineage"]]
     rows = []
     for s in data["steps"]:
         rows.append([
             esc(s.get("name")), f'<code>{esc(s.get("version"))}</code>',
             f'<span class="status {esc(s.get("status"))}">{esc(s.get("status"))}</span>',
-            fmt(s.get("docs_in")), fmt(s.get("docs_out")), _removed_cell(s), fmt(s.get("tokens")),
+            fmt(s.get("docs_in")), fmt(s.get("docs_out")), _removed_cell(s, folders), fmt(s.get("tokens")),
             fmt(s.get("seconds"), 1) + (" s" if s.get("seconds") is not None else ""),
             link(url("/documents", prefix=s["path"]), s["path"]),
         ])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import html
-import posixpath
 from typing import Any
 
 import numpy as np
@@ -40,54 +39,76 @@ def lineage_dirs(root: Root) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
-def _table(root: Root, step: str) -> pa.Table:
+def _files(root: Root, step: str) -> list[str]:
     files = lineage_dirs(root).get(step)
     if files is None:
         raise KeyError(f"step {step!r} has no lineage side output ({step}/{LINEAGE}/part-*.parquet); steps with one: "
                        f"{', '.join(lineage_dirs(root)) or 'none'}")
-    listing = root.files()
+    return files
 
-    def build() -> pa.Table:
-        tables = []
-        for rel in files:
-            fs, path = url_to_fs(root.abs(rel))
-            with fs.open(path, "rb") as handle:
-                tables.append(pq.read_table(handle))
-        return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
 
-    key = "lineage:" + step + ":" + ",".join(f"{f}@{listing.get(f, {}).get('mtime')}" for f in files)
-    return root.cached(key, build, ttl=3600.0)
+def _read(root: Root, rel: str, *, columns: list[str] | None = None, where: pc.Expression | None = None) -> pa.Table:
+    """One lineage file (or the matching rows of it: the filter is pushed into the parquet scan)."""
+    fs, path = url_to_fs(root.abs(rel))
+    with fs.open(path, "rb") as handle:
+        return pq.read_table(handle, columns=columns, filters=where)
+
+
+def _file_counts(root: Root, rel: str) -> dict[str, int]:
+    """{reason: rows} of one lineage file; only the (dictionary-encoded) reason column is read. Cached."""
+    mtime = root.files().get(rel, {}).get("mtime")
+
+    def build() -> dict[str, int]:
+        reasons = _read(root, rel, columns=["reason"]).column("reason").combine_chunks()
+        return {c["values"]: int(c["counts"]) for c in pc.value_counts(reasons).to_pylist()}
+
+    return root.cached(f"lineage-counts:{rel}@{mtime}", build, ttl=3600.0)
 
 
 def removed_counts(root: Root) -> dict[str, dict[str, int]]:
-    """Step directory -> {reason: removed documents}, from the lineage files (only the reason column is read)."""
+    """Step directory -> {reason: removed documents}, most frequent first."""
     out: dict[str, dict[str, int]] = {}
-    for step in lineage_dirs(root):
-        table = _table(root, step)
-        if not table.num_rows:
-            out[step] = {}
-            continue
-        counts = pc.value_counts(table.column("reason").combine_chunks()).to_pylist()
-        out[step] = {c["values"]: int(c["counts"]) for c in sorted(counts, key=lambda c: -c["counts"])}
+    for step, files in lineage_dirs(root).items():
+        total: dict[str, int] = {}
+        for rel in files:
+            for reason, n in _file_counts(root, rel).items():
+                total[reason] = total.get(reason, 0) + n
+        out[step] = dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
     return out
 
 
 def removed_page(root: Root, step: str, *, reason: str | None = None, offset: int = 0, limit: int = 50) -> dict:
-    """Removed documents of one step (optionally one reason), sorted by reason then id."""
-    table = _table(root, step)
-    if reason:
-        table = table.filter(pc.equal(table.column("reason"), reason))
-    if table.num_rows:
-        table = table.sort_by([("reason", "ascending"), ("id", "ascending")])
-    rows = table.slice(offset, limit).to_pylist()
-    return {"step": step, "reason": reason, "offset": offset, "limit": limit, "total": table.num_rows,
-            "counts": removed_counts(root).get(step, {}), "rows": rows}
+    """Removed documents of one step (optionally one reason), in lineage file order.
+
+    Files before the page are skipped by their cached per-reason counts; only the files holding the
+    page are read, with the reason pushed into the scan, so memory stays at one file's matching rows.
+    """
+    rows: list[dict] = []
+    seen = 0
+    for rel in _files(root, step):
+        counts = _file_counts(root, rel)
+        n = counts.get(reason, 0) if reason else sum(counts.values())
+        if seen + n <= offset:
+            seen += n
+            continue
+        table = _read(root, rel, where=pc.field("reason") == reason if reason else None)
+        skip = max(0, offset - seen)
+        rows.extend(table.slice(skip, limit - len(rows)).to_pylist())
+        seen += n
+        if len(rows) >= limit:
+            break
+    counts = removed_counts(root).get(step, {})
+    total = counts.get(reason, 0) if reason else sum(counts.values())
+    return {"step": step, "reason": reason, "offset": offset, "limit": limit, "total": total, "counts": counts,
+            "rows": rows}
 
 
 def _lineage_row(root: Root, step: str, doc_id: str) -> dict | None:
-    table = _table(root, step)
-    hit = table.filter(pc.equal(table.column("id"), doc_id))
-    return hit.slice(0, 1).to_pylist()[0] if hit.num_rows else None
+    for rel in _files(root, step):
+        hit = _read(root, rel, where=pc.field("id") == doc_id)
+        if hit.num_rows:
+            return hit.slice(0, 1).to_pylist()[0]
+    return None
 
 
 def input_folders(root: Root, step: str, steps_in_order: list[str]) -> list[str]:
@@ -159,7 +180,3 @@ def diff_html(kept: str, removed: str, *, max_words: int = 20_000) -> dict[str, 
         if b1 > b0:
             right.append(f'<mark class="ins">{tb}</mark>')
     return {"kept": " ".join(left), "removed": " ".join(right), "ratio": f"{matcher.ratio():.3f}"}
-
-
-def step_of(path: str) -> str:
-    return posixpath.normpath(path).split("/")[0]

@@ -87,8 +87,10 @@ def _summary_counts(summary: dict) -> tuple[Any, Any, dict]:
     docs_in = summary.get("documents_in")
     docs_out = summary.get("documents_out")
     removed: dict[str, int] = {}
-    if isinstance(summary.get("removed"), dict):
-        removed = {str(k): int(v) for k, v in summary["removed"].items()}
+    for key in ("removed", "dropped"):  # "dropped": recipes/common_crawl.py's per-reason counts
+        if isinstance(summary.get(key), dict) and all(isinstance(v, int) for v in summary[key].values()):
+            removed = {str(k): int(v) for k, v in summary[key].items()}
+            break
     return docs_in, docs_out, removed
 
 
