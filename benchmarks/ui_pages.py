@@ -41,8 +41,15 @@ def _docs(rng: np.random.Generator, start: int, n: int, text_bytes: int) -> list
     for k in range(n):
         chunk = raw[k * text_bytes : (k + 1) * text_bytes]
         text = " ".join(chunk[i : i + 8] for i in range(0, len(chunk), 8))
-        docs.append({"id": f"doc-{start + k:09d}", "split": ("high", "medium", "low")[(start + k) % 3],
-                     "lang": "en", "filter_reason": reasons[(start + k) % 10], "text": text})
+        docs.append(
+            {
+                "id": f"doc-{start + k:09d}",
+                "split": ("high", "medium", "low")[(start + k) % 3],
+                "lang": "en",
+                "filter_reason": reasons[(start + k) % 10],
+                "text": text,
+            }
+        )
     return docs
 
 
@@ -67,11 +74,23 @@ def generate(root: Path, total_bytes: int) -> dict:
                             batch = _docs(rng, start + b, min(2000, docs_per_file - b), text_bytes)
                             out.write(b"".join(json.dumps(d).encode() + b"\n" for d in batch))
                 else:
-                    with pq.ParquetWriter(tmp, pa.schema([("id", pa.string()), ("split", pa.string()), ("lang", pa.string()),
-                                                          ("filter_reason", pa.string()), ("text", pa.string())]),
-                                          compression="zstd") as writer:
+                    with pq.ParquetWriter(
+                        tmp,
+                        pa.schema(
+                            [
+                                ("id", pa.string()),
+                                ("split", pa.string()),
+                                ("lang", pa.string()),
+                                ("filter_reason", pa.string()),
+                                ("text", pa.string()),
+                            ]
+                        ),
+                        compression="zstd",
+                    ) as writer:
                         for b in range(0, docs_per_file, 2000):
-                            writer.write_table(pa.Table.from_pylist(_docs(rng, start + b, min(2000, docs_per_file - b), text_bytes)))
+                            writer.write_table(
+                                pa.Table.from_pylist(_docs(rng, start + b, min(2000, docs_per_file - b), text_bytes))
+                            )
                 os.replace(tmp, path)
             info["files"] += 1
             info["bytes"] += path.stat().st_size
@@ -82,9 +101,12 @@ def generate(root: Path, total_bytes: int) -> dict:
 def sample_root(work: Path) -> Path:
     root = work / "sample"
     if not any(root.glob("tokenize-*")):
-        code = ("import sys; sys.path.insert(0, 'tests/ui'); from conftest import _load_recipe; from zephyr import execution\n"
-                f"r = _load_recipe()\nwith execution(backend='local', scratch={str(work / 'scratch')!r}, summary=False, progress=False):\n"
-                f"    r.run(r.parse_args(['--output', {str(root)!r}, '--no-train']))\n")
+        code = (
+            "import sys; sys.path.insert(0, 'tests/ui')\n"
+            "from ui_helpers import _load_recipe\nfrom zephyr import execution\nr = _load_recipe()\n"
+            f"with execution(backend='local', scratch={str(work / 'scratch')!r}, summary=False, progress=False):\n"
+            f"    r.run(r.parse_args(['--output', {str(root)!r}, '--no-train']))\n"
+        )
         subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     return root
 
@@ -105,7 +127,7 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/zephyr-ui-bench", help="where the sample and the large output go")
     parser.add_argument("--quick", action="store_true", help="~0.2 GB instead of ~2 GB")
     args = parser.parse_args()
-    from conftest import Server
+    from ui_helpers import Server
 
     from zephyr.engine.io import read_records
 
@@ -125,11 +147,15 @@ def main() -> None:
         store = server.json("/api/stores")["stores"][0]["path"]
         mixture = server.json("/api/stores")["mixtures"][0]
         pages = {
-            "runs": "/", "documents": f"/documents?dataset={q(exact)}",
+            "runs": "/",
+            "documents": f"/documents?dataset={q(exact)}",
             "documents_filtered": f"/documents?dataset={q(exact)}&filter={q(MEDIUM_LONG)}",
-            "document": f"/documents/doc?file={q(exact)}/part-00000.jsonl.zst&row=10", "removed": f"/removed?step={q(fuzzy)}",
-            "removed_pair": f"/removed/pair?step={q(fuzzy)}&id={q(rid)}", "store": f"/stores/view?path={q(store)}",
-            "store_doc": f"/stores/doc?path={q(store)}&index=3", "mixture": f"/stores/mixture?path={q(mixture)}",
+            "document": f"/documents/doc?file={q(exact)}/part-00000.jsonl.zst&row=10",
+            "removed": f"/removed?step={q(fuzzy)}",
+            "removed_pair": f"/removed/pair?step={q(fuzzy)}&id={q(rid)}",
+            "store": f"/stores/view?path={q(store)}",
+            "store_doc": f"/stores/doc?path={q(store)}&index=3",
+            "mixture": f"/stores/mixture?path={q(mixture)}",
         }
         print(f"embedded sample ({root}), load {load:.1f} on {os.cpu_count()} cores")
         print(f"{'page':<22} {'first ms':>9} {'median ms':>10}")
@@ -147,21 +173,24 @@ def main() -> None:
     big = work / ("big-quick" if args.quick else "big")
     started = time.perf_counter()
     info = generate(big, (230 if args.quick else 2300) * 1024 * 1024)  # base64 text: ~87% of the target on disk
-    print(f"\nlarge output {big}: {info['files']} files, {info['bytes'] / 1e9:.2f} GB, {info['docs']:,} documents "
-          f"(ready in {time.perf_counter() - started:.0f} s); load {os.getloadavg()[0]:.1f}")
+    print(
+        f"\nlarge output {big}: {info['files']} files, {info['bytes'] / 1e9:.2f} GB, {info['docs']:,} documents "
+        f"(ready in {time.perf_counter() - started:.0f} s); load {os.getloadavg()[0]:.1f}"
+    )
     server = Server(big)
     per_file = info["docs"] // 8
     try:
         large = {}
         print(f"{'page':<40} {'first ms':>9} {'median ms':>10}")
         for kind in ("jsonl", "parquet"):
+            suffix = "jsonl.zst" if kind == "jsonl" else "parquet"
             cases = {
                 "first page": f"/documents?dataset={kind}",
                 "page at row 1,000": f"/documents?dataset={kind}&offset=1000",
                 "page in the last file": f"/documents?dataset={kind}&offset={3 * per_file + 100}",
                 "filter_reason == fuzzy_duplicate": f"/documents?dataset={kind}&filter={q(FUZZY)}",
                 "filtered page 20": f"/documents?dataset={kind}&filter={q(FUZZY)}&offset=1000",
-                "open one document": f"/documents/doc?file={kind}/part-00002.{'jsonl.zst' if kind == 'jsonl' else 'parquet'}&row=500",
+                "open one document": f"/documents/doc?file={kind}/part-00002.{suffix}&row=500",
             }
             for name, path in cases.items():
                 first, median = timed(server, path)

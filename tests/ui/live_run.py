@@ -12,12 +12,12 @@ import os
 import socket
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Flaky:
@@ -36,18 +36,54 @@ def main() -> None:
 
     record_dir, shards, pause = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     started = time.time()
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
     runs = record_dir / "_runs"
     runs.mkdir(parents=True, exist_ok=True)
-    stage = {"index": 0, "name": "from_list -> map(Flaky)", "shards": shards, "shards_done": 0, "resumed_shards": 0,
-             "records_in": 0, "records_out": 0, "bytes_in": 0, "bytes_out": 0, "seconds": 0.0,
-             "records_per_s": None, "eta_seconds": None, "peak_rss": 0, "retries": []}
-    record = {"format": "zephyr.run/1", "run_id": run_id, "status": "running", "command": sys.argv, "script": __file__,
-              "host": socket.gethostname(), "pid": os.getpid(), "backend": "local", "workers": 1,
-              "started_at": _now(), "updated_at": _now(), "finished_at": None, "seconds": 0.0,
-              "versions": {"zephyr": "0.1.0", "python": sys.version.split()[0]}, "error": None, "steps": [],
-              "jobs": [{"job": 0, "step": None, "status": "running", "started_at": _now(), "seconds": 0.0,
-                        "counters": {}, "stages": [stage]}]}
+    stage = {
+        "index": 0,
+        "name": "from_list -> map(Flaky)",
+        "shards": shards,
+        "shards_done": 0,
+        "resumed_shards": 0,
+        "records_in": 0,
+        "records_out": 0,
+        "bytes_in": 0,
+        "bytes_out": 0,
+        "seconds": 0.0,
+        "records_per_s": None,
+        "eta_seconds": None,
+        "peak_rss": 0,
+        "retries": [],
+    }
+    record = {
+        "format": "zephyr.run/1",
+        "run_id": run_id,
+        "status": "running",
+        "command": sys.argv,
+        "script": __file__,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "backend": "local",
+        "workers": 1,
+        "started_at": _now(),
+        "updated_at": _now(),
+        "finished_at": None,
+        "seconds": 0.0,
+        "versions": {"zephyr": "0.1.0", "python": sys.version.split()[0]},
+        "error": None,
+        "steps": [],
+        "jobs": [
+            {
+                "job": 0,
+                "step": None,
+                "status": "running",
+                "started_at": _now(),
+                "seconds": 0.0,
+                "counters": {},
+                "stages": [stage],
+            }
+        ],
+    }
 
     def write() -> None:
         record["updated_at"] = _now()
@@ -65,8 +101,16 @@ def main() -> None:
             out = result.outputs
             for attempt, reason in enumerate(result.stages[0].retries, start=1):
                 # local backend: the shard ran in this process, so the worker is this pid on this host
-                stage["retries"].append({"shard": shard, "attempt": attempt, "kind": "user", "error": reason[:300],
-                                         "worker_pid": os.getpid(), "worker_host": socket.gethostname()})
+                stage["retries"].append(
+                    {
+                        "shard": shard,
+                        "attempt": attempt,
+                        "kind": "user",
+                        "error": reason[:300],
+                        "worker_pid": os.getpid(),
+                        "worker_host": socket.gethostname(),
+                    }
+                )
             stage["shards_done"] += 1
             stage["records_in"] += len(rows)
             stage["records_out"] += len(out)

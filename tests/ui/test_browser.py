@@ -18,8 +18,15 @@ import pytest
 
 CHROMIUM = os.environ.get("ZEPHYR_CHROMIUM", "/usr/bin/chromium")
 SHOTS = Path(os.environ.get("ZEPHYR_UI_SCREENSHOTS", Path(__file__).resolve().parents[2] / "build" / "ui-screenshots"))
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -44,8 +51,14 @@ def page(browser):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     blocked: list[str] = []
     # nothing may come from outside the server: no CDN, no fonts
-    context.route("**/*", lambda route: (route.continue_() if route.request.url.startswith("http://127.0.0.1")
-                                         else (blocked.append(route.request.url), route.abort())))
+    context.route(
+        "**/*",
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith("http://127.0.0.1")
+            else (blocked.append(route.request.url), route.abort())
+        ),
+    )
     pg = context.new_page()
     yield pg
     context.close()
@@ -116,7 +129,9 @@ def test_screenshots_of_stores_and_training(page, ui_server) -> None:
     training = ui_server.json("/api/training")
     store = stores["stores"][0]["path"]
     shots = {
-        "stores": "/stores", "store": f"/stores/view?path={q(store)}", "store-tokens": f"/stores/doc?path={q(store)}&index=0",
+        "stores": "/stores",
+        "store": f"/stores/view?path={q(store)}",
+        "store-tokens": f"/stores/doc?path={q(store)}&index=0",
         "mixture": f"/stores/mixture?path={q(stores['mixtures'][0])}",
         "training-run": f"/training/run?path={q(next(p for p in training['runs'] if p.startswith('train-')))}",
         "ablation-report": f"/training/report?path={q(training['reports'][0])}",

@@ -29,11 +29,21 @@ def _urls(server) -> list[str]:
     training = server.json("/api/training")
     medium = q('split == "medium"')
     return [
-        "/", "/documents", f"/documents?dataset={q(folder)}", f"/documents?dataset={q(folder)}&filter={medium}",
-        f"/documents/doc?file={q(first)}&row=0", "/removed", f"/removed?step={q(fuzzy)}",
-        f"/removed/pair?step={q(fuzzy)}&id={q(rid)}", "/stores", f"/stores/view?path={q(store)}",
-        f"/stores/doc?path={q(store)}&index=0", f"/stores/mixture?path={q(stores['mixtures'][0])}&budget=100000",
-        "/training", f"/training/run?path={q(training['runs'][0])}", f"/training/report?path={q(training['reports'][0])}",
+        "/",
+        "/documents",
+        f"/documents?dataset={q(folder)}",
+        f"/documents?dataset={q(folder)}&filter={medium}",
+        f"/documents/doc?file={q(first)}&row=0",
+        "/removed",
+        f"/removed?step={q(fuzzy)}",
+        f"/removed/pair?step={q(fuzzy)}&id={q(rid)}",
+        "/stores",
+        f"/stores/view?path={q(store)}",
+        f"/stores/doc?path={q(store)}&index=0",
+        f"/stores/mixture?path={q(stores['mixtures'][0])}&budget=100000",
+        "/training",
+        f"/training/run?path={q(training['runs'][0])}",
+        f"/training/report?path={q(training['reports'][0])}",
     ]
 
 
@@ -124,8 +134,11 @@ def test_a_removed_document_links_to_its_keeper(ui_server, ui_root: Path) -> Non
     assert pair["removed"]["id"] == row["id"] and pair["keeper"]["id"] == row["keeper"] != row["id"]
     assert text_hash(pair["removed"]["text"]) == text_hash(pair["keeper"]["text"])  # an exact duplicate of its keeper
     # the keeper survived the step: it is in the step's own output
-    kept_ids = {json.loads(line)["id"] for p in (ui_root / exact["step"]).glob("part-*.jsonl.zst")
-                for line in __import__("zstandard").ZstdDecompressor().stream_reader(p.open("rb")).read().splitlines()}
+    kept_ids = {
+        json.loads(line)["id"]
+        for p in (ui_root / exact["step"]).glob("part-*.jsonl.zst")
+        for line in __import__("zstandard").ZstdDecompressor().stream_reader(p.open("rb")).read().splitlines()
+    }
     assert row["keeper"] in kept_ids and row["id"] not in kept_ids
     html = ui_server.get(f"/removed?step={q(exact['step'])}")[1].decode()
     assert f"/removed/pair?step={q(exact['step'], safe='')}" in html.replace("&amp;", "&") or "removed/pair" in html
@@ -161,7 +174,11 @@ def test_training_and_ablation_pages(ui_server) -> None:
     assert report["verdicts"][0]["verdict"] == "better"
     assert any(d["high"] < 0 for d in report["differences"])
     html = ui_server.get(f"/training/report?path={q(listing['reports'][0])}")[1].decode()
-    assert "<svg" in html and "<script src=\"/static/ui.js\">" in html and "http" not in html.split("<main>")[1].split("href")[0]
+    assert (
+        "<svg" in html
+        and '<script src="/static/ui.js">' in html
+        and "http" not in html.split("<main>")[1].split("href")[0]
+    )
 
 
 def test_live_view_follows_a_running_process(ui_server, ui_root: Path) -> None:
@@ -228,3 +245,42 @@ def test_filter_on_a_nested_quality_signal(ui_server, ui_root: Path) -> None:
     text = f'quality_signals.words < {cut} and split != "medium"'
     page = ui_server.json(f"/api/documents?dataset=marked&filter={q(text)}&limit=1000")
     assert 0 < len(expected) < len(docs) and [r["id"] for r in page["rows"]] == expected
+
+
+def test_zephyr_ui_command_serves_the_root(ui_root: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from ui_helpers import _free_port
+
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zephyr.cli", "ui", str(ui_root), "--port", str(port)], env=env, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=5) as response:
+                    assert json.loads(response.read()) == {"ok": True, "root": str(ui_root)}
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "zephyr ui did not start"
+                time.sleep(0.3)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as response:
+            assert b"exact_dedup" in response.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    missing = subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", "ui", str(ui_root / "nope")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -51,8 +51,9 @@ class JSON(Response):
         return json.dumps(_jsonable(content), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
-def _endpoints(root: Root, data: Callable[[Root, Request], dict], render: Callable[[Root, dict], str],
-               title: str, active: str) -> tuple[Callable, Callable]:
+def _endpoints(
+    root: Root, data: Callable[[Root, Request], dict], render: Callable[[Root, dict], str], title: str, active: str
+) -> tuple[Callable, Callable]:
     def api(request: Request) -> Response:
         try:
             return JSON(data(root, request))
@@ -68,9 +69,9 @@ def _endpoints(root: Root, data: Callable[[Root, Request], dict], render: Callab
             body = render(root, data(root, request))
             status = 200
         except (FilterSyntaxError, ValueError) as exc:
-            body, status = f'<p class=error>{esc(exc)}</p>', 400
+            body, status = f"<p class=error>{esc(exc)}</p>", 400
         except KeyError as exc:
-            body, status = f'<p class=error>{esc(exc.args[0] if exc.args else exc)}</p>', 404
+            body, status = f"<p class=error>{esc(exc.args[0] if exc.args else exc)}</p>", 404
         return HTMLResponse(page(title, active, body, root=root.url), status_code=status)
 
     return api, html_page

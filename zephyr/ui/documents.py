@@ -216,8 +216,9 @@ def matches_before(key: tuple) -> dict[int, int]:
         return hit
 
 
-def page(root: Root, dataset: str, *, expr: Expr | None = None, q: str | None = None, offset: int = 0,
-         limit: int = 50) -> dict:
+def page(
+    root: Root, dataset: str, *, expr: Expr | None = None, q: str | None = None, offset: int = 0, limit: int = 50
+) -> dict:
     """One page of `dataset` (a folder under the root): rows, where each came from, and whether more follow.
 
     Each row is returned with `_file` (relative path) and `_row` (its index among the file's matching
@@ -307,6 +308,7 @@ def find_document(root: Root, doc_id: str, folders: list[str], *, id_field: str 
     into parquet/vortex readers; jsonl files are streamed.
     """
     key = ("doc", doc_id, tuple(folders))
+
     def build() -> dict | None:
         expr = col(id_field) == doc_id
         for folder in folders:

@@ -66,8 +66,10 @@ def _tokens(text: str) -> list[_Tok]:
             break
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise FilterSyntaxError(f"filter: cannot read {text[pos:pos + 20]!r} at character {pos + 1}; "
-                                    "strings need quotes, e.g. lang == \"en\"")
+            raise FilterSyntaxError(
+                f"filter: cannot read {text[pos : pos + 20]!r} at character {pos + 1}; "
+                'strings need quotes, e.g. lang == "en"'
+            )
         kind = m.lastgroup or ""
         value, start = m.group(kind), m.start(kind)
         if kind == "word" and value.lower() in _KEYWORDS:
@@ -143,7 +145,7 @@ class _Parser:
         if tok.kind == "kw" and tok.text in ("true", "false"):
             return tok.text == "true"
         self.i -= 1
-        raise self.fail("a value (\"text\", a number, true or false)")
+        raise self.fail('a value ("text", a number, true or false)')
 
     def atom(self) -> Expr:
         tok = self.peek()
@@ -195,8 +197,13 @@ class _Parser:
 def _compare(left: Expr, op: str, value: Any) -> Expr:
     right = lit(value)
     return {
-        "==": lambda: left == right, "=": lambda: left == right, "!=": lambda: left != right,
-        "<": lambda: left < right, "<=": lambda: left <= right, ">": lambda: left > right, ">=": lambda: left >= right,
+        "==": lambda: left == right,
+        "=": lambda: left == right,
+        "!=": lambda: left != right,
+        "<": lambda: left < right,
+        "<=": lambda: left <= right,
+        ">": lambda: left > right,
+        ">=": lambda: left >= right,
     }[op]()
 
 

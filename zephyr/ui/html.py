@@ -16,8 +16,13 @@ from urllib.parse import urlencode
 
 __all__ = ["esc", "page", "table", "fmt", "link", "line_chart", "bar_chart", "interval_chart", "url"]
 
-NAV = (("runs", "/", "Runs"), ("documents", "/documents", "Documents"), ("removed", "/removed", "Removed, and why"),
-       ("stores", "/stores", "Token stores"), ("training", "/training", "Ablations & training"))
+NAV = (
+    ("runs", "/", "Runs"),
+    ("documents", "/documents", "Documents"),
+    ("removed", "/removed", "Removed, and why"),
+    ("stores", "/stores", "Token stores"),
+    ("training", "/training", "Ablations & training"),
+)
 PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#be185d", "#65a30d")
 
 
@@ -85,12 +90,19 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [first + i * step for i in range(int((hi - first) / step) + 1)]
 
 
-def line_chart(series: dict[str, Sequence[Sequence[float]]], *, title: str, x_label: str = "step", y_label: str = "",
-               width: int = 640, height: int = 300) -> str:
+def line_chart(
+    series: dict[str, Sequence[Sequence[float]]],
+    *,
+    title: str,
+    x_label: str = "step",
+    y_label: str = "",
+    width: int = 640,
+    height: int = 300,
+) -> str:
     """Lines with hoverable points and a clickable legend; `series` maps a name to [[x, y], ...]."""
     points = [(float(x), float(y)) for pts in series.values() for x, y in pts if y is not None and math.isfinite(y)]
     if not points:
-        return f'<figure class=chart><figcaption>{esc(title)}</figcaption><p class=muted>no data</p></figure>'
+        return f"<figure class=chart><figcaption>{esc(title)}</figcaption><p class=muted>no data</p></figure>"
     x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
     y0, y1 = min(p[1] for p in points), max(p[1] for p in points)
     if x1 == x0:
@@ -110,8 +122,10 @@ def line_chart(series: dict[str, Sequence[Sequence[float]]], *, title: str, x_la
 
     parts = [f'<svg class=chart-svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role=img>']
     for t in _ticks(y0, y1):
-        parts.append(f'<line class=grid x1={left} x2={left + w} y1="{sy(t):.1f}" y2="{sy(t):.1f}"/>'
-                     f'<text class=tick x="{left - 4}" y="{sy(t) + 4:.1f}" text-anchor=end>{esc(f"{t:.4g}")}</text>')
+        parts.append(
+            f'<line class=grid x1={left} x2={left + w} y1="{sy(t):.1f}" y2="{sy(t):.1f}"/>'
+            f'<text class=tick x="{left - 4}" y="{sy(t) + 4:.1f}" text-anchor=end>{esc(f"{t:.4g}")}</text>'
+        )
     for t in _ticks(x0, x1):
         parts.append(f'<text class=tick x="{sx(t):.1f}" y="{top + h + 14}" text-anchor=middle>{esc(f"{t:.6g}")}</text>')
     parts.append(f'<text class=axis x="{left + w / 2}" y="{height - 4}" text-anchor=middle>{esc(x_label)}</text>')
@@ -121,22 +135,30 @@ def line_chart(series: dict[str, Sequence[Sequence[float]]], *, title: str, x_la
         color = PALETTE[k % len(PALETTE)]
         clean = [(float(x), float(y)) for x, y in pts if y is not None and math.isfinite(y)]
         path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(clean))
-        dots = "".join(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r=2.5><title>{esc(name)} · {esc(x_label)} '
-                       f'{esc(f"{x:g}")}: {esc(f"{y:.5g}")}</title></circle>' for x, y in clean)
-        parts.append(f'<g class=series data-series="{k}" stroke="{color}" fill="{color}">'
-                     f'<path d="{path}" fill="none" stroke-width="1.6"/>{dots}</g>')
-        legend.append(f'<button type=button class=legend data-series="{k}"><i style="background:{color}"></i>'
-                      f'{esc(name)}</button>')
+        dots = "".join(
+            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r=2.5><title>{esc(name)} · {esc(x_label)} '
+            f"{esc(f'{x:g}')}: {esc(f'{y:.5g}')}</title></circle>"
+            for x, y in clean
+        )
+        parts.append(
+            f'<g class=series data-series="{k}" stroke="{color}" fill="{color}">'
+            f'<path d="{path}" fill="none" stroke-width="1.6"/>{dots}</g>'
+        )
+        legend.append(
+            f'<button type=button class=legend data-series="{k}"><i style="background:{color}"></i>{esc(name)}</button>'
+        )
     parts.append("</svg>")
-    ylab = f'<span class=ylabel>{esc(y_label)}</span>' if y_label else ""
-    return (f'<figure class="chart line-chart"><figcaption>{esc(title)} {ylab}</figcaption>{"".join(parts)}'
-            f'<div class=legend-row>{"".join(legend)}</div></figure>')
+    ylab = f"<span class=ylabel>{esc(y_label)}</span>" if y_label else ""
+    return (
+        f'<figure class="chart line-chart"><figcaption>{esc(title)} {ylab}</figcaption>{"".join(parts)}'
+        f"<div class=legend-row>{''.join(legend)}</div></figure>"
+    )
 
 
 def bar_chart(bars: Sequence[tuple[str, float]], *, title: str, width: int = 640, height: int = 220) -> str:
     """Vertical bars (a histogram): `bars` is [(label, value)]."""
     if not bars:
-        return f'<figure class=chart><figcaption>{esc(title)}</figcaption><p class=muted>no data</p></figure>'
+        return f"<figure class=chart><figcaption>{esc(title)}</figcaption><p class=muted>no data</p></figure>"
     top_value = max(v for _, v in bars) or 1
     left, bottom, top = 48, 40, 10
     w, h = width - left - 8, height - bottom - top
@@ -144,26 +166,38 @@ def bar_chart(bars: Sequence[tuple[str, float]], *, title: str, width: int = 640
     parts = [f'<svg class=chart-svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role=img>']
     for t in _ticks(0, top_value, 4):
         y = top + h - t / top_value * h
-        parts.append(f'<line class=grid x1={left} x2={left + w} y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<text class=tick x="{left - 4}" y="{y + 4:.1f}" text-anchor=end>{esc(f"{t:g}")}</text>')
+        parts.append(
+            f'<line class=grid x1={left} x2={left + w} y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class=tick x="{left - 4}" y="{y + 4:.1f}" text-anchor=end>{esc(f"{t:g}")}</text>'
+        )
     for i, (label, value) in enumerate(bars):
         bh = value / top_value * h
         x = left + i * bw
-        parts.append(f'<rect class=bar x="{x + 1:.1f}" y="{top + h - bh:.1f}" width="{max(1.0, bw - 2):.1f}" '
-                     f'height="{bh:.1f}"><title>{esc(label)}: {esc(fmt(value))}</title></rect>')
+        parts.append(
+            f'<rect class=bar x="{x + 1:.1f}" y="{top + h - bh:.1f}" width="{max(1.0, bw - 2):.1f}" '
+            f'height="{bh:.1f}"><title>{esc(label)}: {esc(fmt(value))}</title></rect>'
+        )
         if len(bars) <= 12 or i % max(1, len(bars) // 8) == 0:
-            parts.append(f'<text class=tick x="{x + bw / 2:.1f}" y="{top + h + 14}" text-anchor=middle>'
-                         f'{esc(label.split("–")[0])}</text>')
+            parts.append(
+                f'<text class=tick x="{x + bw / 2:.1f}" y="{top + h + 14}" text-anchor=middle>'
+                f"{esc(label.split('–')[0])}</text>"
+            )
     parts.append("</svg>")
-    return f'<figure class=chart><figcaption>{esc(title)}</figcaption>{"".join(parts)}</figure>'
+    return f"<figure class=chart><figcaption>{esc(title)}</figcaption>{''.join(parts)}</figure>"
 
 
 def interval_chart(items: Sequence[dict], *, title: str, width: int = 640) -> str:
     """Paired differences with confidence intervals: one row per item {label, mean, low, high, verdict}."""
-    finite = [v for it in items for v in (it.get("low"), it.get("high"), it.get("mean"))
-              if isinstance(v, (int, float)) and math.isfinite(v)]
+    finite = [
+        v
+        for it in items
+        for v in (it.get("low"), it.get("high"), it.get("mean"))
+        if isinstance(v, (int, float)) and math.isfinite(v)
+    ]
     if not finite:
-        return f'<figure class=chart><figcaption>{esc(title)}</figcaption><p class=muted>no finite intervals</p></figure>'
+        return (
+            f"<figure class=chart><figcaption>{esc(title)}</figcaption><p class=muted>no finite intervals</p></figure>"
+        )
     lo, hi = min(finite + [0.0]), max(finite + [0.0])
     span = (hi - lo) or 1.0
     lo, hi = lo - span * 0.1, hi + span * 0.1
@@ -174,8 +208,10 @@ def interval_chart(items: Sequence[dict], *, title: str, width: int = 640) -> st
     def sx(v: float) -> float:
         return label_w + (min(max(v, lo), hi) - lo) / (hi - lo) * w
 
-    parts = [f'<svg class=chart-svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role=img>',
-             f'<line class=zero x1="{sx(0):.1f}" x2="{sx(0):.1f}" y1=4 y2="{height - 20}"/>']
+    parts = [
+        f'<svg class=chart-svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role=img>',
+        f'<line class=zero x1="{sx(0):.1f}" x2="{sx(0):.1f}" y1=4 y2="{height - 20}"/>',
+    ]
     for t in _ticks(lo, hi, 4):
         parts.append(f'<text class=tick x="{sx(t):.1f}" y="{height - 4}" text-anchor=middle>{esc(f"{t:.3g}")}</text>')
     for i, it in enumerate(items):
@@ -184,15 +220,17 @@ def interval_chart(items: Sequence[dict], *, title: str, width: int = 640) -> st
         low = it.get("low") if isinstance(it.get("low"), (int, float)) and math.isfinite(it["low"]) else lo
         high = it.get("high") if isinstance(it.get("high"), (int, float)) and math.isfinite(it["high"]) else hi
         mean = it.get("mean")
-        tip = f'{it.get("label")}: {fmt(mean, 4)} [{fmt(it.get("low"), 4)}, {fmt(it.get("high"), 4)}] {verdict}'
-        parts.append(f'<text class=rowlabel x=4 y="{y + 4}">{esc(it.get("label"))}</text>'
-                     f'<g class="ci {esc(verdict)}"><title>{esc(tip)}</title>'
-                     f'<line x1="{sx(low):.1f}" x2="{sx(high):.1f}" y1="{y}" y2="{y}" stroke-width="2"/>')
+        tip = f"{it.get('label')}: {fmt(mean, 4)} [{fmt(it.get('low'), 4)}, {fmt(it.get('high'), 4)}] {verdict}"
+        parts.append(
+            f'<text class=rowlabel x=4 y="{y + 4}">{esc(it.get("label"))}</text>'
+            f'<g class="ci {esc(verdict)}"><title>{esc(tip)}</title>'
+            f'<line x1="{sx(low):.1f}" x2="{sx(high):.1f}" y1="{y}" y2="{y}" stroke-width="2"/>'
+        )
         if isinstance(mean, (int, float)) and math.isfinite(mean):
             parts.append(f'<circle cx="{sx(mean):.1f}" cy="{y}" r="4"/>')
         parts.append("</g>")
     parts.append("</svg>")
-    return f'<figure class=chart><figcaption>{esc(title)}</figcaption>{"".join(parts)}</figure>'
+    return f"<figure class=chart><figcaption>{esc(title)}</figcaption>{''.join(parts)}</figure>"
 
 
 def pre_json(value: Any) -> str:

@@ -75,40 +75,81 @@ def render_runs(root: Root, data: dict) -> str:
     folders = [d["path"] for d in root.datasets() if not d["lineage"]]
     rows = []
     for s in data["steps"]:
-        rows.append([
-            esc(s.get("name")), f'<code>{esc(s.get("version"))}</code>',
-            f'<span class="status {esc(s.get("status"))}">{esc(s.get("status"))}</span>',
-            fmt(s.get("docs_in")), fmt(s.get("docs_out")), _removed_cell(s, folders), fmt(s.get("tokens")),
-            fmt(s.get("seconds"), 1) + (" s" if s.get("seconds") is not None else ""),
-            link(url("/documents", prefix=s["path"]), s["path"]),
-        ])
-    steps_html = table(["step", "version", "status", "docs in", "docs out", "removed (why)", "tokens", "time", "output"],
-                       rows, id="steps") if rows else "<p class=muted>No recipe steps here (no _STEP.json markers or run records).</p>"
-    history = [[esc(r.get("run_id")), f'<span class="status {esc(r.get("status"))}">{esc(r.get("status"))}</span>',
-                esc(" ".join(r.get("command") or [])), esc(r.get("backend")), esc(f'{r.get("host")}:{r.get("pid")}'),
-                esc(r.get("started_at")), fmt(r.get("seconds"), 1)] for r in data["runs"]]
-    history_html = table(["run", "status", "command", "backend", "host:pid", "started", "seconds"], history) if history else \
-        "<p class=muted>No run records (<code>_runs/*.json</code>) yet.</p>"
-    return (f'<section><h2>Steps</h2>{steps_html}</section>'
-            f'<section><h2>Live</h2><div id=live data-refresh="/fragments/live" data-interval=1000>'
-            f'{render_live({"live": data["live"]})}</div></section>'
-            f'<section><h2>Run history</h2>{history_html}</section>')
+        rows.append(
+            [
+                esc(s.get("name")),
+                f"<code>{esc(s.get('version'))}</code>",
+                f'<span class="status {esc(s.get("status"))}">{esc(s.get("status"))}</span>',
+                fmt(s.get("docs_in")),
+                fmt(s.get("docs_out")),
+                _removed_cell(s, folders),
+                fmt(s.get("tokens")),
+                fmt(s.get("seconds"), 1) + (" s" if s.get("seconds") is not None else ""),
+                link(url("/documents", prefix=s["path"]), s["path"]),
+            ]
+        )
+    steps_html = (
+        table(
+            ["step", "version", "status", "docs in", "docs out", "removed (why)", "tokens", "time", "output"],
+            rows,
+            id="steps",
+        )
+        if rows
+        else "<p class=muted>No recipe steps here (no _STEP.json markers or run records).</p>"
+    )
+    history = [
+        [
+            esc(r.get("run_id")),
+            f'<span class="status {esc(r.get("status"))}">{esc(r.get("status"))}</span>',
+            esc(" ".join(r.get("command") or [])),
+            esc(r.get("backend")),
+            esc(f"{r.get('host')}:{r.get('pid')}"),
+            esc(r.get("started_at")),
+            fmt(r.get("seconds"), 1),
+        ]
+        for r in data["runs"]
+    ]
+    history_html = (
+        table(["run", "status", "command", "backend", "host:pid", "started", "seconds"], history)
+        if history
+        else "<p class=muted>No run records (<code>_runs/*.json</code>) yet.</p>"
+    )
+    return (
+        f"<section><h2>Steps</h2>{steps_html}</section>"
+        f'<section><h2>Live</h2><div id=live data-refresh="/fragments/live" data-interval=1000>'
+        f"{render_live({'live': data['live']})}</div></section>"
+        f"<section><h2>Run history</h2>{history_html}</section>"
+    )
 
 
 def render_live(data: dict) -> str:
     run = data.get("live")
     if not run:
         return "<p class=muted>No run record yet. Runs write <code>_runs/&lt;run_id&gt;.json</code> while they run.</p>"
-    head = (f'<p class=runhead><b>{esc(run.get("run_id"))}</b> '
-            f'<span class="status {esc(run.get("status"))}" id=live-status>{esc(run.get("status"))}</span> '
-            f'{esc(run.get("backend"))} · {fmt(run.get("workers"))} workers · {esc(run.get("host"))} pid {esc(run.get("pid"))}'
-            f' · {fmt(run.get("seconds"), 1)} s · updated {esc(run.get("updated_at"))}</p>')
+    head = (
+        f"<p class=runhead><b>{esc(run.get('run_id'))}</b> "
+        f'<span class="status {esc(run.get("status"))}" id=live-status>{esc(run.get("status"))}</span> '
+        f"{esc(run.get('backend'))} · {fmt(run.get('workers'))} workers · "
+        f"{esc(run.get('host'))} pid {esc(run.get('pid'))}"
+        f" · {fmt(run.get('seconds'), 1)} s · updated {esc(run.get('updated_at'))}</p>"
+    )
+    if (run.get("stale_seconds") or 0) > 30:
+        head += (f"<p class=error>no update for {run['stale_seconds']:.0f} s while \"running\": "
+                 "the process may have been killed (a live run rewrites its record about once a second)</p>")
     if run.get("error"):
-        head += f'<p class=error>{esc(run["error"].get("type"))}: {esc(run["error"].get("message"))}</p>'
-    steps = [[esc(s.get("name")), f'<span class="status {esc(s.get("status"))}">{esc(s.get("status"))}</span>',
-              fmt(s.get("docs_in")), fmt(s.get("docs_out")),
-              esc(", ".join(f"{k} {v:,}" for k, v in (s.get("removed") or {}).items())), fmt(s.get("tokens")),
-              fmt(s.get("seconds"), 1)] for s in run.get("steps") or []]
+        head += f"<p class=error>{esc(run['error'].get('type'))}: {esc(run['error'].get('message'))}</p>"
+    steps = [
+        [
+            esc(s.get("name")),
+            f'<span class="status {esc(s.get("status"))}">{esc(s.get("status"))}</span>',
+            fmt(s.get("docs_in")),
+            fmt(s.get("docs_out")),
+            esc(", ".join(f"{k} {v:,}" for k, v in (s.get("removed") or {}).items())),
+            fmt(s.get("tokens")),
+            fmt(s.get("seconds"), 1),
+        ]
+        for s in run.get("steps") or []
+    ]
     out = [head]
     if steps:
         out.append(table(["step", "status", "docs in", "docs out", "removed", "tokens", "s"], steps))
@@ -118,24 +159,53 @@ def render_live(data: dict) -> str:
             shards, done = int(st.get("shards") or 0), int(st.get("shards_done") or 0)
             pct = 100.0 * done / shards if shards else 0.0
             bar = f'<span class=bar-outer><span class=bar-inner style="width:{pct:.0f}%"></span></span>'
-            stage_rows.append([fmt(st.get("index")), esc(st.get("name")),
-                               f'{bar} <span class=shards data-stage="{esc(st.get("index"))}">{done}/{shards}</span>',
-                               f'<span class=records-in>{fmt(st.get("records_in"))}</span>', fmt(st.get("records_out")),
-                               fmt(st.get("records_per_s"), 1), fmt(st.get("eta_seconds"), 1), fmt(len(st.get("retries") or []))])
+            stage_rows.append(
+                [
+                    fmt(st.get("index")),
+                    esc(st.get("name")),
+                    f'{bar} <span class=shards data-stage="{esc(st.get("index"))}">{done}/{shards}</span>',
+                    f"<span class=records-in>{fmt(st.get('records_in'))}</span>",
+                    fmt(st.get("records_out")),
+                    fmt(st.get("records_per_s"), 1),
+                    fmt(st.get("eta_seconds"), 1),
+                    fmt(len(st.get("retries") or [])),
+                ]
+            )
             for r in st.get("retries") or []:
-                retry_rows.append([fmt(st.get("index")), fmt(r.get("shard")), fmt(r.get("attempt")), esc(r.get("kind")),
-                                   esc(r.get("error")), esc(r.get("worker_host")), esc(r.get("worker_pid"))])
+                retry_rows.append(
+                    [
+                        fmt(st.get("index")),
+                        fmt(r.get("shard")),
+                        fmt(r.get("attempt")),
+                        esc(r.get("kind")),
+                        esc(r.get("error")),
+                        esc(r.get("worker_host")),
+                        esc(r.get("worker_pid")),
+                    ]
+                )
         counters = ", ".join(f"{esc(k)} {fmt(v)}" for k, v in sorted((job.get("counters") or {}).items()))
-        out.append(f'<div class=job><h3>job {esc(job.get("job"))} {esc(job.get("step") or "")} '
-                   f'<span class="status {esc(job.get("status"))}">{esc(job.get("status"))}</span> '
-                   f'{fmt(job.get("seconds"), 1)} s</h3>')
-        out.append(table(["#", "stage", "shards", "records in", "records out", "records/s", "ETA s", "retries"],
-                         stage_rows, cls="stages"))
+        out.append(
+            f"<div class=job><h3>job {esc(job.get('job'))} {esc(job.get('step') or '')} "
+            f'<span class="status {esc(job.get("status"))}">{esc(job.get("status"))}</span> '
+            f"{fmt(job.get('seconds'), 1)} s</h3>"
+        )
+        out.append(
+            table(
+                ["#", "stage", "shards", "records in", "records out", "records/s", "ETA s", "retries"],
+                stage_rows,
+                cls="stages",
+            )
+        )
         if counters:
             out.append(f"<p class=counters>counters: {counters}</p>")
         if retry_rows:
-            out.append(table(["stage", "shard", "attempt", "kind", "error", "worker host", "worker pid"], retry_rows,
-                             cls="retries"))
+            out.append(
+                table(
+                    ["stage", "shard", "attempt", "kind", "error", "worker host", "worker pid"],
+                    retry_rows,
+                    cls="retries",
+                )
+            )
         out.append("</div>")
     return "".join(out)
 
@@ -147,8 +217,14 @@ def documents_data(root: Root, request: Request) -> dict:
     if dataset is None:
         return {"datasets": listing}
     expr = parse_filter(_param(request, "filter"))
-    result = documents.page(root, dataset, expr=expr, q=_param(request, "q") or None,
-                            offset=_int(request, "offset", 0), limit=_int(request, "limit", 50, 1, 1000))
+    result = documents.page(
+        root,
+        dataset,
+        expr=expr,
+        q=_param(request, "q") or None,
+        offset=_int(request, "offset", 0),
+        limit=_int(request, "limit", 50, 1, 1000),
+    )
     result["filter_text"] = _param(request, "filter")
     return result
 
@@ -160,15 +236,25 @@ def _preview(value: Any) -> str:
 
 def render_documents(root: Root, data: dict) -> str:
     if "datasets" in data:
-        rows = [[link(url("/documents", dataset=d["path"]), d["path"] or "."), fmt(len(d["files"])), esc(d["format"]),
-                 fmt(d["bytes"]), "lineage" if d["lineage"] else ""] for d in data["datasets"]]
+        rows = [
+            [
+                link(url("/documents", dataset=d["path"]), d["path"] or "."),
+                fmt(len(d["files"])),
+                esc(d["format"]),
+                fmt(d["bytes"]),
+                "lineage" if d["lineage"] else "",
+            ]
+            for d in data["datasets"]
+        ]
         return table(["folder", "files", "format", "bytes", ""], rows, id="datasets")
     dataset = data["dataset"]
-    form = (f'<form class=filters method=get action="/documents"><input type=hidden name=dataset value="{esc(dataset)}">'
-            f'<label>filter <input name=filter id=filter size=60 value="{esc(data.get("filter_text"))}" '
-            f'placeholder=\'filter_reason == "exact_duplicate" and lang in ["en"]\'></label> '
-            f'<label>text contains <input name=q id=q value="{esc(data.get("q"))}"></label> '
-            f'<button type=submit id=apply>apply</button></form>')
+    form = (
+        f'<form class=filters method=get action="/documents"><input type=hidden name=dataset value="{esc(dataset)}">'
+        f'<label>filter <input name=filter id=filter size=60 value="{esc(data.get("filter_text"))}" '
+        f'placeholder=\'filter_reason == "exact_duplicate" and lang in ["en"]\'></label> '
+        f'<label>text contains <input name=q id=q value="{esc(data.get("q"))}"></label> '
+        f"<button type=submit id=apply>apply</button></form>"
+    )
     rows = data["rows"]
     keys: list[str] = [k for k in _PREFERRED_COLUMNS if any(k in r for r in rows)]
     for r in rows:
@@ -178,23 +264,50 @@ def render_documents(root: Root, data: dict) -> str:
     body = []
     for r in rows:
         href = url("/documents/doc", file=r["_file"], row=r["_row"], filter=data.get("filter_text"), q=data.get("q"))
-        cells = [link(href, f'{r["_file"].rsplit("/", 1)[-1]}#{r["_row"]}', cls="open")]
+        cells = [link(href, f"{r['_file'].rsplit('/', 1)[-1]}#{r['_row']}", cls="open")]
         cells += [_preview(r.get(k)) for k in keys]
-        cells.append(f'<span class=text>{_preview(r.get("text"))}</span>')
+        cells.append(f"<span class=text>{_preview(r.get('text'))}</span>")
         body.append(cells)
     off, lim = data["offset"], data["limit"]
     nav = []
     if off > 0:
-        nav.append(link(url("/documents", dataset=dataset, filter=data.get("filter_text"), q=data.get("q"),
-                            offset=max(0, off - lim), limit=lim), "← previous"))
+        nav.append(
+            link(
+                url(
+                    "/documents",
+                    dataset=dataset,
+                    filter=data.get("filter_text"),
+                    q=data.get("q"),
+                    offset=max(0, off - lim),
+                    limit=lim,
+                ),
+                "← previous",
+            )
+        )
     if data["has_more"]:
-        nav.append(link(url("/documents", dataset=dataset, filter=data.get("filter_text"), q=data.get("q"),
-                            offset=off + lim, limit=lim), "next →", id="next"))
-    shown = f"rows {off + 1 if rows else 0}–{off + len(rows)}" + (f" of {fmt(data['total'])}" if data["total"] is not None else "")
-    expr = f' · expression <code>{esc(data["filter"])}</code>' if data.get("filter") else ""
-    return (f'<p>{link("/documents", "all folders")} / <b>{esc(dataset)}</b> · {fmt(data["files"])} files '
-            f'({esc(data["format"])}){expr}</p>{form}<p class=pager><span id=shown>{shown}</span> {" ".join(nav)}</p>'
-            + table(["document"] + keys + ["text"], body, id="docs"))
+        nav.append(
+            link(
+                url(
+                    "/documents",
+                    dataset=dataset,
+                    filter=data.get("filter_text"),
+                    q=data.get("q"),
+                    offset=off + lim,
+                    limit=lim,
+                ),
+                "next →",
+                id="next",
+            )
+        )
+    shown = f"rows {off + 1 if rows else 0}–{off + len(rows)}" + (
+        f" of {fmt(data['total'])}" if data["total"] is not None else ""
+    )
+    expr = f" · expression <code>{esc(data['filter'])}</code>" if data.get("filter") else ""
+    return (
+        f"<p>{link('/documents', 'all folders')} / <b>{esc(dataset)}</b> · {fmt(data['files'])} files "
+        f"({esc(data['format'])}){expr}</p>{form}<p class=pager><span id=shown>{shown}</span> {' '.join(nav)}</p>"
+        + table(["document"] + keys + ["text"], body, id="docs")
+    )
 
 
 def document_data(root: Root, request: Request) -> dict:
@@ -214,12 +327,17 @@ def document_data(root: Root, request: Request) -> dict:
 
 def render_document(root: Root, data: dict) -> str:
     doc = data["document"]
-    fields = [[f"<code>{esc(k)}</code>", pre_json(v) if isinstance(v, (dict, list)) else esc(v)]
-              for k, v in doc.items() if k != "text" and not k.startswith("_")]
+    fields = [
+        [f"<code>{esc(k)}</code>", pre_json(v) if isinstance(v, (dict, list)) else esc(v)]
+        for k, v in doc.items()
+        if k != "text" and not k.startswith("_")
+    ]
     folder = data["file"].rsplit("/", 1)[0] if "/" in data["file"] else ""
-    return (f'<p>{link(url("/documents", dataset=folder), folder or ".")} / {esc(data["file"])} row {data["row"]}</p>'
-            + table(["field", "value"], fields, id="fields")
-            + f'<h2>text</h2><pre class=doctext id=doctext>{esc(doc.get("text"))}</pre>')
+    return (
+        f"<p>{link(url('/documents', dataset=folder), folder or '.')} / {esc(data['file'])} row {data['row']}</p>"
+        + table(["field", "value"], fields, id="fields")
+        + f"<h2>text</h2><pre class=doctext id=doctext>{esc(doc.get('text'))}</pre>"
+    )
 
 
 # ------------------------------------------------------------------------------------------- removed
@@ -232,39 +350,59 @@ def removed_data(root: Root, request: Request) -> dict:
     if not step:
         counts = removed.removed_counts(root)
         return {"steps": [{"step": k, "removed": v, "total": sum(v.values())} for k, v in counts.items()]}
-    return removed.removed_page(root, step, reason=_param(request, "reason") or None,
-                                offset=_int(request, "offset", 0), limit=_int(request, "limit", 50, 1, 1000))
+    return removed.removed_page(
+        root,
+        step,
+        reason=_param(request, "reason") or None,
+        offset=_int(request, "offset", 0),
+        limit=_int(request, "limit", 50, 1, 1000),
+    )
 
 
 def render_removed(root: Root, data: dict) -> str:
     if "steps" in data:
         if not data["steps"]:
-            return ("<p class=muted>No lineage side outputs (<code>&lt;step&gt;/_removed/part-*.parquet</code>) under this "
-                    "root. Steps that drop documents through <code>zephyr.operators.lineage.drop_removed</code> write them.</p>")
+            return (
+                "<p class=muted>No lineage side outputs (<code>&lt;step&gt;/_removed/part-*.parquet</code>) under this "
+                "root. Steps that drop documents through <code>zephyr.operators.lineage.drop_removed</code> "
+                "write them.</p>"
+            )
         rows = []
         for s in data["steps"]:
-            reasons = " ".join(link(url("/removed", step=s["step"], reason=r), f"{r} {n:,}", cls="reason")
-                               for r, n in s["removed"].items())
+            reasons = " ".join(
+                link(url("/removed", step=s["step"], reason=r), f"{r} {n:,}", cls="reason")
+                for r, n in s["removed"].items()
+            )
             rows.append([link(url("/removed", step=s["step"]), s["step"]), fmt(s["total"]), reasons])
         return table(["step", "removed", "by reason"], rows, id="removed-steps")
     step = data["step"]
-    reasons = " ".join(link(url("/removed", step=step, reason=r), f"{r} {n:,}", cls="reason") for r, n in data["counts"].items())
+    reasons = " ".join(
+        link(url("/removed", step=step, reason=r), f"{r} {n:,}", cls="reason") for r, n in data["counts"].items()
+    )
     rows = []
     for r in data["rows"]:
         pair = url("/removed/pair", step=step, id=r["id"])
-        rows.append([link(pair, r["id"], cls="removed-id"), esc(r["reason"]),
-                     link(pair, r["keeper"], cls="keeper") if r.get("keeper") else "–",
-                     esc(r.get("split") or r.get("source")), fmt(r.get("chars"))])
+        rows.append(
+            [
+                link(pair, r["id"], cls="removed-id"),
+                esc(r["reason"]),
+                link(pair, r["keeper"], cls="keeper") if r.get("keeper") else "–",
+                esc(r.get("split") or r.get("source")),
+                fmt(r.get("chars")),
+            ]
+        )
     off, lim = data["offset"], data["limit"]
     nav = []
     if off > 0:
         nav.append(link(url("/removed", step=step, reason=data["reason"], offset=max(0, off - lim)), "← previous"))
     if off + lim < data["total"]:
         nav.append(link(url("/removed", step=step, reason=data["reason"], offset=off + lim), "next →"))
-    return (f'<p>{link("/removed", "all steps")} / <b>{esc(step)}</b>: {reasons} '
-            f'{link(url("/removed", step=step), "(all reasons)")}</p>'
-            f'<p class=pager>{fmt(data["total"])} removed {esc(data["reason"] or "")} {" ".join(nav)}</p>'
-            + table(["removed document", "reason", "kept instead", "split", "chars"], rows, id="removed"))
+    return (
+        f"<p>{link('/removed', 'all steps')} / <b>{esc(step)}</b>: {reasons} "
+        f"{link(url('/removed', step=step), '(all reasons)')}</p>"
+        f"<p class=pager>{fmt(data['total'])} removed {esc(data['reason'] or '')} {' '.join(nav)}</p>"
+        + table(["removed document", "reason", "kept instead", "split", "chars"], rows, id="removed")
+    )
 
 
 def pair_data(root: Root, request: Request) -> dict:
@@ -273,26 +411,40 @@ def pair_data(root: Root, request: Request) -> dict:
 
 def render_pair(root: Root, data: dict) -> str:
     lin = data["lineage"]
-    head = (f'<p>{link(url("/removed", step=data["step"]), data["step"])} / removed as <b>{esc(lin["reason"])}</b>'
-            + (f' · Jaccard <b id=jaccard>{fmt(data["jaccard"], 3)}</b>' if data.get("jaccard") is not None else "")
-            + (" · identical text after normalization" if lin["reason"] == "exact_duplicate" else "") + "</p>")
+    head = (
+        f"<p>{link(url('/removed', step=data['step']), data['step'])} / removed as <b>{esc(lin['reason'])}</b>"
+        + (f" · Jaccard <b id=jaccard>{fmt(data['jaccard'], 3)}</b>" if data.get("jaccard") is not None else "")
+        + (" · identical text after normalization" if lin["reason"] == "exact_duplicate" else "")
+        + "</p>"
+    )
     kept, gone = data.get("keeper"), data.get("removed")
 
     def side(doc: dict | None, label: str, doc_id: Any, html_text: str | None, ident: str) -> str:
         if doc is None:
-            return f'<div class=side id={ident}><h2>{esc(label)}</h2><p class=muted>{esc(doc_id)} not found under the root</p></div>'
+            missing = f"<p class=muted>{esc(doc_id)} not found under the root</p>"
+            return f"<div class=side id={ident}><h2>{esc(label)}</h2>{missing}</div>"
         folder = doc["_file"].rsplit("/", 1)[0] if "/" in doc["_file"] else ""
-        opened = link(url("/documents", dataset=folder, filter=f"id == {json.dumps(str(doc_id))}"), doc_id, cls="open-doc")
+        opened = link(
+            url("/documents", dataset=folder, filter=f"id == {json.dumps(str(doc_id))}"), doc_id, cls="open-doc"
+        )
         meta = " · ".join(esc(f"{k}={doc.get(k)}") for k in ("split", "source", "lang") if doc.get(k) is not None)
-        return (f'<div class=side id={ident}><h2>{esc(label)}</h2><p><code>{opened}</code><br>{meta}<br>'
-                f'<small>{esc(doc.get("_file"))}</small></p><div class=doctext>{html_text if html_text is not None else esc(doc.get("text"))}</div></div>')
+        return (
+            f"<div class=side id={ident}><h2>{esc(label)}</h2><p><code>{opened}</code><br>{meta}<br>"
+            f"<small>{esc(doc.get('_file'))}</small></p>"
+            f"<div class=doctext>{html_text if html_text is not None else esc(doc.get('text'))}</div></div>"
+        )
 
     diff = data.get("diff") or {}
     if not lin.get("keeper"):
         return head + side(gone, "removed", lin["id"], None, "removed-doc")
-    return (head + '<div class=pair>' + side(kept, "kept", lin["keeper"], diff.get("kept"), "kept-doc")
-            + side(gone, "removed", lin["id"], diff.get("removed"), "removed-doc") + "</div>"
-            + '<p class=muted>highlighted: passages only in one of the two documents (word-level difflib).</p>')
+    return (
+        head
+        + "<div class=pair>"
+        + side(kept, "kept", lin["keeper"], diff.get("kept"), "kept-doc")
+        + side(gone, "removed", lin["id"], diff.get("removed"), "removed-doc")
+        + "</div>"
+        + "<p class=muted>highlighted: passages only in one of the two documents (word-level difflib).</p>"
+    )
 
 
 # -------------------------------------------------------------------------------------------- stores
@@ -301,31 +453,56 @@ def stores_data(root: Root, request: Request) -> dict:
 
 
 def render_stores(root: Root, data: dict) -> str:
-    rows = [[link(url("/stores/view", path=s["path"]), s["path"]), esc(s.get("split")), fmt(s["documents"]), fmt(s["tokens"]),
-             esc(s["dtype"]), esc(s["tokenizer"]), fmt(s["shards"])] for s in data["stores"]]
+    rows = [
+        [
+            link(url("/stores/view", path=s["path"]), s["path"]),
+            esc(s.get("split")),
+            fmt(s["documents"]),
+            fmt(s["tokens"]),
+            esc(s["dtype"]),
+            esc(s["tokenizer"]),
+            fmt(s["shards"]),
+        ]
+        for s in data["stores"]
+    ]
     mixes = "".join(f"<li>{link(url('/stores/mixture', path=m), m)}</li>" for m in data["mixtures"])
-    return (table(["store", "split", "documents", "tokens", "dtype", "tokenizer", "shards"], rows, id="stores")
-            + f"<h2>Mixtures</h2><ul>{mixes or '<li class=muted>none</li>'}</ul>")
+    return (
+        table(["store", "split", "documents", "tokens", "dtype", "tokenizer", "shards"], rows, id="stores")
+        + f"<h2>Mixtures</h2><ul>{mixes or '<li class=muted>none</li>'}</ul>"
+    )
 
 
 def store_data(root: Root, request: Request) -> dict:
-    return stores.store_view(root, _param(request, "path", True), offset=_int(request, "offset", 0),
-                             limit=_int(request, "limit", 20, 1, 500))
+    return stores.store_view(
+        root, _param(request, "path", True), offset=_int(request, "offset", 0), limit=_int(request, "limit", 20, 1, 500)
+    )
 
 
 def render_store(root: Root, data: dict) -> str:
     length = data["length"]
-    summary = (f'<p>{fmt(data["documents"])} documents · {fmt(data["tokens"])} tokens · {esc(data["dtype"])} · '
-               f'{fmt(data["shards"])} shards · tokenizer {esc(data["tokenizer"].get("name"))} · length mean '
-               f'{fmt(length["mean"], 1)}, p50 {fmt(length["p50"], 0)}, p90 {fmt(length["p90"], 0)}, max {fmt(length["max"])}'
-               + (f' · validation {fmt(data["validation"]["documents"])} docs / {fmt(data["validation"]["tokens"])} tokens'
-                  if data.get("validation") else "") + "</p>")
-    chart = bar_chart([(f'{b["lo"]}–{b["hi"]}', b["count"]) for b in data["histogram"]],
-                      title="document length (tokens)")
-    rows = [[link(url("/stores/doc", path=data["path"], index=d["index"]), f'document {d["index"]}'), fmt(d["tokens"])]
-            for d in data["docs"]]
-    nav = link(url("/stores/view", path=data["path"], offset=data["offset"] + data["limit"]), "next →") \
-        if data["offset"] + data["limit"] < data["documents"] else ""
+    summary = (
+        f"<p>{fmt(data['documents'])} documents · {fmt(data['tokens'])} tokens · {esc(data['dtype'])} · "
+        f"{fmt(data['shards'])} shards · tokenizer {esc(data['tokenizer'].get('name'))} · length mean "
+        f"{fmt(length['mean'], 1)}, p50 {fmt(length['p50'], 0)}, p90 {fmt(length['p90'], 0)}, max {fmt(length['max'])}"
+        + (
+            f" · validation {fmt(data['validation']['documents'])} docs / {fmt(data['validation']['tokens'])} tokens"
+            if data.get("validation")
+            else ""
+        )
+        + "</p>"
+    )
+    chart = bar_chart(
+        [(f"{b['lo']}–{b['hi']}", b["count"]) for b in data["histogram"]], title="document length (tokens)"
+    )
+    rows = [
+        [link(url("/stores/doc", path=data["path"], index=d["index"]), f"document {d['index']}"), fmt(d["tokens"])]
+        for d in data["docs"]
+    ]
+    nav = (
+        link(url("/stores/view", path=data["path"], offset=data["offset"] + data["limit"]), "next →")
+        if data["offset"] + data["limit"] < data["documents"]
+        else ""
+    )
     return summary + chart + table(["document", "tokens"], rows, id="store-docs") + f"<p class=pager>{nav}</p>"
 
 
@@ -334,11 +511,16 @@ def store_doc_data(root: Root, request: Request) -> dict:
 
 
 def render_store_doc(root: Root, data: dict) -> str:
-    head = (f'<p>{link(url("/stores/view", path=data["path"]), data["path"])} / document {data["index"]}: '
-            f'{fmt(data["tokens"])} tokens (showing {fmt(data["shown"])}), tokenizer {esc(data["tokenizer"])}</p>')
+    head = (
+        f"<p>{link(url('/stores/view', path=data['path']), data['path'])} / document {data['index']}: "
+        f"{fmt(data['tokens'])} tokens (showing {fmt(data['shown'])}), tokenizer {esc(data['tokenizer'])}</p>"
+    )
     if not data["decoded"]:
-        return head + "<p class=muted>tokenizer unavailable or its hash differs: ids only</p>" + \
-            f'<pre class=doctext>{esc(" ".join(map(str, data["ids"])))}</pre>'
+        return (
+            head
+            + "<p class=muted>tokenizer unavailable or its hash differs: ids only</p>"
+            + f"<pre class=doctext>{esc(' '.join(map(str, data['ids'])))}</pre>"
+        )
     spans = "".join(f'<span class=tok title="id {p["id"]}">{esc(p["text"])}</span>' for p in data["pieces"])
     return head + f'<div class="doctext tokens" id=tokens>{spans}</div>'
 
@@ -349,13 +531,28 @@ def mixture_data(root: Root, request: Request) -> dict:
 
 
 def render_mixture(root: Root, data: dict) -> str:
-    form = (f'<form method=get action="/stores/mixture"><input type=hidden name=path value="{esc(data["path"])}">'
-            f'<label>token budget <input name=budget value="{data["budget"]}"></label> <button>recompute</button></form>')
-    rows = [[esc(c["name"]), link(url("/stores/view", path=c["store"]), c["store"]), fmt(c["weight"], 4), fmt(c["tokens"]),
-             fmt(c["sampled_tokens"]), fmt(c["epochs"], 2)] for c in data["components"]]
+    form = (
+        f'<form method=get action="/stores/mixture"><input type=hidden name=path value="{esc(data["path"])}">'
+        f'<label>token budget <input name=budget value="{data["budget"]}"></label> <button>recompute</button></form>'
+    )
+    rows = [
+        [
+            esc(c["name"]),
+            link(url("/stores/view", path=c["store"]), c["store"]),
+            fmt(c["weight"], 4),
+            fmt(c["tokens"]),
+            fmt(c["sampled_tokens"]),
+            fmt(c["epochs"], 2),
+        ]
+        for c in data["components"]
+    ]
     chart = bar_chart([(c["name"], c["epochs"] or 0.0) for c in data["components"]], title="epochs per component")
-    return (form + f'<p>the stores hold {fmt(data["store_tokens"])} tokens; budget {fmt(data["budget"])}</p>'
-            + table(["component", "store", "weight", "store tokens", "sampled tokens", "epochs"], rows, id="mixture") + chart)
+    return (
+        form
+        + f"<p>the stores hold {fmt(data['store_tokens'])} tokens; budget {fmt(data['budget'])}</p>"
+        + table(["component", "store", "weight", "store tokens", "sampled tokens", "epochs"], rows, id="mixture")
+        + chart
+    )
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -366,8 +563,10 @@ def training_data(root: Root, request: Request) -> dict:
 def render_training(root: Root, data: dict) -> str:
     runs_html = "".join(f"<li>{link(url('/training/run', path=p), p or '.')}</li>" for p in data["runs"])
     reports = "".join(f"<li>{link(url('/training/report', path=p), p or '.')}</li>" for p in data["reports"])
-    return (f"<h2>Training runs</h2><ul id=train-runs>{runs_html or '<li class=muted>none</li>'}</ul>"
-            f"<h2>Ablation reports</h2><ul id=reports>{reports or '<li class=muted>none</li>'}</ul>")
+    return (
+        f"<h2>Training runs</h2><ul id=train-runs>{runs_html or '<li class=muted>none</li>'}</ul>"
+        f"<h2>Ablation reports</h2><ul id=reports>{reports or '<li class=muted>none</li>'}</ul>"
+    )
 
 
 def train_run_data(root: Root, request: Request) -> dict:
@@ -379,11 +578,17 @@ def render_train_run(root: Root, data: dict) -> str:
     loss = {k: v for k, v in series.items() if k == "loss" or k.endswith("/loss")}
     bpb = {k: v for k, v in series.items() if k.endswith("/bpb")}
     end = data.get("end") or {}
-    summary = (f'<p>final loss {fmt(end.get("final_loss"), 4)} · {fmt(end.get("tokens_per_s"), 0)} tokens/s · '
-               f'params {fmt((data.get("start") or {}).get("params"))}</p>')
+    summary = (
+        f"<p>final loss {fmt(end.get('final_loss'), 4)} · {fmt(end.get('tokens_per_s'), 0)} tokens/s · "
+        f"params {fmt((data.get('start') or {}).get('params'))}</p>"
+    )
     evals = [[esc(k), fmt(v.get("loss"), 4), fmt(v.get("bpb"), 4)] for k, v in (end.get("eval") or {}).items()]
-    return (summary + line_chart(loss, title="loss", y_label="nats/token") + line_chart(bpb, title="bits per byte")
-            + (table(["eval set", "loss", "bits per byte"], evals) if evals else ""))
+    return (
+        summary
+        + line_chart(loss, title="loss", y_label="nats/token")
+        + line_chart(bpb, title="bits per byte")
+        + (table(["eval set", "loss", "bits per byte"], evals) if evals else "")
+    )
 
 
 def report_data(root: Root, request: Request) -> dict:
@@ -391,19 +596,29 @@ def report_data(root: Root, request: Request) -> dict:
 
 
 def render_report(root: Root, data: dict) -> str:
-    verdicts = [[esc(v.get("mixture")), esc(v.get("derivation")), f'<b class="verdict {esc(v.get("verdict"))}">{esc(v.get("verdict"))}</b>',
-                 esc(v.get("line"))] for v in data["verdicts"]]
-    items = [{"label": f'{d["mixture"]} · {d["eval_set"]} · {d["metric"]}', **d} for d in data["differences"]]
+    verdicts = [
+        [
+            esc(v.get("mixture")),
+            esc(v.get("derivation")),
+            f'<b class="verdict {esc(v.get("verdict"))}">{esc(v.get("verdict"))}</b>',
+            esc(v.get("line")),
+        ]
+        for v in data["verdicts"]
+    ]
+    items = [{"label": f"{d['mixture']} · {d['eval_set']} · {d['metric']}", **d} for d in data["differences"]]
     charts = []
     keys = sorted({k.rsplit("/", 1)[0] for k in data["curves"]})
     for key in keys:
         series = {k.rsplit("/", 1)[1]: v for k, v in data["curves"].items() if k.rsplit("/", 1)[0] == key}
         charts.append(line_chart(series, title=f"{key} (mean over seeds)"))
-    return (f'<p>baseline <b>{esc(data["baseline"])}</b> · metric {esc(data["metric"])} · confidence '
-            f'{fmt(data["confidence"], 2)} · seeds {esc(data["seeds"])}</p>'
-            + table(["candidate", "derivation", "verdict", "summary"], verdicts, id="verdicts")
-            + interval_chart(items, title=f"paired difference vs {data['baseline']} (candidate − baseline; < 0 is better)")
-            + "".join(charts) + "".join(f"<p class=muted>{esc(n)}</p>" for n in data["notes"]))
+    return (
+        f"<p>baseline <b>{esc(data['baseline'])}</b> · metric {esc(data['metric'])} · confidence "
+        f"{fmt(data['confidence'], 2)} · seeds {esc(data['seeds'])}</p>"
+        + table(["candidate", "derivation", "verdict", "summary"], verdicts, id="verdicts")
+        + interval_chart(items, title=f"paired difference vs {data['baseline']} (candidate − baseline; < 0 is better)")
+        + "".join(charts)
+        + "".join(f"<p class=muted>{esc(n)}</p>" for n in data["notes"])
+    )
 
 
 PAGES: tuple[tuple[str, Any, Any, str, str], ...] = (

@@ -42,8 +42,10 @@ def lineage_dirs(root: Root) -> dict[str, list[str]]:
 def _files(root: Root, step: str) -> list[str]:
     files = lineage_dirs(root).get(step)
     if files is None:
-        raise KeyError(f"step {step!r} has no lineage side output ({step}/{LINEAGE}/part-*.parquet); steps with one: "
-                       f"{', '.join(lineage_dirs(root)) or 'none'}")
+        raise KeyError(
+            f"step {step!r} has no lineage side output ({step}/{LINEAGE}/part-*.parquet); steps with one: "
+            f"{', '.join(lineage_dirs(root)) or 'none'}"
+        )
     return files
 
 
@@ -99,8 +101,15 @@ def removed_page(root: Root, step: str, *, reason: str | None = None, offset: in
             break
     counts = removed_counts(root).get(step, {})
     total = counts.get(reason, 0) if reason else sum(counts.values())
-    return {"step": step, "reason": reason, "offset": offset, "limit": limit, "total": total, "counts": counts,
-            "rows": rows}
+    return {
+        "step": step,
+        "reason": reason,
+        "offset": offset,
+        "limit": limit,
+        "total": total,
+        "counts": counts,
+        "rows": rows,
+    }
 
 
 def _lineage_row(root: Root, step: str, doc_id: str) -> dict | None:
@@ -128,7 +137,9 @@ def input_folders(root: Root, step: str, steps_in_order: list[str]) -> list[str]
 
 def output_folders(root: Root, step: str) -> list[str]:
     top = step.split("/")[0]
-    return [d["path"] for d in root.datasets() if not d["lineage"] and (d["path"] == top or d["path"].startswith(top + "/"))]
+    return [
+        d["path"] for d in root.datasets() if not d["lineage"] and (d["path"] == top or d["path"].startswith(top + "/"))
+    ]
 
 
 def removed_pair(root: Root, step: str, doc_id: str, steps_in_order: list[str]) -> dict:
@@ -141,8 +152,14 @@ def removed_pair(root: Root, step: str, doc_id: str, steps_in_order: list[str]) 
     keeper_doc = None
     if row.get("keeper"):
         keeper_doc = find_document(root, row["keeper"], output_folders(root, step) + inputs)
-    out: dict[str, Any] = {"step": step, "lineage": row, "removed": removed_doc, "keeper": keeper_doc,
-                           "jaccard": None, "diff": None}
+    out: dict[str, Any] = {
+        "step": step,
+        "lineage": row,
+        "removed": removed_doc,
+        "keeper": keeper_doc,
+        "jaccard": None,
+        "diff": None,
+    }
     if removed_doc and keeper_doc:
         a, b = str(keeper_doc.get("text") or ""), str(removed_doc.get("text") or "")
         out["jaccard"] = jaccard(a, b)

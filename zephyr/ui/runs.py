@@ -141,7 +141,10 @@ def steps_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = No
     records = run_records(root)
     if records:
         for position, step in enumerate(records[0].get("steps") or []):
-            path = posixpath.basename(str(step.get("path") or "").rstrip("/")) or f"{step.get('name')}-{step.get('version')}"
+            path = (
+                posixpath.basename(str(step.get("path") or "").rstrip("/"))
+                or f"{step.get('name')}-{step.get('version')}"
+            )
             merged = steps.setdefault(path, {"name": step.get("name"), "path": path, "finished": None, "summary": {}})
             merged["order"] = position
             for key in ("version", "status", "seconds", "docs_in", "docs_out", "tokens", "summary"):
@@ -169,7 +172,25 @@ def runs_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = Non
     return {
         "root": root.url,
         "steps": steps_view(root, removed_counts),
-        "runs": [{k: r.get(k) for k in ("run_id", "status", "command", "host", "pid", "backend", "workers",
-                                       "started_at", "finished_at", "seconds", "error", "_path")} for r in records],
+        "runs": [
+            {
+                k: r.get(k)
+                for k in (
+                    "run_id",
+                    "status",
+                    "command",
+                    "host",
+                    "pid",
+                    "backend",
+                    "workers",
+                    "started_at",
+                    "finished_at",
+                    "seconds",
+                    "error",
+                    "_path",
+                )
+            }
+            for r in records
+        ],
         "live": latest_run(root),
     }

@@ -103,8 +103,15 @@ class Root:
             for folder in sorted(groups):
                 files = sorted(groups[folder])
                 kinds = sorted({_kind(f) for f in files})
-                out.append({"path": folder, "files": files, "bytes": sizes[folder], "format": "+".join(kinds),
-                            "lineage": folder.split("/")[-1] == "_removed"})
+                out.append(
+                    {
+                        "path": folder,
+                        "files": files,
+                        "bytes": sizes[folder],
+                        "format": "+".join(kinds),
+                        "lineage": folder.split("/")[-1] == "_removed",
+                    }
+                )
             return out
 
         return self.cached("datasets", build)

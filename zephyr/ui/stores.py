@@ -31,9 +31,17 @@ def list_stores(root: Root) -> list[dict]:
         if not isinstance(manifest, dict) or manifest.get("format") != "zephyr-token-store":
             continue
         tok = manifest.get("tokenizer") or {}
-        out.append({"path": posixpath.dirname(rel), "documents": manifest.get("documents"),
-                    "tokens": manifest.get("tokens"), "dtype": manifest.get("dtype"), "split": manifest.get("split"),
-                    "tokenizer": tok.get("name"), "shards": len(manifest.get("shards") or [])})
+        out.append(
+            {
+                "path": posixpath.dirname(rel),
+                "documents": manifest.get("documents"),
+                "tokens": manifest.get("tokens"),
+                "dtype": manifest.get("dtype"),
+                "split": manifest.get("split"),
+                "tokenizer": tok.get("name"),
+                "shards": len(manifest.get("shards") or []),
+            }
+        )
     return out
 
 
@@ -65,14 +73,27 @@ def store_view(root: Root, path: str, *, offset: int = 0, limit: int = 10) -> di
         docs.append({"index": i, "tokens": int(len(ids))})
     validation = store.validation
     return {
-        "path": path, "documents": store.num_documents, "tokens": store.num_tokens, "dtype": store.dtype.name,
-        "shards": store.num_shards, "tokenizer": store.tokenizer, "split": store.manifest.get("split"),
-        "length": {"mean": float(lengths.mean()) if len(lengths) else 0.0, "p50": q[0], "p90": q[1], "p99": q[2],
-                   "max": int(lengths.max()) if len(lengths) else 0},
+        "path": path,
+        "documents": store.num_documents,
+        "tokens": store.num_tokens,
+        "dtype": store.dtype.name,
+        "shards": store.num_shards,
+        "tokenizer": store.tokenizer,
+        "split": store.manifest.get("split"),
+        "length": {
+            "mean": float(lengths.mean()) if len(lengths) else 0.0,
+            "p50": q[0],
+            "p90": q[1],
+            "p99": q[2],
+            "max": int(lengths.max()) if len(lengths) else 0,
+        },
         "histogram": _histogram(lengths),
-        "validation": None if validation is None else {"documents": validation.num_documents,
-                                                       "tokens": validation.num_tokens},
-        "offset": offset, "limit": limit, "docs": docs,
+        "validation": None
+        if validation is None
+        else {"documents": validation.num_documents, "tokens": validation.num_tokens},
+        "offset": offset,
+        "limit": limit,
+        "docs": docs,
     }
 
 
@@ -104,13 +125,20 @@ def store_document(root: Root, path: str, index: int, *, max_tokens: int = 2000)
         for k in range(len(ids)):
             text = loaded.decode(ids[: k + 1])
             if text.startswith(previous) and not text.endswith("\ufffd"):
-                pieces.append({"id": ids[k], "text": text[len(previous):]})
+                pieces.append({"id": ids[k], "text": text[len(previous) :]})
                 previous = text
             else:
                 pieces.append({"id": ids[k], "text": ""})
-    return {"path": path, "index": index, "tokens": int(len(store.document(index))), "shown": len(ids),
-            "decoded": loaded is not None, "ids": ids, "pieces": pieces,
-            "tokenizer": tok.get("name")}
+    return {
+        "path": path,
+        "index": index,
+        "tokens": int(len(store.document(index))),
+        "shown": len(ids),
+        "decoded": loaded is not None,
+        "ids": ids,
+        "pieces": pieces,
+        "tokenizer": tok.get("name"),
+    }
 
 
 def list_mixtures(root: Root) -> list[str]:
@@ -130,10 +158,17 @@ def mixture_view(root: Root, path: str, *, budget: int | None = None) -> dict:
         store_path, weight = (spec[0], float(spec[1])) if isinstance(spec, (list, tuple)) else (spec, 1.0)
         rel_store = str(store_path)
         if rel_store.startswith(base + "/"):
-            rel_store = rel_store[len(base) + 1:]
+            rel_store = rel_store[len(base) + 1 :]
         info = stores.get(rel_store.rstrip("/"))
-        components.append({"name": name, "store": rel_store, "weight": weight,
-                           "tokens": info["tokens"] if info else None, "documents": info["documents"] if info else None})
+        components.append(
+            {
+                "name": name,
+                "store": rel_store,
+                "weight": weight,
+                "tokens": info["tokens"] if info else None,
+                "documents": info["documents"] if info else None,
+            }
+        )
     total_tokens = sum(c["tokens"] or 0 for c in components)
     budget = int(budget) if budget else total_tokens
     for c in components:

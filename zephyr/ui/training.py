@@ -58,7 +58,12 @@ def training_view(root: Root, path: str) -> dict:
             if key == "loss" or (key.startswith("eval/") and key.rsplit("/", 1)[-1] in ("loss", "bpb")):
                 series.setdefault(key, {})[step] = float(value)
     curves = {name: sorted(points.items()) for name, points in sorted(series.items())}
-    return {"path": path, "start": start, "end": end, "series": {k: [[s, v] for s, v in pts] for k, pts in curves.items()}}
+    return {
+        "path": path,
+        "start": start,
+        "end": end,
+        "series": {k: [[s, v] for s, v in pts] for k, pts in curves.items()},
+    }
 
 
 def list_reports(root: Root) -> list[str]:
@@ -85,18 +90,37 @@ def report_view(root: Root, path: str) -> dict:
                 for metric, points in metrics.items():
                     for step, value in points:
                         if value is not None:
-                            by_key.setdefault(f"{eval_set}/{metric}/{mixture}", {}).setdefault(int(step), []).append(float(value))
+                            by_key.setdefault(f"{eval_set}/{metric}/{mixture}", {}).setdefault(int(step), []).append(
+                                float(value)
+                            )
         for key, points in by_key.items():
             mean_curves[key] = [[s, sum(v) / len(v)] for s, v in sorted(points.items())]
     differences = []
     for row in data.get("rows") or []:
         d = row.get("vs_baseline")
         if d:
-            differences.append({"mixture": row["mixture"], "eval_set": row["eval_set"], "metric": row["metric"],
-                                "mean": d.get("mean"), "low": d.get("low"), "high": d.get("high"),
-                                "p_value": d.get("p_value"), "verdict": d.get("verdict")})
-    out: dict[str, Any] = {"path": path, "baseline": data.get("baseline"), "metric": data.get("metric"),
-                           "confidence": data.get("confidence"), "seeds": data.get("seeds"),
-                           "mixtures": data.get("mixtures"), "verdicts": data.get("verdicts") or [],
-                           "differences": differences, "curves": mean_curves, "notes": data.get("notes") or []}
+            differences.append(
+                {
+                    "mixture": row["mixture"],
+                    "eval_set": row["eval_set"],
+                    "metric": row["metric"],
+                    "mean": d.get("mean"),
+                    "low": d.get("low"),
+                    "high": d.get("high"),
+                    "p_value": d.get("p_value"),
+                    "verdict": d.get("verdict"),
+                }
+            )
+    out: dict[str, Any] = {
+        "path": path,
+        "baseline": data.get("baseline"),
+        "metric": data.get("metric"),
+        "confidence": data.get("confidence"),
+        "seeds": data.get("seeds"),
+        "mixtures": data.get("mixtures"),
+        "verdicts": data.get("verdicts") or [],
+        "differences": differences,
+        "curves": mean_curves,
+        "notes": data.get("notes") or [],
+    }
     return out
