@@ -208,6 +208,11 @@ def test_live_view_follows_a_running_process(ui_server, ui_root: Path) -> None:
     assert retry["worker_pid"] == proc.pid and retry["shard"] == 2 and "planted failure" in retry["error"]
     html = ui_server.get("/fragments/live")[1].decode()
     assert "6/6" in html and "planted failure" in html and str(proc.pid) in html
+    # the run stays viewable from the history by its id
+    runs = ui_server.json("/api/runs")
+    assert live["run_id"] in [r["run_id"] for r in runs["runs"]]
+    assert ui_server.json(f"/api/runs?run={q(live['run_id'])}")["live"]["pid"] == proc.pid
+    assert ui_server.get("/api/runs/live?run=20000101T000000-1")[0] == 404
 
 
 def test_lineage_of_a_quality_and_dedup_step_matches_the_marks(ui_server, ui_root: Path) -> None:

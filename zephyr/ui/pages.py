@@ -44,11 +44,12 @@ def _param(request: Request, name: str, required: bool = False) -> str:
 
 # ---------------------------------------------------------------------------------------------- runs
 def runs_data(root: Root, request: Request) -> dict:
-    return runs.runs_view(root, removed.removed_counts(root))
+    run_id = _param(request, "run") or None
+    return {**runs.runs_view(root, removed.removed_counts(root), run_id), "run_id": run_id}
 
 
 def live_data(root: Root, request: Request) -> dict:
-    return {"live": runs.latest_run(root)}
+    return {"live": runs.latest_run(root, _param(request, "run") or None)}
 
 
 def _removed_cell(step: dict, folders: list[str]) -> str:
@@ -99,7 +100,7 @@ def render_runs(root: Root, data: dict) -> str:
     )
     history = [
         [
-            esc(r.get("run_id")),
+            link(url("/", run=r.get("run_id")), r.get("run_id")),
             f'<span class="status {esc(r.get("status"))}">{esc(r.get("status"))}</span>',
             esc(" ".join(r.get("command") or [])),
             esc(r.get("backend")),
@@ -114,9 +115,11 @@ def render_runs(root: Root, data: dict) -> str:
         if history
         else "<p class=muted>No run records (<code>_runs/*.json</code>) yet.</p>"
     )
+    live_id = data.get("run_id")
     return (
         f"<section><h2>Steps</h2>{steps_html}</section>"
-        f'<section><h2>Live</h2><div id=live data-refresh="/fragments/live" data-interval=1000>'
+        f"<section><h2>{'Run ' + esc(live_id) if live_id else 'Live'}</h2>"
+        f'<div id=live data-refresh="{esc(url("/fragments/live", run=live_id))}" data-interval=1000>'
         f"{render_live({'live': data['live']})}</div></section>"
         f"<section><h2>Run history</h2>{history_html}</section>"
     )
@@ -134,8 +137,10 @@ def render_live(data: dict) -> str:
         f" · {fmt(run.get('seconds'), 1)} s · updated {esc(run.get('updated_at'))}</p>"
     )
     if (run.get("stale_seconds") or 0) > 30:
-        head += (f"<p class=error>no update for {run['stale_seconds']:.0f} s while \"running\": "
-                 "the process may have been killed (a live run rewrites its record about once a second)</p>")
+        head += (
+            f'<p class=error>no update for {run["stale_seconds"]:.0f} s while "running": '
+            "the process may have been killed (a live run rewrites its record about once a second)</p>"
+        )
     if run.get("error"):
         head += f"<p class=error>{esc(run['error'].get('type'))}: {esc(run['error'].get('message'))}</p>"
     steps = [
@@ -153,7 +158,15 @@ def render_live(data: dict) -> str:
     out = [head]
     if steps:
         out.append(table(["step", "status", "docs in", "docs out", "removed", "tokens", "s"], steps))
-    for job in run.get("jobs") or []:
+    jobs = list(run.get("jobs") or [])
+    shown = [j for j in jobs if j.get("status") == "running"] + [j for j in jobs if j.get("status") != "running"][-3:]
+    shown.sort(key=lambda j: -int(j.get("job") or 0))  # newest first
+    if len(jobs) > len(shown):
+        out.append(
+            f"<p class=muted>{len(jobs)} engine jobs in this run; the running ones and the last 3 are shown "
+            f"(all of them: <code>/api/runs/live</code>).</p>"
+        )
+    for job in shown:
         stage_rows, retry_rows = [], []
         for st in job.get("stages") or []:
             shards, done = int(st.get("shards") or 0), int(st.get("shards_done") or 0)

@@ -10,9 +10,9 @@ Two sources, both read as they are on disk:
   completes, with its summary. Roots produced before run records existed (or by other tools) still
   show their steps; a step with a marker and no record is "done".
 
-Docs in/out and removed counts come from the record when present, else from the summary's
-`documents_in`/`documents_out`/`duplicates_removed`, else from the lineage side output
-(`_removed/`, counted by reason).
+Docs in/out come from the record when present, else from the summary's `documents_in`/`documents_out`.
+Removed counts by reason come from the lineage side output (`_removed/`) when the step has one, else
+from the record, else from the summary (`removed`, `dropped`, `duplicates_removed`).
 """
 
 from __future__ import annotations
@@ -51,10 +51,14 @@ def run_records(root: Root) -> list[dict]:
     return records
 
 
-def latest_run(root: Root) -> dict | None:
-    """The newest run record, re-read from disk (not cached), with derived live figures."""
+def latest_run(root: Root, run_id: str | None = None) -> dict | None:
+    """The newest run record (or the one with `run_id`), re-read from disk, with derived live figures."""
     root._cache.pop("files", None)  # a live view must see the file the running process just renamed
     records = run_records(root)
+    if run_id:
+        records = [r for r in records if r.get("run_id") == run_id]
+        if not records:
+            raise KeyError(f"no run record {run_id!r} under {root.url} (looked for _runs/{run_id}.json)")
     if not records:
         return None
     return _with_live_figures(records[0])
@@ -154,7 +158,7 @@ def steps_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = No
                 merged["removed"] = {str(k): int(v) for k, v in step["removed"].items()}
     for path, step in steps.items():
         step.setdefault("removed", {})
-        if not step["removed"] and removed_counts.get(path):
+        if removed_counts.get(path):  # the lineage side output has the exact reasons: it wins
             step["removed"] = dict(removed_counts[path])
         if not step["removed"] and step.get("summary", {}).get("duplicates_removed"):
             step["removed"] = {"duplicates": int(step["summary"]["duplicates_removed"])}
@@ -166,8 +170,8 @@ def steps_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = No
     return sorted(steps.values(), key=lambda s: (s.get("order", 1 << 30), s.get("finished") or 0, s["path"]))
 
 
-def runs_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = None) -> dict:
-    """Everything the Runs page shows, as JSON."""
+def runs_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = None, run_id: str | None = None) -> dict:
+    """Everything the Runs page shows, as JSON (`live`: the newest run, or the run `run_id`)."""
     records = run_records(root)
     return {
         "root": root.url,
@@ -192,5 +196,5 @@ def runs_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = Non
             }
             for r in records
         ],
-        "live": latest_run(root),
+        "live": latest_run(root, run_id),
     }
