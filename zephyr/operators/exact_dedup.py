@@ -120,10 +120,11 @@ def _mark_kept(doc: dict, cluster: str, size: int) -> dict:
     return kept
 
 
-def _mark_duplicate(doc: dict, cluster: str) -> dict:
+def _mark_duplicate(doc: dict, cluster: str, keeper: Any) -> dict:
     out = dict(doc)
     out["dup_cluster"] = cluster
     out["dup_keep"] = False
+    out["dup_keeper"] = keeper  # lineage: the id of the copy kept for it (zephyr.operators.lineage)
     if not out.get("filter_reason"):
         out["filter_reason"] = "exact_duplicate"
     return out
@@ -150,13 +151,15 @@ class _MarkDocs:
                 counters.increment("dedup/exact_documents_dropped")
                 continue
             counters.increment("dedup/exact_documents_duplicate")
-            yield _mark_duplicate(doc, key)
+            yield _mark_duplicate(doc, key, first.get("id"))
         yield _mark_kept(first, key, size)
 
 
 @dataclass(frozen=True)
 class _HashRank:
-    """map_shard of the decision pass: per document only (hash, (order key, shard, index)); no text."""
+    """map_shard of the decision pass: per document only (hash, (order key, shard, index, id)); no text.
+    The id rides along (after the unique position, so it never decides the order) for the lineage of
+    each duplicate: which document was kept for it."""
 
     text_field: str
     order_key: Callable[[dict], Any]
@@ -165,7 +168,12 @@ class _HashRank:
         shard = current_shard()
         field_name, order = self.text_field, self.order_key
         for index, doc in enumerate(docs):
-            yield text_hash(doc.get(field_name) or ""), (order(doc), shard, index)
+            yield text_hash(doc.get(field_name) or ""), (order(doc), shard, index, _plain_id(doc.get("id")))
+
+
+def _plain_id(value: Any) -> Any:
+    """An id the shuffle can carry in a sort key (str/int/bytes); anything else is not recorded."""
+    return value if isinstance(value, (str, int, bytes)) and not isinstance(value, bool) else None
 
 
 def _first(item: tuple) -> Any:
@@ -180,13 +188,13 @@ def _decide(key: str, members: Iterable[tuple]) -> Iterator[dict]:
     """Members of one hash in corpus order (order key, then position): the first is kept. Singletons
     (almost every document) emit nothing; a cluster emits its keeper's size and each duplicate."""
     iterator = iter(members)
-    _, (_, shard, index) = next(iterator)
+    _, (_, shard, index, keeper) = next(iterator)
     size = 1
-    for _, (_, dup_shard, dup_index) in iterator:
+    for _, (_, dup_shard, dup_index, _) in iterator:
         size += 1
-        yield {"shard": dup_shard, "index": dup_index, "size": 0}
+        yield {"shard": dup_shard, "index": dup_index, "size": 0, "keeper": keeper}
     if size > 1:
-        yield {"shard": shard, "index": index, "size": size}
+        yield {"shard": shard, "index": index, "size": size, "keeper": None}
 
 
 @dataclass(frozen=True)
@@ -195,11 +203,12 @@ class _Annotate:
 
     text_field: str
     sizes: dict  # (shard, index) -> cluster size for a keeper, 0 for a duplicate; absent: a singleton
+    keepers: dict  # (shard, index) of a duplicate -> the id of the document kept for it
     drop: bool
 
     def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
         shard = current_shard()
-        sizes, field_name, drop = self.sizes, self.text_field, self.drop
+        sizes, keepers, field_name, drop = self.sizes, self.keepers, self.text_field, self.drop
         for index, doc in enumerate(docs):
             size = sizes.get((shard, index), 1)
             if size:
@@ -208,10 +217,10 @@ class _Annotate:
                 counters.increment("dedup/exact_documents_dropped")
             else:
                 counters.increment("dedup/exact_documents_duplicate")
-                yield _mark_duplicate(doc, text_hash(doc.get(field_name) or ""))
+                yield _mark_duplicate(doc, text_hash(doc.get(field_name) or ""), keepers.get((shard, index)))
 
 
-_LOOKUP_BYTES = 160  # a (shard, index) -> size entry of the duplicates table, in a Python dict
+_LOOKUP_BYTES = 240  # a (shard, index) -> size entry (and a duplicate's keeper id) in Python dicts
 
 
 def dedup_documents(
@@ -249,15 +258,19 @@ def dedup_documents(
         if entries * _LOOKUP_BYTES > config.memory_per_worker // 8:
             return ds.group_by(_DocKey(text_field), _MarkDocs(drop), sort_by=order, num_shards=num_shards)
         sizes: dict[tuple[int, int], int] = {}
+        keepers: dict[tuple[int, int], Any] = {}
         for path in run.outputs:
             for batch in read_batches(path, format="parquet"):
-                shards, indices, cluster_sizes = (batch.column(n).to_pylist() for n in ("shard", "index", "size"))
-                sizes.update(zip(zip(shards, indices), cluster_sizes))
+                columns = ("shard", "index", "size", "keeper")
+                shards, indices, cluster_sizes, keeper_ids = (batch.column(n).to_pylist() for n in columns)
+                positions = list(zip(shards, indices, strict=True))
+                sizes.update(zip(positions, cluster_sizes, strict=True))
+                keepers.update((p, k) for p, s, k in zip(positions, cluster_sizes, keeper_ids, strict=True) if s == 0)
     finally:
         fs, path = url_to_fs(table_url)
         if fs.exists(path):
             fs.rm(path, recursive=True)
-    return ds.map_shard(_Annotate(text_field, sizes, drop))
+    return ds.map_shard(_Annotate(text_field, sizes, keepers, drop))
 
 
 # --- paragraph level ----------------------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""The Starlette application: every page at `/<page>` (HTML) and its data at `/api/<page>` (JSON).
+
+Pages render on the server from the same dict their JSON endpoint returns, so what a test reads from
+`/api/...` is what the browser shows. Handlers are plain functions: Starlette runs them in its thread
+pool, so a slow scan of one page never blocks the live view's refreshes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from zephyr.ui import pages
+from zephyr.ui.filters import FilterSyntaxError
+from zephyr.ui.source import Root
+
+__all__ = ["create_app"]
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return value.item()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(_jsonable(content), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def _endpoints(
+    root: Root, data: Callable[[Root, Request], dict], render: Callable[[Root, dict], str], title: str, active: str
+) -> tuple[Callable, Callable]:
+    def api(request: Request) -> Response:
+        try:
+            return JSON(data(root, request))
+        except (FilterSyntaxError, ValueError) as exc:
+            return JSON({"error": str(exc)}, status_code=400)
+        except KeyError as exc:
+            return JSON({"error": exc.args[0] if exc.args else str(exc)}, status_code=404)
+
+    def html_page(request: Request) -> Response:
+        from zephyr.ui.html import esc, page
+
+        try:
+            body = render(root, data(root, request))
+            status = 200
+        except (FilterSyntaxError, ValueError) as exc:
+            body, status = f"<p class=error>{esc(exc)}</p>", 400
+        except KeyError as exc:
+            body, status = f"<p class=error>{esc(exc.args[0] if exc.args else exc)}</p>", 404
+        return HTMLResponse(page(title, active, body, root=root.url), status_code=status)
+
+    return api, html_page
+
+
+def create_app(root_url: str) -> Starlette:
+    """The web app over `root_url` (a recipe output root or any folder of Zephyr outputs)."""
+    root = Root(root_url)
+    routes: list[Any] = []
+    for path, data, render, title, active in pages.PAGES:
+        api, html_page = _endpoints(root, data, render, title, active)
+        routes.append(Route(path, html_page))
+        routes.append(Route("/api" + ("/runs" if path == "/" else path), api))
+    live_api, _ = _endpoints(root, pages.live_data, pages.render_live, "Live", "runs")
+    routes.append(Route("/api/runs/live", live_api))
+
+    def live_fragment(request: Request) -> Response:
+        return HTMLResponse(pages.render_live(pages.live_data(root, request)))
+
+    def health(request: Request) -> Response:
+        return JSON({"ok": True, "root": root.url})
+
+    routes.append(Route("/fragments/live", live_fragment))
+    routes.append(Route("/api/health", health))
+    routes.append(Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"))
+    app = Starlette(routes=routes)
+    app.state.root = root
+    return app

@@ -1,0 +1,126 @@
+"""Ablations and training: curves from `metrics.jsonl`, verdicts and paired differences from `report.json`.
+
+A training run is a folder with `metrics.jsonl` (zephyr/train/trainer.py: one JSON object per step with
+`loss`, `eval/<set>/loss`, `eval/<set>/bpb`, plus start/end events). An ablation report is a
+`report.json` written by `zephyr.ablate.report.write_report` (rows with per-seed values and paired
+differences with t intervals, verdicts, and per-run curves).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from zephyr.fs import open_url
+from zephyr.ui.source import Root
+
+__all__ = ["list_training", "training_view", "list_reports", "report_view"]
+
+
+def list_training(root: Root) -> list[str]:
+    return [posixpath.dirname(rel) for rel in sorted(root.files()) if posixpath.basename(rel) == "metrics.jsonl"]
+
+
+def _metrics(root: Root, rel: str) -> list[dict]:
+    out = []
+    with open_url(root.abs(rel), "rb", compression=None) as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash mid-write
+            if isinstance(record, dict):
+                out.append(record)
+    return out
+
+
+def training_view(root: Root, path: str) -> dict:
+    """Series {name: [[step, value], ...]}: train loss and every eval set's loss and bits per byte."""
+    rel = posixpath.join(path, "metrics.jsonl") if path not in ("", ".") else "metrics.jsonl"
+    if rel not in root.files():
+        raise KeyError(f"no metrics.jsonl in {path!r} under {root.url}")
+    series: dict[str, dict[int, float]] = {}
+    start = end = None
+    for record in _metrics(root, rel):
+        if record.get("event") == "start":
+            start = {k: record.get(k) for k in ("params", "devices", "config")}
+            continue
+        if record.get("event") == "end":
+            end = {k: record.get(k) for k in ("step", "final_loss", "tokens_per_s", "mfu", "eval")}
+            continue
+        step = record.get("step")
+        if not isinstance(step, int):
+            continue
+        for key, value in record.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if key == "loss" or (key.startswith("eval/") and key.rsplit("/", 1)[-1] in ("loss", "bpb")):
+                series.setdefault(key, {})[step] = float(value)
+    curves = {name: sorted(points.items()) for name, points in sorted(series.items())}
+    return {
+        "path": path,
+        "start": start,
+        "end": end,
+        "series": {k: [[s, v] for s, v in pts] for k, pts in curves.items()},
+    }
+
+
+def list_reports(root: Root) -> list[str]:
+    out = []
+    for rel in root.json_files("report.json"):
+        try:
+            data = root.read_json(rel)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "verdicts" in data and "rows" in data:
+            out.append(posixpath.dirname(rel))
+    return out
+
+
+def report_view(root: Root, path: str) -> dict:
+    """The ablation report, plus curves averaged over seeds per (mixture, eval set, metric)."""
+    rel = posixpath.join(path, "report.json") if path not in ("", ".") else "report.json"
+    data = root.read_json(rel)
+    mean_curves: dict[str, list[list[float]]] = {}
+    for mixture, seeds in (data.get("curves") or {}).items():
+        by_key: dict[str, dict[int, list[float]]] = {}
+        for _seed, sets in seeds.items():
+            for eval_set, metrics in sets.items():
+                for metric, points in metrics.items():
+                    for step, value in points:
+                        if value is not None:
+                            by_key.setdefault(f"{eval_set}/{metric}/{mixture}", {}).setdefault(int(step), []).append(
+                                float(value)
+                            )
+        for key, points in by_key.items():
+            mean_curves[key] = [[s, sum(v) / len(v)] for s, v in sorted(points.items())]
+    differences = []
+    for row in data.get("rows") or []:
+        d = row.get("vs_baseline")
+        if d:
+            differences.append(
+                {
+                    "mixture": row["mixture"],
+                    "eval_set": row["eval_set"],
+                    "metric": row["metric"],
+                    "mean": d.get("mean"),
+                    "low": d.get("low"),
+                    "high": d.get("high"),
+                    "p_value": d.get("p_value"),
+                    "verdict": d.get("verdict"),
+                }
+            )
+    out: dict[str, Any] = {
+        "path": path,
+        "baseline": data.get("baseline"),
+        "metric": data.get("metric"),
+        "confidence": data.get("confidence"),
+        "seeds": data.get("seeds"),
+        "mixtures": data.get("mixtures"),
+        "verdicts": data.get("verdicts") or [],
+        "differences": differences,
+        "curves": mean_curves,
+        "notes": data.get("notes") or [],
+    }
+    return out
