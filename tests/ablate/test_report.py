@@ -116,3 +116,21 @@ def test_primary_eval_decides_and_bpb_falls_back_to_loss(tmp_path: Path) -> None
     assert {r.metric for r in report.rows} == {"loss"}
     assert report.verdict("control").line.startswith("control vs baseline: WORSE, loss on web: +0.6067")
     write_report(report, tmp_path / "loss-only")  # the table and plot work without bits per byte
+
+
+def test_a_failed_report_write_leaves_the_previous_report_whole(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, primary=None)
+    results = _results(tmp_path)
+    out = tmp_path / "report"
+    files = write_report(build_report(plan, results), out)
+    before = {kind: Path(files[kind]).read_text() for kind in ("csv", "json", "text")}
+    # The next report cannot be put in place: report.png is now a directory (a real conflict, no fake).
+    Path(files["plot"]).unlink()
+    Path(files["plot"]).mkdir()
+    (Path(files["plot"]) / "keep").write_text("x")
+    no_bytes = [RunResult(**{**r.__dict__, "eval": {k: {"loss": v["loss"], "bpb": None} for k, v in r.eval.items()}})
+                for r in results]
+    with pytest.raises(OSError):
+        write_report(build_report(plan, no_bytes), out)
+    assert {kind: Path(files[kind]).read_text() for kind in ("csv", "json", "text")} == before
+    assert sorted(p.name for p in out.iterdir()) == ["report.csv", "report.json", "report.png", "report.txt"]

@@ -16,6 +16,7 @@ Example::
     print(outcome.report.verdict("prose_heavy").difference.verdict)   # "better" / "worse" / "inconclusive"
 """
 
+from .ablation import AblationOutcome, run_ablation
 from .config import (
     MODEL_PRESETS,
     AblationConfig,
@@ -29,15 +30,7 @@ from .config import (
     mixture_with_fraction,
 )
 from .report import CandidateVerdict, Report, ReportRow, build_report, format_report, plot_report, write_report
-from .runner import (
-    AblationOutcome,
-    AblationPlan,
-    RunResult,
-    RunSpec,
-    execute_run,
-    plan_ablation,
-    run_ablation,
-)
+from .runner import AblationPlan, RunResult, RunSpec, execute_run, plan_ablation
 from .stats import PairedDifference, Spread, paired_difference, spread, t_critical
 from .stores import (
     ExposureCap,

@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
         write_report(report, config.output_dir)
         print(format_report(report))
         return 0
-    from .runner import run_ablation
+    from .ablation import run_ablation
 
     try:
         run_ablation(config, backend=args.train_backend)

@@ -14,6 +14,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -197,9 +200,29 @@ def _jsonable(x: Any) -> Any:
 
 
 def write_report(report: Report, output_dir: str | Path) -> dict[str, str]:
-    """Write ``report.csv``, ``report.json``, ``report.png`` and ``report.txt``; returns their paths."""
+    """Write ``report.csv``, ``report.json``, ``report.png`` and ``report.txt``; returns their paths.
+
+    All four are rendered under a temporary directory first and renamed into place only once every
+    one of them is complete, so a report that fails to render (or a killed process) leaves the
+    previous report as it was, never a mix of old and new files or a cut one.
+    """
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        rendered = _render_report(report, staging)
+        final = {}
+        # The tables, which hold the verdicts, move last: a failing rename leaves them as they were.
+        for kind in ("plot", "text", "json", "csv"):
+            target = out / Path(rendered[kind]).name
+            os.replace(rendered[kind], target)
+            final[kind] = str(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {kind: final[kind] for kind in ("csv", "json", "text", "plot")}
+
+
+def _render_report(report: Report, out: Path) -> dict[str, str]:
     csv_path = out / "report.csv"
     with open(csv_path, "w", newline="") as handle:
         writer = csv.writer(handle)

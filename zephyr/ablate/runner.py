@@ -25,21 +25,28 @@ the output directory must then be on storage every node can reach).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import xxhash
 
+from zephyr.versioning import fingerprint, read_marker, write_marker
+
 from .config import AblationConfig, AblationConfigError
-from .stores import ExposureCap, eval_bytes_per_token, exposure_cap, store_summary, write_capped_store, write_shuffled_store
+from .stores import (
+    ExposureCap,
+    eval_bytes_per_token,
+    exposure_cap,
+    store_summary,
+    write_capped_store,
+    write_shuffled_store,
+)
 
 __all__ = [
     "ResolvedMixture",
@@ -48,14 +55,15 @@ __all__ = [
     "AblationPlan",
     "plan_ablation",
     "execute_run",
-    "run_ablation",
     "load_run_result",
     "read_eval_curves",
     "enable_compilation_cache",
     "config_drift",
+    "write_json",
 ]
 
 _DONE = "result.json"
+_RUN_KIND = "ablation-run"  # its `zephyr.versioning` done marker
 
 
 @dataclass(frozen=True)
@@ -130,10 +138,6 @@ class AblationPlan:
 
 
 # ----------------------------------------------------------------------------- planning
-
-
-def _fingerprint(payload: Any) -> str:
-    return xxhash.xxh3_64_hexdigest(json.dumps(payload, sort_keys=True, default=str).encode())
 
 
 def plan_ablation(config: AblationConfig) -> AblationPlan:
@@ -226,7 +230,7 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
             checked = config_to_dict(config_from_dict(train))
             # The fingerprint covers what the ablation sets, not the trainer's defaults, so a new trainer
             # default does not silently invalidate finished runs; config_drift() reports such changes.
-            fp = _fingerprint({"train": {k: v for k, v in train.items() if k != "progress"}, "stores": store_ids})
+            fp = fingerprint({"train": {k: v for k, v in train.items() if k != "progress"}, "stores": store_ids})
             run_dir = out / "runs" / mix.name / f"seed{seed}-{fp[:10]}"
             checked["output_dir"] = str(run_dir)
             runs.append(RunSpec(mix.name, seed, str(run_dir), fp, checked, config.compilation_cache))
@@ -261,7 +265,8 @@ def enable_compilation_cache(setting: str | None) -> str | None:
     return setting
 
 
-def _atomic_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
+    """Write `obj` as JSON to `path` atomically (a temporary name beside it, then a rename)."""
     tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
     tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
@@ -289,13 +294,10 @@ def config_drift(spec: RunSpec) -> list[str]:
 
 def load_run_result(spec: RunSpec) -> RunResult | None:
     """The finished result of ``spec`` if its done marker exists with the same fingerprint."""
-    marker = Path(spec.run_dir) / _DONE
-    if not marker.is_file():
+    marker = read_marker(str(Path(spec.run_dir) / _DONE), _RUN_KIND, spec.fingerprint)
+    if marker is None:
         return None
-    data = json.loads(marker.read_text())
-    if data.get("fingerprint") != spec.fingerprint:
-        return None
-    return RunResult(**{**data, "status": "cached"})
+    return RunResult(**{**marker.payload, "status": "cached"})
 
 
 def _with_bpb(evals: dict[str, dict[str, float | None]], train_config: dict[str, Any]) -> dict[str, dict[str, float | None]]:
@@ -324,7 +326,7 @@ def execute_run(spec: RunSpec) -> RunResult:
 
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_json(run_dir / "run.json", {"mixture": spec.mixture, "seed": spec.seed, "fingerprint": spec.fingerprint,
+    write_json(run_dir / "run.json", {"mixture": spec.mixture, "seed": spec.seed, "fingerprint": spec.fingerprint,
                                         "train_config": spec.train_config})
     resumed = latest_checkpoint(run_dir / "checkpoints") is not None
     cfg = config_from_dict(spec.train_config)
@@ -349,7 +351,7 @@ def execute_run(spec: RunSpec) -> RunResult:
         run_dir=spec.run_dir,
         fingerprint=spec.fingerprint,
     )
-    _atomic_json(run_dir / _DONE, asdict(final))  # the done marker, last
+    write_marker(str(run_dir / _DONE), _RUN_KIND, spec.fingerprint, asdict(final))  # the done marker, last
     return final
 
 
@@ -380,99 +382,3 @@ def read_eval_curves(result: RunResult) -> dict[str, dict[str, list[tuple[int, f
             ratio = float(final["bpb"]) / float(final["loss"])  # bits per byte per nat per token
             entry["bpb"] = [(s, v * ratio) for s, v in entry["loss"]]
     return curves
-
-
-# ----------------------------------------------------------------------------- running them all
-
-
-def _run_local(pending: list[RunSpec], log: Callable[[str], None], total: int, done_before: int) -> list[RunResult]:
-    results = []
-    for i, spec in enumerate(pending, start=done_before + 1):
-        log(f"[{i}/{total}] {spec.mixture} seed {spec.seed}: training ({spec.run_dir})")
-        result = execute_run(spec)
-        log(f"[{i}/{total}] {spec.mixture} seed {spec.seed}: {result.status} in {result.wall_s:.1f}s, "
-            + ", ".join(f"{n} loss {v['loss']:.4f}" for n, v in result.eval.items()))
-        results.append(result)
-    return results
-
-
-def _run_ray(pending: list[RunSpec], config: AblationConfig, log: Callable[[str], None], total: int,
-             done_before: int) -> list[RunResult]:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("backend='ray' needs Ray: pip install 'ray[data]>=2.40,<3'") from exc
-    from zephyr.engine.ray_backend import connect
-
-    started = connect(config.ray_address)
-    try:
-        task = ray.remote(num_cpus=config.cpus_per_run, num_gpus=config.gpus_per_run, max_retries=2,
-                          retry_exceptions=False)(execute_run)
-        refs = {task.remote(spec): spec for spec in pending}
-        log(f"submitted {len(refs)} run(s) to Ray ({config.gpus_per_run:g} GPU, {config.cpus_per_run:g} CPU each)")
-        results, waiting, finished = [], list(refs), done_before
-        while waiting:
-            ready, waiting = ray.wait(waiting, num_returns=1)
-            spec = refs[ready[0]]
-            result = ray.get(ready[0])
-            finished += 1
-            log(f"[{finished}/{total}] {spec.mixture} seed {spec.seed}: {result.status} in {result.wall_s:.1f}s")
-            results.append(result)
-        return results
-    finally:
-        if started:
-            ray.shutdown()
-
-
-@dataclass(frozen=True)
-class AblationOutcome:
-    plan: AblationPlan
-    results: tuple[RunResult, ...]
-    report: Any  # zephyr.ablate.report.Report
-    files: dict[str, str]
-
-
-def run_ablation(config: AblationConfig, *, backend: str | None = None, report: bool = True,
-                 log: Callable[[str], None] | None = None) -> AblationOutcome:
-    """Plan, run every pending (mixture, seed) pair, then write and print the report.
-
-    Finished runs are read back from their done markers; ``backend``
-    overrides ``config.backend``. Returns the plan, every run's result (in
-    plan order) and the report with the paths of the files written.
-    """
-    from .report import build_report, format_report, write_report
-
-    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    plan = plan_ablation(config)
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_json(out / "plan.json", plan.to_json())
-    for note in plan.notes:
-        log(f"note: {note}")
-    cached = {(r.mixture, r.seed): res for r in plan.runs if (res := load_run_result(r)) is not None}
-    pending = [r for r in plan.runs if (r.mixture, r.seed) not in cached]
-    drift = sorted({d for r in plan.runs if (r.mixture, r.seed) in cached for d in config_drift(r)})
-    if drift:
-        note = ("finished runs were trained with other trainer defaults than this code would use (" + "; ".join(drift)
-                + "); delete their run directories to retrain them")
-        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
-        log(f"note: {note}")
-    log(f"ablation {out}: {len(plan.mixtures)} mixtures x {len(config.seeds)} seeds = {len(plan.runs)} runs of "
-        f"{plan.steps} steps ({plan.tokens_per_run:,} tokens); {len(cached)} finished, {len(pending)} to run")
-    chosen = backend or config.backend
-    if chosen not in ("local", "ray"):
-        raise AblationConfigError(f"backend must be 'local' or 'ray', got {chosen!r}.")
-    if pending:
-        fresh = (_run_ray(pending, config, log, len(plan.runs), len(cached)) if chosen == "ray"
-                 else _run_local(pending, log, len(plan.runs), len(cached)))
-        for result in fresh:
-            cached[(result.mixture, result.seed)] = result
-    results = tuple(cached[(r.mixture, r.seed)] for r in plan.runs)
-    if not report:
-        return AblationOutcome(plan, results, None, {})
-    rep = build_report(plan, results)
-    files = write_report(rep, out)
-    print(format_report(rep))
-    for kind, path in files.items():
-        log(f"wrote {kind}: {path}")
-    return AblationOutcome(plan, results, rep, files)
