@@ -20,7 +20,6 @@ from .ablation import AblationOutcome, run_ablation
 from .config import (
     MODEL_PRESETS,
     AblationConfig,
-    AblationConfigError,
     Component,
     ExposureSpec,
     MixtureSpec,
@@ -29,7 +28,15 @@ from .config import (
     load_ablation_config,
     mixture_with_fraction,
 )
-from .report import CandidateVerdict, Report, ReportRow, build_report, format_report, plot_report, write_report
+from .report import (
+    CandidateVerdict,
+    Report,
+    ReportRow,
+    build_report,
+    format_report,
+    plot_report,
+    write_report,
+)
 from .runner import AblationPlan, RunResult, RunSpec, execute_run, plan_ablation
 from .stats import PairedDifference, Spread, paired_difference, spread, t_critical
 from .stores import (
@@ -43,7 +50,6 @@ from .stores import (
 
 __all__ = [
     "AblationConfig",
-    "AblationConfigError",
     "Component",
     "MixtureSpec",
     "ExposureSpec",

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import AblationConfig, AblationConfigError
+from zephyr.config import ConfigError
+
+from .config import AblationConfig
 from .report import Report, build_report, format_report, write_report
 from .runner import (
     AblationPlan,
@@ -106,7 +108,7 @@ def run_ablation(config: AblationConfig, *, backend: str | None = None, report: 
         f"{plan.steps} steps ({plan.tokens_per_run:,} tokens); {len(cached)} finished, {len(pending)} to run")
     chosen = backend or config.backend
     if chosen not in ("local", "ray"):
-        raise AblationConfigError(f"backend must be 'local' or 'ray', got {chosen!r}.")
+        raise ConfigError(f"backend must be 'local' or 'ray', got {chosen!r}.")
     if pending:
         fresh = (_run_ray(pending, config, log, len(plan.runs), len(cached)) if chosen == "ray"
                  else _run_local(pending, log, len(plan.runs), len(cached)))

@@ -51,11 +51,13 @@ def add_cli(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .config import AblationConfigError, load_ablation_config
+    from zephyr.config import ConfigError
+
+    from .config import load_ablation_config
 
     try:
         config = load_ablation_config(args.config, list(args.overrides))
-    except AblationConfigError as exc:
+    except ConfigError as exc:
         print(f"zephyr ablate: {exc}", file=sys.stderr)
         return 2
     if args.plan or args.report_only:
@@ -82,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         run_ablation(config, backend=args.train_backend)
-    except AblationConfigError as exc:
+    except ConfigError as exc:
         print(f"zephyr ablate: {exc}", file=sys.stderr)
         return 2
     return 0

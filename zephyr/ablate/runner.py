@@ -36,9 +36,10 @@ from typing import Any
 
 import xxhash
 
+from zephyr.config import ConfigError
 from zephyr.versioning import fingerprint, read_marker, write_marker
 
-from .config import AblationConfig, AblationConfigError
+from .config import AblationConfig
 from .stores import (
     ExposureCap,
     eval_bytes_per_token,
@@ -155,13 +156,13 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
     hashes = {s.tokenizer_hash for s in summaries.values()}
     if len(hashes) > 1:
         listing = "; ".join(f"{p}: {s.tokenizer_name} ({s.tokenizer_hash})" for p, s in summaries.items())
-        raise AblationConfigError(
+        raise ConfigError(
             f"the ablation's stores come from different tokenizers ({listing}); losses would not be comparable. "
             "Tokenize every training and eval store with the same tokenizer."
         )
     eos_ids = {s.eos_id for s in summaries.values()} - {None}
     if len(eos_ids) != 1:
-        raise AblationConfigError(f"cannot tell the EOS id of the stores (found {sorted(eos_ids)} in their manifests' "
+        raise ConfigError(f"cannot tell the EOS id of the stores (found {sorted(eos_ids)} in their manifests' "
                                   "tokenizer.eos_id); tokenize them with an EOS token.")
     eos_id = eos_ids.pop()
     vocab = int(config.model.get("vocab_size") or max(s.vocab_size for s in summaries.values()))
@@ -186,7 +187,7 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
                     notes.append(f"{m.name}: {dataset}: {cap.note}")
                 if cap.cap_tokens is not None:
                     if cap.cap_tokens < settings.seq_len + 1:
-                        raise AblationConfigError(
+                        raise ConfigError(
                             f"matched exposure keeps only {cap.cap_tokens} tokens of {dataset!r} in mixture {m.name!r}, "
                             f"less than one training window ({settings.seq_len + 1}); raise the token budget or lower "
                             "production_tokens / production_epochs."

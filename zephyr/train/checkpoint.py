@@ -23,12 +23,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zephyr.errors import ZephyrError
+
 __all__ = ["save_checkpoint", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "CheckpointError"]
 
 _PREFIX = "step_"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ZephyrError, ValueError):
     """A checkpoint that does not match what is being restored; the message names the file."""
 
 
