@@ -1,6 +1,6 @@
 """Training and eval sequences from zephyr token stores.
 
-Sampling is ``zephyr.tokenize.Mixture``'s: sequence ``i`` of a run is a pure
+Sampling is ``zephyr.tokenize.mixture.Mixture``'s: sequence ``i`` of a run is a pure
 function of ``(seed, i)`` (block-deterministic weights, keyed Feistel
 permutation per epoch), so ``batch(step)`` needs no loader state and a resumed
 run reads exactly the batches a straight run would. This module only adapts it
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zephyr.tokenize import Mixture, TokenStore, load_tokenizer
+from zephyr.tokenize.mixture import Mixture
+from zephyr.tokenize.store import TokenStore, load_store_tokenizer
 from zephyr.train.config import DataConfig
 
 __all__ = ["EvalSet", "make_mixture", "eos_id_of", "eval_sets", "count_target_bytes"]
@@ -57,7 +58,7 @@ def count_target_bytes(store: TokenStore, batches: list[np.ndarray]) -> int | No
     """
     source = store.tokenizer.get("source")
     try:
-        tokenizer = load_tokenizer(source)
+        tokenizer = load_store_tokenizer(store)
     except Exception as e:  # an unavailable tokenizer must not stop training; bpb is then reported as None
         warnings.warn(f"bits-per-byte unavailable for {store.path}: tokenizer {source!r} could not be loaded ({e}).", stacklevel=2)
         return None
