@@ -359,7 +359,8 @@ def execute_run(spec: RunSpec) -> RunResult:
 def read_eval_curves(result: RunResult) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """``{eval set: {"loss"|"bpb": [(step, value), ...]}}`` from the run's metrics log (last value per step).
 
-    A resumed run logs the steps after its checkpoint twice; the later value wins. Where the log has no
+    Should a step be logged twice (logs written before the trainer dropped a dead run's records past its
+    last checkpoint on resume), the later value wins. Where the log has no
     bits per byte, it is derived from the loss with the final result's bytes per token.
     """
     from zephyr.train.trainer import read_metrics

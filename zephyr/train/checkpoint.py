@@ -110,7 +110,7 @@ def load_checkpoint(path: str | Path, template: Any) -> tuple[Any, dict]:
         )
     blob = np.memmap(path / "arrays.bin", dtype=np.uint8, mode="r")
     leaves = []
-    for i, (entry, want) in enumerate(zip(index, template_leaves)):
+    for i, (entry, want) in enumerate(zip(index, template_leaves, strict=True)):
         want_shape, want_dtype = tuple(np.shape(want)), jnp.dtype(want.dtype)
         if tuple(entry["shape"]) != want_shape or jnp.dtype(entry["dtype"]) != want_dtype:
             raise CheckpointError(

@@ -44,11 +44,13 @@ def eos_id_of(mixture: Mixture, override: int | None = None) -> int:
     if override is not None:
         return override
     ids = {c.store.tokenizer.get("eos_id") for c in mixture.components}
-    if len(ids) != 1 or None in ids:
+    found = next(iter(ids)) if len(ids) == 1 else None
+    if found is None:
         raise ValueError(
-            f"cannot tell the EOS id from the stores' manifests (found {sorted(map(str, ids))}); set data.eos_id in the config."
+            f"cannot tell the EOS id from the stores' manifests (found {sorted(map(str, ids))}); "
+            "set data.eos_id in the config."
         )
-    return int(ids.pop())
+    return int(found)
 
 
 def count_target_bytes(store: TokenStore, batches: list[np.ndarray]) -> int | None:

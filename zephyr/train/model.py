@@ -161,6 +161,8 @@ def causal_attention(q: Float[Array, "B S N H"], k: Float[Array, "B S K H"], v: 
         groups = q.shape[2] // k.shape[2]
         k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)  # B S N H
         return mha(q, k, v, segment_ids, sm_scale=q.shape[-1] ** -0.5, causal=True, block_sizes=PALLAS_ATTENTION_BLOCKS, interpret=jax.default_backend() != "gpu")
+    if impl not in ("xla", "cudnn"):
+        raise ValueError(f"attention impl must be 'xla', 'cudnn', 'pallas' or None, got {impl!r}")
     mask = None if segment_ids is None else (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])  # B 1 S S
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=impl)
 

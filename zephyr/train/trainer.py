@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -189,6 +190,31 @@ def _write_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _forget_logged_after(path: Path, step: int) -> None:
+    """Drop the records a previous run logged after `step`, the step this run starts from.
+
+    A run that dies after its last checkpoint has logged steps past it; resumed from that checkpoint it
+    trains and logs them again, so without this every such step would appear twice in the log (and
+    with the earlier, discarded run's timings). A run starting from step 0 starts a fresh log. The
+    file is rewritten whole (temporary name, then rename), so a crash here loses nothing.
+    """
+    if not path.is_file():
+        return
+    kept = []
+    if step > 0:
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the crash
+            if record.get("event") == "end" or int(record.get("step", 0)) > step:
+                continue
+            kept.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, path)
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a run's ``metrics.jsonl`` (none if it is missing); a line cut by a crash mid-write is skipped."""
     path = Path(path)
@@ -260,6 +286,7 @@ def train(config: TrainConfig) -> TrainResult:
     peak, peak_source = peak_flops_per_device(cfg.peak_flops_per_device)
     flops_per_token = cfg.model.flops_per_token(d.seq_len)
     tokens_per_step = d.batch_size * d.seq_len
+    _forget_logged_after(metrics_path, start)
     if start == 0:
         _write_jsonl(metrics_path, {"event": "start", "config": config_to_dict(cfg), "params": cfg.model.num_params(), "devices": mesh.size, "peak_flops": peak, "peak_flops_source": peak_source})
     else:
