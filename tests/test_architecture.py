@@ -166,7 +166,9 @@ def test_no_module_imports_another_modules_private_name():
         for target, names, _, line in found:
             if not target.startswith("zephyr") or _zephyr_target(target) == module:
                 continue
-            bad += [f"{module}:{line} imports {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
+            bad += [
+                f"{module}:{line} imports {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")
+            ]
     # and `module._name` on an imported zephyr module
     for module, (path, _) in modules().items():
         tree = ast.parse(path.read_text())
@@ -176,6 +178,12 @@ def test_no_module_imports_another_modules_private_name():
             if isinstance(node, ast.ImportFrom)
             for alias in node.names
             if f"{_absolute(module, modules()[module][1], node.level, node.module)}.{alias.name}" in modules()
+        } | {
+            alias.asname
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+            if alias.asname and alias.name in modules()
         }
         for node in ast.walk(tree):
             if (

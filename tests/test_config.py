@@ -32,8 +32,9 @@ class Outer:
 
 
 def test_builds_nested_dataclasses_and_round_trips():
-    cfg = from_dict(Outer, {"name": "x", "model": {"n_layers": 3, "rate": 1}, "sources": {"web": ["w", 2]},
-                            "seeds": [1, 2]})
+    cfg = from_dict(
+        Outer, {"name": "x", "model": {"n_layers": 3, "rate": 1}, "sources": {"web": ["w", 2]}, "seeds": [1, 2]}
+    )
     assert cfg == Outer("x", Inner(3, "a", 1.0), {"web": ("w", 2.0)}, (1, 2))
     assert from_dict(Outer, to_dict(cfg)) == cfg
 

@@ -64,10 +64,8 @@ def test_failed_step_leaves_no_marker_and_reruns(tmp_path):
         raise RuntimeError("boom")
 
     steps = StepRunner(str(tmp_path))
-    try:
+    with pytest.raises(RuntimeError, match="boom"):
         steps.run("broken", broken, config={})
-    except RuntimeError:
-        pass
     assert not list(tmp_path.rglob("_STEP.json"))
     assert StepRunner(str(tmp_path)).run("broken", unrelated, config={}).summary == {"ok": True}
 

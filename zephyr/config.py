@@ -80,7 +80,9 @@ def apply_overrides(data: Mapping[str, Any], overrides: list[str] | tuple[str, .
     out = copy.deepcopy(dict(data))
     for item in overrides:
         key, sep, raw = item.partition("=")
-        require(bool(sep) and bool(key), f"override {item!r} is not key=value; write e.g. optimizer.learning_rate=1e-3.")
+        require(
+            bool(sep) and bool(key), f"override {item!r} is not key=value; write e.g. optimizer.learning_rate=1e-3."
+        )
         node = out
         parts = key.split(".")
         for part in parts[:-1]:
@@ -130,9 +132,7 @@ def _build(cls: type, data: Any, path: str) -> Any:
     except TypeError as exc:  # a required field is missing
         missing = [n for n, f in fields.items() if n not in kwargs and _required(f)]
         if missing:
-            raise ConfigError(
-                f"{path or cls.__name__}: missing required key(s) {missing} for {cls.__name__}"
-            ) from None
+            raise ConfigError(f"{path or cls.__name__}: missing required key(s) {missing} for {cls.__name__}") from None
         raise ConfigError(f"{path or cls.__name__}: {exc}") from None
 
 

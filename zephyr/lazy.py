@@ -25,7 +25,9 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
         if module_name is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = importlib.import_module(module_name)
-        value = module if module_name.rsplit(".", 1)[-1] == name and not hasattr(module, name) else getattr(module, name)
+        value = (
+            module if module_name.rsplit(".", 1)[-1] == name and not hasattr(module, name) else getattr(module, name)
+        )
         namespace[name] = value  # later lookups skip __getattr__
         return value
 

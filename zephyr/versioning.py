@@ -18,6 +18,7 @@ disagreed (a step hashed functions one way, an ablation run another). Here:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -90,12 +91,24 @@ def describe(value: Any, depth: int = 0) -> Any:
     if hasattr(type(value), "__fingerprint__") and not isinstance(value, type):
         return describe(value.__fingerprint__(), depth)  # a type that says what identifies it
     if isinstance(value, functools.partial):
-        return ["partial", describe(value.func, depth + 1), describe(value.args, depth + 1), describe(value.keywords, depth + 1)]
+        return [
+            "partial",
+            describe(value.func, depth + 1),
+            describe(value.args, depth + 1),
+            describe(value.keywords, depth + 1),
+        ]
     if inspect.isfunction(value) or inspect.ismethod(value):
         fn = value.__func__ if inspect.ismethod(value) else value
         closure = [describe(c.cell_contents, depth + 1) for c in (fn.__closure__ or ()) if _cell_ok(c)]
         bound = describe(value.__self__, depth + 1) if inspect.ismethod(value) else None
-        return [fn.__module__, fn.__qualname__, code_digest(fn.__code__), closure, describe(fn.__defaults__, depth + 1), bound]
+        return [
+            fn.__module__,
+            fn.__qualname__,
+            code_digest(fn.__code__),
+            closure,
+            describe(fn.__defaults__, depth + 1),
+            bound,
+        ]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [type(value).__module__, type(value).__qualname__] + [
             describe(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)
@@ -106,8 +119,12 @@ def describe(value: Any, depth: int = 0) -> Any:
         return ["expr", repr(value)]
     text = repr(value)
     if " at 0x" in text:  # identity-based repr: describe by type (and callable code, if any)
-        call = getattr(type(value), "__call__", None)
-        return [type(value).__module__, type(value).__qualname__, code_digest(call.__code__) if hasattr(call, "__code__") else None]
+        call = type(value).__call__ if callable(value) else None
+        return [
+            type(value).__module__,
+            type(value).__qualname__,
+            code_digest(call.__code__) if hasattr(call, "__code__") else None,
+        ]
     return text
 
 
@@ -121,7 +138,7 @@ def code_digest(code: Any) -> str:
 
 def _cell_ok(cell: Any) -> bool:
     try:
-        cell.cell_contents
+        _ = cell.cell_contents
     except ValueError:
         return False
     return True
@@ -167,7 +184,9 @@ def read_marker(url: str, kind: str, fingerprint: str | None = None) -> DoneMark
         return None
     if fingerprint is not None and body.get("fingerprint") != fingerprint:
         return None
-    return DoneMarker(kind, str(body["fingerprint"]), dict(body.get("payload") or {}), float(body.get("written_at", 0.0)))
+    return DoneMarker(
+        kind, str(body["fingerprint"]), dict(body.get("payload") or {}), float(body.get("written_at", 0.0))
+    )
 
 
 def marker_exists(url: str) -> bool:
@@ -179,7 +198,5 @@ def marker_exists(url: str) -> bool:
 def remove_marker(url: str) -> None:
     """Delete the marker at `url` if present: the work it certified must be redone."""
     fs, path = url_to_fs(url)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         fs.rm(path)
-    except FileNotFoundError:
-        pass

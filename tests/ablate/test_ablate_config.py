@@ -25,18 +25,26 @@ BASE = {
 
 
 def test_candidate_kinds_expand_to_named_normalised_mixtures() -> None:
-    cfg = ablation_config_from_dict({
-        **BASE,
-        "candidates": [
-            {"name": "code_heavy", "mixture": {"web": ["stores/web", 1], "code": ["stores/code", 1]}},
-            {"add": {"dataset": "wiki", "store": "stores/wiki", "fraction": 0.2}},
-            {"sweep": {"dataset": "code", "fractions": [0.5, 0.125]}},
-            {"negative_control": {"dataset": "wiki", "of": "baseline+wiki20"}},
-        ],
-    })
+    cfg = ablation_config_from_dict(
+        {
+            **BASE,
+            "candidates": [
+                {"name": "code_heavy", "mixture": {"web": ["stores/web", 1], "code": ["stores/code", 1]}},
+                {"add": {"dataset": "wiki", "store": "stores/wiki", "fraction": 0.2}},
+                {"sweep": {"dataset": "code", "fractions": [0.5, 0.125]}},
+                {"negative_control": {"dataset": "wiki", "of": "baseline+wiki20"}},
+            ],
+        }
+    )
     names = [m.name for m in cfg.mixtures]
-    assert names == ["baseline", "code_heavy", "baseline+wiki20", "baseline+code50", "baseline+code12p5",
-                     "baseline+wiki20-shuffled-wiki"]
+    assert names == [
+        "baseline",
+        "code_heavy",
+        "baseline+wiki20",
+        "baseline+code50",
+        "baseline+code12p5",
+        "baseline+wiki20-shuffled-wiki",
+    ]
     assert cfg.baseline.weights() == {"web": 0.75, "code": 0.25}  # normalised
     plus_wiki = cfg.candidates[1]
     assert plus_wiki.weights() == pytest.approx({"web": 0.6, "code": 0.2, "wiki": 0.2})
@@ -71,10 +79,17 @@ def test_mixture_with_fraction_needs_a_store_for_a_new_dataset() -> None:
         ({"candidates": [{"negative_control": {"dataset": "nope"}}]}, "not in mixture"),
         ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "seeds": [1, 1]}, "seeds repeat"),
         ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "primary_eval": "code"}, "primary_eval"),
-        ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "matched_exposure": {"zz": {"production_epochs": 2}}},
-         "no mixture uses"),
-        ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "matched_exposure": {"web": {}}},
-         "exactly one of production_tokens"),
+        (
+            {
+                "candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}],
+                "matched_exposure": {"zz": {"production_epochs": 2}},
+            },
+            "no mixture uses",
+        ),
+        (
+            {"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "matched_exposure": {"web": {}}},
+            "exactly one of production_tokens",
+        ),
         ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "model": {"preset": "huge"}}, "preset"),
         ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "confidnce": 0.9}, "unknown key"),
     ],

@@ -39,14 +39,17 @@ def _run_local(pending: list[RunSpec], log: Callable[[str], None], total: int, d
     for i, spec in enumerate(pending, start=done_before + 1):
         log(f"[{i}/{total}] {spec.mixture} seed {spec.seed}: training ({spec.run_dir})")
         result = execute_run(spec)
-        log(f"[{i}/{total}] {spec.mixture} seed {spec.seed}: {result.status} in {result.wall_s:.1f}s, "
-            + ", ".join(f"{n} loss {v['loss']:.4f}" for n, v in result.eval.items()))
+        log(
+            f"[{i}/{total}] {spec.mixture} seed {spec.seed}: {result.status} in {result.wall_s:.1f}s, "
+            + ", ".join(f"{n} loss {v['loss']:.4f}" for n, v in result.eval.items())
+        )
         results.append(result)
     return results
 
 
-def _run_ray(pending: list[RunSpec], config: AblationConfig, log: Callable[[str], None], total: int,
-             done_before: int) -> list[RunResult]:
+def _run_ray(
+    pending: list[RunSpec], config: AblationConfig, log: Callable[[str], None], total: int, done_before: int
+) -> list[RunResult]:
     try:
         import ray
     except ImportError as exc:
@@ -55,8 +58,9 @@ def _run_ray(pending: list[RunSpec], config: AblationConfig, log: Callable[[str]
 
     started = connect(config.ray_address)
     try:
-        task = ray.remote(num_cpus=config.cpus_per_run, num_gpus=config.gpus_per_run, max_retries=2,
-                          retry_exceptions=False)(execute_run)
+        task = ray.remote(
+            num_cpus=config.cpus_per_run, num_gpus=config.gpus_per_run, max_retries=2, retry_exceptions=False
+        )(execute_run)
         refs = {task.remote(spec): spec for spec in pending}
         log(f"submitted {len(refs)} run(s) to Ray ({config.gpus_per_run:g} GPU, {config.cpus_per_run:g} CPU each)")
         results, waiting, finished = [], list(refs), done_before
@@ -81,8 +85,9 @@ class AblationOutcome:
     files: dict[str, str]
 
 
-def run_ablation(config: AblationConfig, *, backend: str | None = None, report: bool = True,
-                 log: Callable[[str], None] | None = None) -> AblationOutcome:
+def run_ablation(
+    config: AblationConfig, *, backend: str | None = None, report: bool = True, log: Callable[[str], None] | None = None
+) -> AblationOutcome:
     """Plan, run every pending (mixture, seed) pair, then write and print the report.
 
     Finished runs are read back from their done markers; ``backend``
@@ -100,18 +105,26 @@ def run_ablation(config: AblationConfig, *, backend: str | None = None, report: 
     pending = [r for r in plan.runs if (r.mixture, r.seed) not in cached]
     drift = sorted({d for r in plan.runs if (r.mixture, r.seed) in cached for d in config_drift(r)})
     if drift:
-        note = ("finished runs were trained with other trainer defaults than this code would use (" + "; ".join(drift)
-                + "); delete their run directories to retrain them")
+        note = (
+            "finished runs were trained with other trainer defaults than this code would use ("
+            + "; ".join(drift)
+            + "); delete their run directories to retrain them"
+        )
         plan = dataclasses.replace(plan, notes=(*plan.notes, note))
         log(f"note: {note}")
-    log(f"ablation {out}: {len(plan.mixtures)} mixtures x {len(config.seeds)} seeds = {len(plan.runs)} runs of "
-        f"{plan.steps} steps ({plan.tokens_per_run:,} tokens); {len(cached)} finished, {len(pending)} to run")
+    log(
+        f"ablation {out}: {len(plan.mixtures)} mixtures x {len(config.seeds)} seeds = {len(plan.runs)} runs of "
+        f"{plan.steps} steps ({plan.tokens_per_run:,} tokens); {len(cached)} finished, {len(pending)} to run"
+    )
     chosen = backend or config.backend
     if chosen not in ("local", "ray"):
         raise ConfigError(f"backend must be 'local' or 'ray', got {chosen!r}.")
     if pending:
-        fresh = (_run_ray(pending, config, log, len(plan.runs), len(cached)) if chosen == "ray"
-                 else _run_local(pending, log, len(plan.runs), len(cached)))
+        fresh = (
+            _run_ray(pending, config, log, len(plan.runs), len(cached))
+            if chosen == "ray"
+            else _run_local(pending, log, len(plan.runs), len(cached))
+        )
         for result in fresh:
             cached[(result.mixture, result.seed)] = result
     results = tuple(cached[(r.mixture, r.seed)] for r in plan.runs)

@@ -40,9 +40,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from zephyr.config import ConfigError, apply_overrides, from_dict, load_yaml, require
 
@@ -171,11 +172,17 @@ class TrainSettings:
     def __post_init__(self) -> None:
         require(
             (self.tokens is None) != (self.steps is None),
-            f"train needs exactly one of tokens (the budget per run) or steps; got tokens={self.tokens}, steps={self.steps}.",
+            f"train needs exactly one of tokens (the budget per run) or steps; got tokens={self.tokens}, "
+            f"steps={self.steps}.",
         )
-        require(self.seq_len > 0 and self.batch_size > 0, f"train.seq_len and train.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.")
-        require(self.tokens is None or self.tokens >= self.seq_len * self.batch_size,
-                 f"train.tokens ({self.tokens}) is less than one batch ({self.batch_size} x {self.seq_len} tokens).")
+        require(
+            self.seq_len > 0 and self.batch_size > 0,
+            f"train.seq_len and train.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.",
+        )
+        require(
+            self.tokens is None or self.tokens >= self.seq_len * self.batch_size,
+            f"train.tokens ({self.tokens}) is less than one batch ({self.batch_size} x {self.seq_len} tokens).",
+        )
         require(self.steps is None or self.steps > 0, f"train.steps must be > 0, got {self.steps}.")
         for name in ("eval_every", "checkpoint_every"):
             value = getattr(self, name)
@@ -235,7 +242,9 @@ class AblationConfig:
         object.__setattr__(self, "eval", dict(self.eval))
         require(bool(self.candidates), "an ablation needs at least one candidate mixture besides the baseline.")
         require(bool(self.seeds), "seeds is empty; give at least one seed (two or more for confidence intervals).")
-        require(len(set(self.seeds)) == len(self.seeds), f"seeds repeat: {list(self.seeds)}; each seed must be distinct.")
+        require(
+            len(set(self.seeds)) == len(self.seeds), f"seeds repeat: {list(self.seeds)}; each seed must be distinct."
+        )
         names = [self.baseline.name] + [c.name for c in self.candidates]
         dupes = sorted({n for n in names if names.count(n) > 1})
         require(not dupes, f"mixture names repeat: {dupes}; give each candidate a distinct name.")
@@ -247,14 +256,21 @@ class AblationConfig:
         if self.primary_eval is not None:
             object.__setattr__(self, "primary_eval", tuple(self.primary_eval))
             unknown = sorted(set(self.primary_eval) - set(self.eval))
-            require(not unknown and bool(self.primary_eval),
-                     f"primary_eval {list(self.primary_eval)} must name eval sets among {sorted(self.eval)}.")
+            require(
+                not unknown and bool(self.primary_eval),
+                f"primary_eval {list(self.primary_eval)} must name eval sets among {sorted(self.eval)}.",
+            )
         require(self.backend in ("local", "ray"), f"backend must be 'local' or 'ray', got {self.backend!r}.")
-        require(self.gpus_per_run >= 0 and self.cpus_per_run > 0,
-                 f"gpus_per_run must be >= 0 and cpus_per_run > 0, got {self.gpus_per_run}, {self.cpus_per_run}.")
+        require(
+            self.gpus_per_run >= 0 and self.cpus_per_run > 0,
+            f"gpus_per_run must be >= 0 and cpus_per_run > 0, got {self.gpus_per_run}, {self.cpus_per_run}.",
+        )
         datasets = {d for m in self.mixtures for d in m.components}
         unknown = sorted(set(self.matched_exposure) - datasets)
-        require(not unknown, f"matched_exposure names dataset(s) {unknown} that no mixture uses; datasets are {sorted(datasets)}.")
+        require(
+            not unknown,
+            f"matched_exposure names dataset(s) {unknown} that no mixture uses; datasets are {sorted(datasets)}.",
+        )
 
     @property
     def mixtures(self) -> tuple[MixtureSpec, ...]:
@@ -269,8 +285,9 @@ class AblationConfig:
 # ----------------------------------------------------------------------------- building mixtures
 
 
-def mixture_with_fraction(base: MixtureSpec, dataset: str, fraction: float, *, store: str | None = None,
-                          name: str | None = None) -> MixtureSpec:
+def mixture_with_fraction(
+    base: MixtureSpec, dataset: str, fraction: float, *, store: str | None = None, name: str | None = None
+) -> MixtureSpec:
     """``base`` re-weighted so ``dataset`` is exactly ``fraction`` of it (added when absent).
 
     The other datasets keep their proportions among themselves and share ``1 - fraction``.
@@ -278,19 +295,26 @@ def mixture_with_fraction(base: MixtureSpec, dataset: str, fraction: float, *, s
     require(0 < fraction <= 1, f"fraction for {dataset!r} must be in (0, 1], got {fraction}.")
     existing = base.components.get(dataset)
     if store is None:
-        require(existing is not None,
-                 f"dataset {dataset!r} is not in mixture {base.name!r} ({sorted(base.components)}); give its store: "
-                 f"add: {{dataset: {dataset}, store: path/to/store, fraction: {fraction}}}.")
+        require(
+            existing is not None,
+            f"dataset {dataset!r} is not in mixture {base.name!r} ({sorted(base.components)}); give its store: "
+            f"add: {{dataset: {dataset}, store: path/to/store, fraction: {fraction}}}.",
+        )
         store = existing.store
     others = {d: c for d, c in base.components.items() if d != dataset}
     rest = sum(c.weight for c in others.values())
-    require(fraction == 1 or rest > 0,
-             f"mixture {base.name!r} holds only {dataset!r}; a fraction below 1 needs other datasets to fill the rest.")
+    require(
+        fraction == 1 or rest > 0,
+        f"mixture {base.name!r} holds only {dataset!r}; a fraction below 1 needs other datasets to fill the rest.",
+    )
     comps = {d: dataclasses.replace(c, weight=(1 - fraction) * c.weight / rest) for d, c in others.items() if rest > 0}
-    comps[dataset] = Component(store, fraction, existing.shuffled if existing is not None and existing.store == store else False)
+    comps[dataset] = Component(
+        store, fraction, existing.shuffled if existing is not None and existing.store == store else False
+    )
     verb = "with" if existing is not None else "+"
-    return MixtureSpec(name or f"{base.name}+{dataset}{_pct(fraction)}", comps,
-                       f"{base.name} {verb} {dataset} at {100 * fraction:g}%")
+    return MixtureSpec(
+        name or f"{base.name}+{dataset}{_pct(fraction)}", comps, f"{base.name} {verb} {dataset} at {100 * fraction:g}%"
+    )
 
 
 def _pct(fraction: float) -> str:
@@ -298,30 +322,43 @@ def _pct(fraction: float) -> str:
 
 
 def _shuffled_copy(base: MixtureSpec, dataset: str, name: str | None) -> MixtureSpec:
-    require(dataset in base.components,
-             f"negative_control: dataset {dataset!r} is not in mixture {base.name!r} ({sorted(base.components)}).")
+    require(
+        dataset in base.components,
+        f"negative_control: dataset {dataset!r} is not in mixture {base.name!r} ({sorted(base.components)}).",
+    )
     comps = dict(base.components)
     comps[dataset] = dataclasses.replace(comps[dataset], shuffled=True)
-    return MixtureSpec(name or f"{base.name}-shuffled-{dataset}", comps,
-                       f"{base.name} with {dataset} token-shuffled (negative control)")
+    return MixtureSpec(
+        name or f"{base.name}-shuffled-{dataset}",
+        comps,
+        f"{base.name} with {dataset} token-shuffled (negative control)",
+    )
 
 
 def _components(raw: Any, where: str) -> dict[str, Component]:
-    require(isinstance(raw, Mapping) and bool(raw),
-             f"{where} must be a mapping {{dataset: [store path, weight]}}, got {raw!r}.")
+    require(
+        isinstance(raw, Mapping) and bool(raw),
+        f"{where} must be a mapping {{dataset: [store path, weight]}}, got {raw!r}.",
+    )
     out = {}
     for dataset, entry in raw.items():
         if isinstance(entry, Mapping):
             unknown = sorted(set(entry) - {"store", "weight"})
-            require(not unknown and "store" in entry and "weight" in entry,
-                     f"{where}.{dataset} must be [store, weight] or {{store: ..., weight: ...}}, got {entry!r}.")
+            require(
+                not unknown and "store" in entry and "weight" in entry,
+                f"{where}.{dataset} must be [store, weight] or {{store: ..., weight: ...}}, got {entry!r}.",
+            )
             store, weight = entry["store"], entry["weight"]
         else:
-            require(isinstance(entry, (list, tuple)) and len(entry) == 2,
-                     f"{where}.{dataset} must be [store path, weight], got {entry!r}.")
+            require(
+                isinstance(entry, (list, tuple)) and len(entry) == 2,
+                f"{where}.{dataset} must be [store path, weight], got {entry!r}.",
+            )
             store, weight = entry
-        require(isinstance(store, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool),
-                 f"{where}.{dataset}: expected [store path (string), weight (number)], got {entry!r}.")
+        require(
+            isinstance(store, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool),
+            f"{where}.{dataset}: expected [store path (string), weight (number)], got {entry!r}.",
+        )
         out[str(dataset)] = Component(str(store), float(weight))
     return out
 
@@ -338,8 +375,10 @@ def _candidates(raw: Any, baseline: MixtureSpec) -> list[MixtureSpec]:
         where = f"candidates[{i}]"
         require(isinstance(entry, Mapping), f"{where} must be a mapping, got {entry!r}.")
         kinds = [k for k in ("mixture", "add", "sweep", "negative_control") if k in entry]
-        require(len(kinds) == 1,
-                 f"{where} must have exactly one of mixture / add / sweep / negative_control, got keys {sorted(entry)}.")
+        require(
+            len(kinds) == 1,
+            f"{where} must have exactly one of mixture / add / sweep / negative_control, got keys {sorted(entry)}.",
+        )
         kind, name = kinds[0], entry.get("name")
         if kind == "mixture":
             _keys(entry, {"name", "mixture"}, where)
@@ -350,45 +389,82 @@ def _candidates(raw: Any, baseline: MixtureSpec) -> list[MixtureSpec]:
             spec = entry["add"]
             require(isinstance(spec, Mapping), f"{where}.add must be {{dataset, fraction, store?}}, got {spec!r}.")
             _keys(spec, {"dataset", "fraction", "store"}, f"{where}.add")
-            require("dataset" in spec and "fraction" in spec, f"{where}.add needs dataset and fraction, got {dict(spec)}.")
-            built.append(mixture_with_fraction(baseline, str(spec["dataset"]), float(spec["fraction"]),
-                                               store=spec.get("store"), name=name))
+            require(
+                "dataset" in spec and "fraction" in spec, f"{where}.add needs dataset and fraction, got {dict(spec)}."
+            )
+            built.append(
+                mixture_with_fraction(
+                    baseline, str(spec["dataset"]), float(spec["fraction"]), store=spec.get("store"), name=name
+                )
+            )
         elif kind == "sweep":
             _keys(entry, {"sweep"}, where)
             spec = entry["sweep"]
             require(isinstance(spec, Mapping), f"{where}.sweep must be {{dataset, fractions, store?}}, got {spec!r}.")
             _keys(spec, {"dataset", "fractions", "store", "prefix"}, f"{where}.sweep")
             fractions = spec.get("fractions")
-            require(isinstance(fractions, list) and bool(fractions) and "dataset" in spec,
-                     f"{where}.sweep needs dataset and a non-empty list of fractions, got {dict(spec)}.")
+            require(
+                isinstance(fractions, list) and bool(fractions) and "dataset" in spec,
+                f"{where}.sweep needs dataset and a non-empty list of fractions, got {dict(spec)}.",
+            )
             prefix = spec.get("prefix", baseline.name)
             for f in fractions:
-                built.append(mixture_with_fraction(baseline, str(spec["dataset"]), float(f), store=spec.get("store"),
-                                                   name=f"{prefix}+{spec['dataset']}{_pct(float(f))}"))
+                built.append(
+                    mixture_with_fraction(
+                        baseline,
+                        str(spec["dataset"]),
+                        float(f),
+                        store=spec.get("store"),
+                        name=f"{prefix}+{spec['dataset']}{_pct(float(f))}",
+                    )
+                )
         else:
             _keys(entry, {"name", "negative_control"}, where)
             spec = entry["negative_control"]
-            require(isinstance(spec, Mapping) and "dataset" in spec,
-                     f"{where}.negative_control must be {{dataset, of?}}, got {spec!r}.")
+            require(
+                isinstance(spec, Mapping) and "dataset" in spec,
+                f"{where}.negative_control must be {{dataset, of?}}, got {spec!r}.",
+            )
             _keys(spec, {"dataset", "of"}, f"{where}.negative_control")
             of = spec.get("of", baseline.name)
             pool = {m.name: m for m in [baseline, *built]}
-            require(of in pool, f"{where}.negative_control.of={of!r} must name the baseline or an earlier candidate "
-                                 f"({sorted(pool)}).")
+            require(
+                of in pool,
+                f"{where}.negative_control.of={of!r} must name the baseline or an earlier candidate ({sorted(pool)}).",
+            )
             built.append(_shuffled_copy(pool[of], str(spec["dataset"]), name))
     return built
 
 
 def ablation_config_from_dict(data: Mapping[str, Any]) -> AblationConfig:
     """Build an :class:`AblationConfig` from plain data (parsed YAML); unknown keys are errors."""
-    top = {"output_dir", "seeds", "confidence", "metric", "primary_eval", "baseline", "candidates", "matched_exposure",
-           "model", "optimizer", "loss", "train", "eval", "backend", "ray", "compilation_cache", "progress"}
+    top = {
+        "output_dir",
+        "seeds",
+        "confidence",
+        "metric",
+        "primary_eval",
+        "baseline",
+        "candidates",
+        "matched_exposure",
+        "model",
+        "optimizer",
+        "loss",
+        "train",
+        "eval",
+        "backend",
+        "ray",
+        "compilation_cache",
+        "progress",
+    }
     _keys(data, top, "ablation config")
     for key in ("output_dir", "baseline", "candidates", "train", "eval"):
         require(key in data, f"ablation config lacks {key!r}; see `zephyr ablate --help` for an example.")
     base_raw = data["baseline"]
-    require(isinstance(base_raw, Mapping) and "mixture" in base_raw,
-             f"baseline must be {{name?: ..., mixture: {{dataset: [store, weight]}}}}, got {base_raw!r}.")
+    require(
+        isinstance(base_raw, Mapping) and "mixture" in base_raw,
+        f"baseline must be {{name?: ..., mixture: {{dataset: [store, weight]}}}}, got {base_raw!r}.",
+    )
     _keys(base_raw, {"name", "mixture"}, "baseline")
     baseline = MixtureSpec(base_raw.get("name", "baseline"), _components(base_raw["mixture"], "baseline.mixture"))
     candidates = _candidates(data["candidates"], baseline)

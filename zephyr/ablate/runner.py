@@ -128,12 +128,20 @@ class AblationPlan:
             "tokens_per_run": self.tokens_per_run,
             "seeds": list(self.config.seeds),
             "eval": dict(self.config.eval),
-            "mixtures": [{"name": m.name, "derivation": m.derivation,
-                          "components": {d: {"store": s, "weight": w} for d, (s, w) in m.components.items()},
-                          "shuffled": list(m.shuffled), "exposure": [asdict(e) for e in m.exposure]}
-                         for m in self.mixtures],
-            "runs": [{"mixture": r.mixture, "seed": r.seed, "run_dir": r.run_dir, "fingerprint": r.fingerprint}
-                     for r in self.runs],
+            "mixtures": [
+                {
+                    "name": m.name,
+                    "derivation": m.derivation,
+                    "components": {d: {"store": s, "weight": w} for d, (s, w) in m.components.items()},
+                    "shuffled": list(m.shuffled),
+                    "exposure": [asdict(e) for e in m.exposure],
+                }
+                for m in self.mixtures
+            ],
+            "runs": [
+                {"mixture": r.mixture, "seed": r.seed, "run_dir": r.run_dir, "fingerprint": r.fingerprint}
+                for r in self.runs
+            ],
             "notes": list(self.notes),
         }
 
@@ -149,9 +157,9 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
     settings = config.train
     summaries = {}
     for m in config.mixtures:
-        for dataset, comp in m.components.items():
+        for comp in m.components.values():
             summaries.setdefault(comp.store, store_summary(comp.store))
-    for name, path in config.eval.items():
+    for path in config.eval.values():
         summaries.setdefault(path, store_summary(path))
     hashes = {s.tokenizer_hash for s in summaries.values()}
     if len(hashes) > 1:
@@ -162,8 +170,10 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
         )
     eos_ids = {s.eos_id for s in summaries.values()} - {None}
     if len(eos_ids) != 1:
-        raise ConfigError(f"cannot tell the EOS id of the stores (found {sorted(eos_ids)} in their manifests' "
-                                  "tokenizer.eos_id); tokenize them with an EOS token.")
+        raise ConfigError(
+            f"cannot tell the EOS id of the stores (found {sorted(eos_ids)} in their manifests' "
+            "tokenizer.eos_id); tokenize them with an EOS token."
+        )
     eos_id = eos_ids.pop()
     vocab = int(config.model.get("vocab_size") or max(s.vocab_size for s in summaries.values()))
     tokenizer = next(iter(summaries.values())).tokenizer_name
@@ -180,30 +190,46 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
             path = str(Path(comp.store).absolute())
             spec = config.matched_exposure.get(dataset)
             if spec is not None:
-                cap = exposure_cap(dataset, unique_tokens=summaries[comp.store].tokens, share=comp.weight,
-                                   ablation_tokens=tokens, spec=spec)
+                cap = exposure_cap(
+                    dataset,
+                    unique_tokens=summaries[comp.store].tokens,
+                    share=comp.weight,
+                    ablation_tokens=tokens,
+                    spec=spec,
+                )
                 caps.append(cap)
                 if cap.note:
                     notes.append(f"{m.name}: {dataset}: {cap.note}")
                 if cap.cap_tokens is not None:
                     if cap.cap_tokens < settings.seq_len + 1:
                         raise ConfigError(
-                            f"matched exposure keeps only {cap.cap_tokens} tokens of {dataset!r} in mixture {m.name!r}, "
+                            f"matched exposure keeps only {cap.cap_tokens} tokens of {dataset!r} in mixture "
+                            f"{m.name!r}, "
                             f"less than one training window ({settings.seq_len + 1}); raise the token budget or lower "
                             "production_tokens / production_epochs."
                         )
-                    path = write_capped_store(path, out / "stores" / f"{dataset}-cap{cap.cap_tokens}-s{spec.seed}",
-                                              max_tokens=cap.cap_tokens, seed=spec.seed)
+                    path = write_capped_store(
+                        path,
+                        out / "stores" / f"{dataset}-cap{cap.cap_tokens}-s{spec.seed}",
+                        max_tokens=cap.cap_tokens,
+                        seed=spec.seed,
+                    )
             if comp.shuffled:
                 tag = xxhash.xxh3_64_hexdigest(path.encode())[:8]
                 path = write_shuffled_store(path, out / "stores" / f"{dataset}-shuffled-{tag}", seed=0)
             comps[dataset] = (path, comp.weight)
-        resolved.append(ResolvedMixture(m.name, m.derivation, comps, tuple(caps),
-                                        tuple(d for d, c in m.components.items() if c.shuffled)))
+        resolved.append(
+            ResolvedMixture(
+                m.name, m.derivation, comps, tuple(caps), tuple(d for d, c in m.components.items() if c.shuffled)
+            )
+        )
 
     eval_paths = {name: str(Path(p).absolute()) for name, p in config.eval.items()}
-    model = {**config.model, "vocab_size": vocab,
-             "max_seq_len": max(int(config.model.get("max_seq_len", 0)), settings.seq_len)}
+    model = {
+        **config.model,
+        "vocab_size": vocab,
+        "max_seq_len": max(int(config.model.get("max_seq_len", 0)), settings.seq_len),
+    }
     runs = []
     for mix in resolved:
         store_ids = {p: (store_summary(p).config_hash, store_summary(p).tokens) for p, _ in mix.components.values()}
@@ -212,9 +238,15 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
                 "model": model,
                 "loss": dict(config.loss),
                 "optimizer": dict(config.optimizer),
-                "data": {"train": {d: [p, w] for d, (p, w) in mix.components.items()}, "eval": eval_paths,
-                         "seq_len": settings.seq_len, "batch_size": settings.batch_size, "seed": seed,
-                         "mixture_block": settings.mixture_block, "eos_id": eos_id},
+                "data": {
+                    "train": {d: [p, w] for d, (p, w) in mix.components.items()},
+                    "eval": eval_paths,
+                    "seq_len": settings.seq_len,
+                    "batch_size": settings.batch_size,
+                    "seed": seed,
+                    "mixture_block": settings.mixture_block,
+                    "eos_id": eos_id,
+                },
                 "steps": steps,
                 "seed": seed,
                 "compute_dtype": settings.compute_dtype,
@@ -289,8 +321,11 @@ def config_drift(spec: RunSpec) -> list[str]:
         return []
     then = _flatten(json.loads(recorded.read_text()).get("train_config", {}))
     now = _flatten(spec.train_config)
-    return [f"{k}: {then.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(then) | set(now))
-            if k not in ("output_dir", "progress") and then.get(k) != now.get(k)]
+    return [
+        f"{k}: {then.get(k)!r} -> {now.get(k)!r}"
+        for k in sorted(set(then) | set(now))
+        if k not in ("output_dir", "progress") and then.get(k) != now.get(k)
+    ]
 
 
 def load_run_result(spec: RunSpec) -> RunResult | None:
@@ -301,15 +336,21 @@ def load_run_result(spec: RunSpec) -> RunResult | None:
     return RunResult(**{**marker.payload, "status": "cached"})
 
 
-def _with_bpb(evals: dict[str, dict[str, float | None]], train_config: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+def _with_bpb(
+    evals: dict[str, dict[str, float | None]], train_config: dict[str, Any]
+) -> dict[str, dict[str, float | None]]:
     """Fill in bits per byte where the trainer left it empty, from the bytes of the evaluated targets."""
     data = train_config["data"]
     out = {}
     for name, vals in evals.items():
         loss, bpb = vals.get("loss"), vals.get("bpb")
         if bpb is None and loss is not None and name in data["eval"]:
-            bpt = eval_bytes_per_token(data["eval"][name], seq_len=data["seq_len"], batch_size=data["batch_size"],
-                                       eval_batches=train_config["eval_batches"])
+            bpt = eval_bytes_per_token(
+                data["eval"][name],
+                seq_len=data["seq_len"],
+                batch_size=data["batch_size"],
+                eval_batches=train_config["eval_batches"],
+            )
             bpb = float(loss) / math.log(2) / bpt if bpt else None
         out[name] = {"loss": None if loss is None else float(loss), "bpb": None if bpb is None else float(bpb)}
     return out
@@ -327,8 +368,15 @@ def execute_run(spec: RunSpec) -> RunResult:
 
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "run.json", {"mixture": spec.mixture, "seed": spec.seed, "fingerprint": spec.fingerprint,
-                                        "train_config": spec.train_config})
+    write_json(
+        run_dir / "run.json",
+        {
+            "mixture": spec.mixture,
+            "seed": spec.seed,
+            "fingerprint": spec.fingerprint,
+            "train_config": spec.train_config,
+        },
+    )
     resumed = latest_checkpoint(run_dir / "checkpoints") is not None
     cfg = config_from_dict(spec.train_config)
     start = time.perf_counter()
@@ -336,8 +384,10 @@ def execute_run(spec: RunSpec) -> RunResult:
     wall = time.perf_counter() - start
     evals = result.eval
     if not evals:
-        raise RuntimeError(f"run {spec.run_dir} finished without eval results (metrics {result.metrics_path}); "
-                           "delete its checkpoints/ to retrain it.")
+        raise RuntimeError(
+            f"run {spec.run_dir} finished without eval results (metrics {result.metrics_path}); "
+            "delete its checkpoints/ to retrain it."
+        )
     final = RunResult(
         mixture=spec.mixture,
         seed=spec.seed,

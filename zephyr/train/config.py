@@ -59,11 +59,23 @@ class ModelConfig:
     tie_embeddings: bool = True
     init_std: float = 0.02
     remat: RematPolicy = "dots"
-    attention_impl: Literal["xla", "cudnn", "pallas"] | None = None  # None: cuDNN on GPU in bf16, else XLA (model.causal_attention)
-    matmul_precision: MatmulPrecision = "default"  # "highest": exact-as-f32-allows projections, for checks against other code (model.linear)
+    attention_impl: Literal["xla", "cudnn", "pallas"] | None = (
+        None  # None: cuDNN on GPU in bf16, else XLA (model.causal_attention)
+    )
+    matmul_precision: MatmulPrecision = (
+        "default"  # "highest": exact-as-f32-allows projections, for checks against other code (model.linear)
+    )
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
+        for name in (
+            "vocab_size",
+            "hidden_dim",
+            "intermediate_dim",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "max_seq_len",
+        ):
             value = getattr(self, name)
             require(isinstance(value, int) and value > 0, f"model.{name} must be a positive int, got {value!r}.")
         require(
@@ -80,9 +92,17 @@ class ModelConfig:
             )
         require(self.resolved_head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.resolved_head_dim}.")
         require(self.rope_theta > 0, f"model.rope_theta must be > 0, got {self.rope_theta}.")
-        require(self.remat in ("none", "full", "dots"), f"model.remat must be 'none', 'full' or 'dots', got {self.remat!r}.")
-        require(self.attention_impl in (None, "xla", "cudnn", "pallas"), f"model.attention_impl must be null, 'xla', 'cudnn' or 'pallas', got {self.attention_impl!r}.")
-        require(self.matmul_precision in ("default", "highest"), f"model.matmul_precision must be 'default' or 'highest', got {self.matmul_precision!r}.")
+        require(
+            self.remat in ("none", "full", "dots"), f"model.remat must be 'none', 'full' or 'dots', got {self.remat!r}."
+        )
+        require(
+            self.attention_impl in (None, "xla", "cudnn", "pallas"),
+            f"model.attention_impl must be null, 'xla', 'cudnn' or 'pallas', got {self.attention_impl!r}.",
+        )
+        require(
+            self.matmul_precision in ("default", "highest"),
+            f"model.matmul_precision must be 'default' or 'highest', got {self.matmul_precision!r}.",
+        )
 
     @property
     def resolved_head_dim(self) -> int:
@@ -103,7 +123,13 @@ class ModelConfig:
         Counts every matmul including the output projection, plus attention scores
         (``QK^T`` and ``AV``); causal masking is not discounted, as is customary.
         """
-        d, h, i, n_q, n_kv = self.hidden_dim, self.resolved_head_dim, self.intermediate_dim, self.num_heads, self.num_kv_heads
+        d, h, i, n_q, n_kv = (
+            self.hidden_dim,
+            self.resolved_head_dim,
+            self.intermediate_dim,
+            self.num_heads,
+            self.num_kv_heads,
+        )
         matmul_params = self.num_layers * (d * h * (2 * n_q + 2 * n_kv) + 3 * d * i) + d * self.vocab_size
         attention = self.num_layers * 2 * n_q * h * seq_len  # QK^T and AV, per token
         return 3.0 * 2.0 * (matmul_params + attention)
@@ -123,8 +149,14 @@ class LossConfig:
     z_loss: float = 0.0
 
     def __post_init__(self) -> None:
-        require(self.impl in ("fused", "reference", "pallas"), f"loss.impl must be 'fused', 'reference' or 'pallas', got {self.impl!r}.")
-        require(self.vocab_block > 0 and self.token_block > 0, f"loss.vocab_block and loss.token_block must be > 0, got {self.vocab_block}, {self.token_block}.")
+        require(
+            self.impl in ("fused", "reference", "pallas"),
+            f"loss.impl must be 'fused', 'reference' or 'pallas', got {self.impl!r}.",
+        )
+        require(
+            self.vocab_block > 0 and self.token_block > 0,
+            f"loss.vocab_block and loss.token_block must be > 0, got {self.vocab_block}, {self.token_block}.",
+        )
         require(self.z_loss >= 0, f"loss.z_loss must be >= 0 (1e-4 is a common value), got {self.z_loss}.")
 
 
@@ -147,11 +179,17 @@ class OptimizerConfig:
         require(self.learning_rate > 0, f"optimizer.learning_rate must be > 0, got {self.learning_rate}.")
         require(0.0 <= self.min_lr_ratio <= 1.0, f"optimizer.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}.")
         require(self.warmup_steps >= 0, f"optimizer.warmup_steps must be >= 0, got {self.warmup_steps}.")
-        require(0.0 <= self.decay_fraction <= 1.0, f"optimizer.decay_fraction must be in [0, 1], got {self.decay_fraction}.")
-        require(self.schedule in ("wsd", "cosine", "constant"), f"optimizer.schedule must be 'wsd', 'cosine' or 'constant', got {self.schedule!r}.")
+        require(
+            0.0 <= self.decay_fraction <= 1.0, f"optimizer.decay_fraction must be in [0, 1], got {self.decay_fraction}."
+        )
+        require(
+            self.schedule in ("wsd", "cosine", "constant"),
+            f"optimizer.schedule must be 'wsd', 'cosine' or 'constant', got {self.schedule!r}.",
+        )
         require(
             self.max_grad_norm is None or self.max_grad_norm > 0,
-            f"optimizer.max_grad_norm must be > 0 or null (no clipping), got {self.max_grad_norm}; 0 would zero every update.",
+            f"optimizer.max_grad_norm must be > 0 or null (no clipping), got {self.max_grad_norm}; "
+            "0 would zero every update.",
         )
 
 
@@ -172,7 +210,10 @@ class DataConfig:
     eos_id: int | None = None  # None: read from the store manifest
 
     def __post_init__(self) -> None:
-        require(self.seq_len > 0 and self.batch_size > 0, f"data.seq_len and data.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.")
+        require(
+            self.seq_len > 0 and self.batch_size > 0,
+            f"data.seq_len and data.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.",
+        )
         require(self.mixture_block > 0, f"data.mixture_block must be > 0, got {self.mixture_block}.")
         for name, entry in self.train.items():
             require(
@@ -181,7 +222,10 @@ class DataConfig:
                 f"in YAML write `{name}: [path/to/store, 1.0]`.",
             )
         if self.train:
-            require(sum(float(w) for _, w in self.train.values()) > 0, f"data.train weights sum to 0: {self.train!r}; give at least one source a positive weight.")
+            require(
+                sum(float(w) for _, w in self.train.values()) > 0,
+                f"data.train weights sum to 0: {self.train!r}; give at least one source a positive weight.",
+            )
 
 
 @dataclass(frozen=True)
@@ -211,8 +255,14 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         require(self.steps > 0, f"steps must be > 0, got {self.steps}.")
-        require(self.compute_dtype in ("float32", "bfloat16"), f"compute_dtype must be 'float32' or 'bfloat16', got {self.compute_dtype!r}.")
-        require(self.param_dtype in ("float32", "bfloat16"), f"param_dtype must be 'float32' or 'bfloat16', got {self.param_dtype!r}.")
+        require(
+            self.compute_dtype in ("float32", "bfloat16"),
+            f"compute_dtype must be 'float32' or 'bfloat16', got {self.compute_dtype!r}.",
+        )
+        require(
+            self.param_dtype in ("float32", "bfloat16"),
+            f"param_dtype must be 'float32' or 'bfloat16', got {self.param_dtype!r}.",
+        )
         for name in ("checkpoint_every", "eval_every"):
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 or null (never), got {value}.")
@@ -220,11 +270,13 @@ class TrainConfig:
         require(self.log_every >= 1, f"log_every must be >= 1, got {self.log_every}.")
         require(
             self.data.seq_len <= self.model.max_seq_len,
-            f"data.seq_len ({self.data.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len}); raise model.max_seq_len or shorten data.seq_len.",
+            f"data.seq_len ({self.data.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len}); raise "
+            "model.max_seq_len or shorten data.seq_len.",
         )
         require(
             self.data_parallel is None or self.data.batch_size % self.data_parallel == 0,
-            f"data.batch_size ({self.data.batch_size}) must be divisible by data_parallel ({self.data_parallel}) so each device gets whole sequences.",
+            f"data.batch_size ({self.data.batch_size}) must be divisible by data_parallel ({self.data_parallel}) so "
+            "each device gets whole sequences.",
         )
 
 

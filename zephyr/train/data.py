@@ -36,7 +36,9 @@ def make_mixture(cfg: DataConfig) -> Mixture:
     """The weighted training mixture plus eval stores (``cfg.eval`` and each store's ``validation/``)."""
     if not cfg.train:
         raise ValueError("data.train is empty; give at least one source, e.g. data: {train: {web: [stores/web, 1.0]}}.")
-    return Mixture(dict(cfg.train), seq_len=cfg.seq_len, seed=cfg.seed, block_size=cfg.mixture_block, validation=dict(cfg.eval))
+    return Mixture(
+        dict(cfg.train), seq_len=cfg.seq_len, seed=cfg.seed, block_size=cfg.mixture_block, validation=dict(cfg.eval)
+    )
 
 
 def eos_id_of(mixture: Mixture, override: int | None = None) -> int:
@@ -62,7 +64,9 @@ def count_target_bytes(store: TokenStore, batches: list[np.ndarray]) -> int | No
     try:
         tokenizer = load_store_tokenizer(store)
     except Exception as e:  # an unavailable tokenizer must not stop training; bpb is then reported as None
-        warnings.warn(f"bits-per-byte unavailable for {store.path}: tokenizer {source!r} could not be loaded ({e}).", stacklevel=2)
+        warnings.warn(
+            f"bits-per-byte unavailable for {store.path}: tokenizer {source!r} could not be loaded ({e}).", stacklevel=2
+        )
         return None
     eos = store.tokenizer.get("eos_id")
     return sum(len(tokenizer.decode(row[1:][row[1:] != eos]).encode("utf-8")) for batch in batches for row in batch)
@@ -78,10 +82,16 @@ def eval_sets(mixture: Mixture, *, batch_size: int, max_batches: int, required: 
     for name, store in mixture.validation.items():
         batches = list(mixture.validation_batches(name, batch_size, max_batches=max_batches))
         if not batches and name not in required:
-            warnings.warn(f"skipping eval set {name!r} ({store.path}): {store.num_tokens} tokens, fewer than one "
-                          f"sequence of {mixture.seq_len + 1}.", stacklevel=2)
+            warnings.warn(
+                f"skipping eval set {name!r} ({store.path}): {store.num_tokens} tokens, fewer than one "
+                f"sequence of {mixture.seq_len + 1}.",
+                stacklevel=2,
+            )
             continue
         if not batches:
-            raise ValueError(f"eval set {name!r} ({store.path}) has {store.num_tokens} tokens, fewer than one sequence of {mixture.seq_len + 1}.")
+            raise ValueError(
+                f"eval set {name!r} ({store.path}) has {store.num_tokens} tokens, fewer than one sequence of "
+                f"{mixture.seq_len + 1}."
+            )
         out.append(EvalSet(name, tuple(batches), count_target_bytes(store, batches)))
     return out
