@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 PEERS := .venv-peers
-.PHONY: run test test-slow test-ui test-vllm bench peers install clean
+.PHONY: run test lint test-slow test-ui test-vllm bench peers install clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,14 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/zephyr run $(if $(wildcard recipes/nemotron_cc.py),recipes/nemotron_cc.py,recipes/word_count.py)
 
-test: $(STAMP)
+# Lint and type gates (part of `make test`, so of CI): ruff (rules in pyproject.toml), ruff's
+# formatter in check mode, and mypy on the engine and the trainer.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check zephyr tests recipes benchmarks
+	$(VENV)/bin/ruff format --check zephyr tests recipes benchmarks
+	$(VENV)/bin/mypy zephyr/engine zephyr/train
+
+test: lint
 	$(PY) -m pytest -q tests
 
 test-slow: $(STAMP)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from zephyr.steps import StepRunner
 
 calls: list[str] = []
@@ -62,8 +64,66 @@ def test_failed_step_leaves_no_marker_and_reruns(tmp_path):
         raise RuntimeError("boom")
 
     steps = StepRunner(str(tmp_path))
-    try:
+    with pytest.raises(RuntimeError, match="boom"):
         steps.run("broken", broken, config={})
-    except RuntimeError:
-        pass
     assert not list(tmp_path.rglob("_STEP.json"))
+    assert StepRunner(str(tmp_path)).run("broken", unrelated, config={}).summary == {"ok": True}
+
+
+crash: dict[str, int | None] = {"after": None}  # set to make `write_parts` die midway (same code, same version)
+
+
+def write_parts(path, *, config):
+    """Writes `parts` files; with crash["after"] set, raises after writing that many (a lost worker)."""
+    Path(path).mkdir(parents=True, exist_ok=True)
+    for i in range(config["parts"]):
+        if crash["after"] is not None and i == crash["after"]:
+            raise RuntimeError("worker lost")
+        (Path(path) / f"part-{i}.txt").write_text(f"{i} of {config['parts']}, attempt {len(calls)}")
+    calls.append("parts")
+    return {"parts": config["parts"], "first": str(Path(path) / "part-0.txt")}
+
+
+def test_failed_forced_rerun_keeps_the_completed_output(tmp_path):
+    calls.clear()
+    crash["after"] = None
+    done = StepRunner(str(tmp_path)).run("parts", write_parts, config={"parts": 3})
+    before = {p.name: p.read_text() for p in Path(done.path).iterdir()}
+    crash["after"] = 1
+    try:
+        with pytest.raises(RuntimeError, match="worker lost"):
+            StepRunner(str(tmp_path), force=("parts",)).run("parts", write_parts, config={"parts": 3})
+    finally:
+        crash["after"] = None
+    # The completed output is untouched, still marked complete, and the next run reuses it.
+    assert {p.name: p.read_text() for p in Path(done.path).iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == [Path(done.path).name]  # the failed attempt left nothing
+    again = StepRunner(str(tmp_path)).run("parts", write_parts, config={"parts": 3})
+    assert again.skipped and again.summary == done.summary
+
+
+def test_forced_rerun_replaces_the_output_with_the_new_one(tmp_path):
+    calls.clear()
+    crash["after"] = None
+    first = StepRunner(str(tmp_path)).run("parts", write_parts, config={"parts": 2})
+    second = StepRunner(str(tmp_path), force=("parts",)).run("parts", write_parts, config={"parts": 2})
+    assert second.path == first.path and not second.skipped
+    assert second.summary["first"] == str(Path(first.path) / "part-0.txt")  # names the final place
+    assert (Path(first.path) / "part-0.txt").read_text() == "0 of 2, attempt 1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [Path(first.path).name]
+
+
+def test_leftovers_of_a_failed_run_are_not_part_of_the_completed_output(tmp_path):
+    calls.clear()
+    crash["after"] = 3
+    try:
+        with pytest.raises(RuntimeError):
+            StepRunner(str(tmp_path)).run("parts", write_parts, config={"parts": 5})
+    finally:
+        crash["after"] = None
+    # The rerun writes 5 parts too; but a run of the same version that writes fewer must not inherit
+    # the failed run's files: simulate with a stray file the failed attempt left.
+    step_dir = next(tmp_path.glob("parts-*"))
+    (step_dir / "part-9.txt").write_text("left by the failed attempt")
+    done = StepRunner(str(tmp_path)).run("parts", write_parts, config={"parts": 5})
+    assert sorted(p.name for p in Path(done.path).glob("part-*")) == [f"part-{i}.txt" for i in range(5)]

@@ -1,15 +1,17 @@
 """Zephyr: raw web data to pretraining token mixtures, tested with small training runs."""
 
-from zephyr.engine import (
-    BadInputError,
-    Dataset,
-    ExecutionConfig,
-    PlanError,
-    UserCodeError,
-    ZephyrError,
-    counters,
-    execution,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zephyr.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from zephyr import counters
+    from zephyr.engine.context import ExecutionConfig, execution
+    from zephyr.engine.dataset import Dataset
+    from zephyr.engine.expr import col, lit
+    from zephyr.errors import BadInputError, PlanError, UserCodeError, ZephyrError
 
 __all__ = [
     "Dataset",
@@ -24,11 +26,19 @@ __all__ = [
     "PlanError",
 ]
 
-
-def __getattr__(name: str):
-    # col/lit live in zephyr.engine.expr; imported lazily so `import zephyr` stays light
-    if name in ("col", "lit"):
-        from zephyr.engine import expr
-
-        return getattr(expr, name)
-    raise AttributeError(f"module 'zephyr' has no attribute {name!r}")
+# Imported on first use (zephyr.lazy), so `import zephyr.train` or `zephyr --help` never loads the engine.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Dataset": "zephyr.engine.dataset",
+        "ExecutionConfig": "zephyr.engine.context",
+        "execution": "zephyr.engine.context",
+        "counters": "zephyr.counters",
+        "col": "zephyr.engine.expr",
+        "lit": "zephyr.engine.expr",
+        "ZephyrError": "zephyr.errors",
+        "BadInputError": "zephyr.errors",
+        "UserCodeError": "zephyr.errors",
+        "PlanError": "zephyr.errors",
+    },
+)

@@ -2,8 +2,10 @@
 
 A recipe is a chain of steps (normalize -> dedup -> tokenize -> ...). Rerunning it skips every step
 whose version already completed, and a changed step (new config, new code, new input) gets a new version,
-so it and only the steps that depend on it rerun. A step is complete when its `_STEP.json` marker exists;
-the marker is written atomically after the step's outputs, and holds the step's summary.
+so it and only the steps that depend on it rerun. A step is complete when its `_STEP.json` marker (a
+`zephyr.versioning` done marker with the step's version as fingerprint) exists; the marker is written
+atomically after the step's outputs, and holds the step's summary. A completed output is only ever
+replaced by another completed one (see `StepRunner.run`).
 
     steps = StepRunner("out/nemotron")
     docs = steps.run("normalize", normalize, config=NormalizeConfig(...), inputs={"raw": "data/*.jsonl.zst"})
@@ -20,23 +22,22 @@ after it read its outputs, which a dry run does not make.
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import xxhash
-
-from zephyr.fs import atomic_write, join, open_url, url_to_fs
-from zephyr.engine.plan import _describe
 from zephyr.engine.progress import format_duration, live_view, log
 from zephyr.engine.run_record import RunRecorder, current_run, use_run
+from zephyr.fs import join, url_to_fs
+from zephyr.versioning import describe, digest, read_marker, remove_marker, write_marker
 
 __all__ = ["DryRunStop", "StepOutput", "StepRunner"]
 
 MARKER = "_STEP.json"
+_KIND = "recipe-step"
 
 
 class DryRunStop(SystemExit):
@@ -106,19 +107,23 @@ class StepRunner:
 
         Step inputs are passed as their output paths; plain strings (paths, globs) as given. `fn` returns
         a JSON-serialisable summary (counts, figures) that later reruns read back from the marker.
+
+        A completed output is only ever replaced by another completed one: a forced rerun writes
+        beside it and swaps it in once `fn` returned, so a rerun that fails leaves the old output (and
+        its marker) as they were. Files a failed run left behind are removed before the next attempt,
+        so they never become part of a completed output.
         """
         inputs = dict(inputs or {})
         version = _version(name, fn, config, inputs)
         path = join(self.root, f"{name}-{version[:10]}")
-        marker = join(path, MARKER)
-        fs, marker_path = url_to_fs(marker)
+        marker_url = join(path, MARKER)
+        marker = read_marker(marker_url, _KIND, version)
         args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
-        if name not in self.force and fs.exists(marker_path):
+        if marker is not None and name not in self.force:
+            payload = marker.payload
 
             def reuse() -> StepOutput:
-                with open_url(marker, "rb", compression=None) as handle:
-                    recorded = json.load(handle)
-                return StepOutput(name, path, version, recorded["summary"], True, recorded.get("seconds", 0.0))
+                return StepOutput(name, path, version, payload["summary"], True, payload.get("seconds", 0.0))
 
             output = self._recorded(name, version, path, reuse)
         elif self.is_dry_run:
@@ -134,12 +139,10 @@ class StepRunner:
 
             def produce() -> StepOutput:
                 log(f"step {name}: running -> {path}")
-                started = time.perf_counter()
-                summary = dict(fn(path, config=config, **args) or {})
-                seconds = time.perf_counter() - started
-                with atomic_write(marker, "w", compression=None) as handle:
-                    json.dump({"name": name, "version": version, "summary": summary, "seconds": seconds}, handle,
-                              indent=1)
+                summary, seconds = _run_replacing(
+                    path, marker is not None, name, version, lambda target: fn(target, config=config, **args)
+                )
+                write_marker(marker_url, _KIND, version, {"name": name, "summary": summary, "seconds": seconds})
                 return StepOutput(name, path, version, summary, False, seconds)
 
             output = self._recorded(name, version, path, produce)
@@ -186,13 +189,62 @@ class StepRunner:
         return recorder, owned
 
 
+def _run_replacing(
+    path: str, completed: bool, name: str, version: str, call: Callable[[str], Mapping[str, Any] | None]
+) -> tuple[dict[str, Any], float]:
+    """Run `call(target)` so that a completed output at `path` is only replaced by a completed one.
+
+    With nothing completed at `path`, the step writes there (after clearing what a failed attempt
+    left); with a completed output there (a forced rerun), it writes beside it and the new output
+    is moved into place once `call` returned, the old marker removed first (so the step reads as not
+    done until the new marker is written). Returns (summary, seconds); strings in the summary naming
+    the temporary place are renamed to `path`.
+    """
+    root = path.rsplit("/", 1)[0]
+    target = path if not completed else join(root, f".{name}-{version[:10]}.rerun-{uuid.uuid4().hex[:8]}")
+    _clear(target)  # leftovers of a failed attempt belong to no completed run
+    started = time.perf_counter()
+    try:
+        summary = dict(call(target) or {})
+    except BaseException:
+        if target != path:
+            _clear(target)
+        raise
+    seconds = time.perf_counter() - started
+    if target != path:
+        summary = _moved(summary, target, path)
+        remove_marker(join(path, MARKER))
+        _clear(path)
+        fs, target_path = url_to_fs(target)
+        if fs.exists(target_path):
+            fs.mv(target_path, url_to_fs(path)[1], recursive=True)
+    return summary, seconds
+
+
 def _version(name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str, Any]) -> str:
-    code = _describe(fn)
+    code = describe(fn)
     if isinstance(code, list) and code and code[0] == getattr(fn, "__module__", None):
         # the module name differs between `zephyr run x.py`, `python x.py` and an import: the code does not
         code = code[1:]
-    parts = [name, code, _describe(config)]
+    parts = [name, code, describe(config)]
     for key in sorted(inputs):
         value = inputs[key]
-        parts.append([key, value.version if isinstance(value, StepOutput) else _describe(value)])
-    return xxhash.xxh3_128_hexdigest(repr(parts).encode())
+        parts.append([key, value.version if isinstance(value, StepOutput) else describe(value)])
+    return digest(parts)
+
+
+def _clear(url: str) -> None:
+    fs, path = url_to_fs(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def _moved(value: Any, old: str, new: str) -> Any:
+    """`value` with every string naming something under `old` renamed under `new` (a rerun's summary)."""
+    if isinstance(value, str):
+        return new + value[len(old) :] if value == old or value.startswith(old.rstrip("/") + "/") else value
+    if isinstance(value, list | tuple):
+        return [_moved(v, old, new) for v in value]
+    if isinstance(value, dict):
+        return {k: _moved(v, old, new) for k, v in value.items()}
+    return value

@@ -47,10 +47,12 @@ def ablation_stores(tmp_path_factory: pytest.TempPathFactory) -> Stores:
     code = take_chars(python_sources(), 300_000)
     write_jsonl(prose, root / "text" / "prose.jsonl")
     write_jsonl(code, root / "text" / "code.jsonl")
-    tokenizer = train_bpe_tokenizer([d["text"] for d in prose + code], root / "tokenizer" / "tokenizer.json",
-                                    vocab_size=1024)
+    tokenizer = train_bpe_tokenizer(
+        [d["text"] for d in prose + code], root / "tokenizer" / "tokenizer.json", vocab_size=1024
+    )
     with execution(backend="local", summary=False):
         for name in ("prose", "code"):
-            tokenize_dataset(str(root / "text" / f"{name}.jsonl"), str(root / name), tokenizer=tokenizer,
-                             validation_fraction=0.15)
+            tokenize_dataset(
+                str(root / "text" / f"{name}.jsonl"), str(root / name), tokenizer=tokenizer, validation_fraction=0.15
+            )
     return Stores(root, str(root / "prose"), str(root / "code"), prose_source, tokenizer)

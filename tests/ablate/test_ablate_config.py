@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from zephyr.ablate.config import (
-    AblationConfigError,
     Component,
     MixtureSpec,
     TrainSettings,
@@ -15,6 +14,7 @@ from zephyr.ablate.config import (
     load_ablation_config,
     mixture_with_fraction,
 )
+from zephyr.config import ConfigError
 
 BASE = {
     "output_dir": "out",
@@ -25,18 +25,26 @@ BASE = {
 
 
 def test_candidate_kinds_expand_to_named_normalised_mixtures() -> None:
-    cfg = ablation_config_from_dict({
-        **BASE,
-        "candidates": [
-            {"name": "code_heavy", "mixture": {"web": ["stores/web", 1], "code": ["stores/code", 1]}},
-            {"add": {"dataset": "wiki", "store": "stores/wiki", "fraction": 0.2}},
-            {"sweep": {"dataset": "code", "fractions": [0.5, 0.125]}},
-            {"negative_control": {"dataset": "wiki", "of": "baseline+wiki20"}},
-        ],
-    })
+    cfg = ablation_config_from_dict(
+        {
+            **BASE,
+            "candidates": [
+                {"name": "code_heavy", "mixture": {"web": ["stores/web", 1], "code": ["stores/code", 1]}},
+                {"add": {"dataset": "wiki", "store": "stores/wiki", "fraction": 0.2}},
+                {"sweep": {"dataset": "code", "fractions": [0.5, 0.125]}},
+                {"negative_control": {"dataset": "wiki", "of": "baseline+wiki20"}},
+            ],
+        }
+    )
     names = [m.name for m in cfg.mixtures]
-    assert names == ["baseline", "code_heavy", "baseline+wiki20", "baseline+code50", "baseline+code12p5",
-                     "baseline+wiki20-shuffled-wiki"]
+    assert names == [
+        "baseline",
+        "code_heavy",
+        "baseline+wiki20",
+        "baseline+code50",
+        "baseline+code12p5",
+        "baseline+wiki20-shuffled-wiki",
+    ]
     assert cfg.baseline.weights() == {"web": 0.75, "code": 0.25}  # normalised
     plus_wiki = cfg.candidates[1]
     assert plus_wiki.weights() == pytest.approx({"web": 0.6, "code": 0.2, "wiki": 0.2})
@@ -52,9 +60,9 @@ def test_candidate_kinds_expand_to_named_normalised_mixtures() -> None:
 
 def test_mixture_with_fraction_needs_a_store_for_a_new_dataset() -> None:
     base = MixtureSpec("b", {"web": Component("w", 1.0)})
-    with pytest.raises(AblationConfigError, match="give its store"):
+    with pytest.raises(ConfigError, match="give its store"):
         mixture_with_fraction(base, "code", 0.3)
-    with pytest.raises(AblationConfigError, match="needs other datasets"):
+    with pytest.raises(ConfigError, match="needs other datasets"):
         mixture_with_fraction(base, "web", 0.5)
     assert mixture_with_fraction(base, "code", 0.3, store="c").weights() == pytest.approx({"web": 0.7, "code": 0.3})
 
@@ -71,21 +79,28 @@ def test_mixture_with_fraction_needs_a_store_for_a_new_dataset() -> None:
         ({"candidates": [{"negative_control": {"dataset": "nope"}}]}, "not in mixture"),
         ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "seeds": [1, 1]}, "seeds repeat"),
         ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "primary_eval": "code"}, "primary_eval"),
-        ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "matched_exposure": {"zz": {"production_epochs": 2}}},
-         "no mixture uses"),
-        ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "matched_exposure": {"web": {}}},
-         "exactly one of production_tokens"),
+        (
+            {
+                "candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}],
+                "matched_exposure": {"zz": {"production_epochs": 2}},
+            },
+            "no mixture uses",
+        ),
+        (
+            {"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "matched_exposure": {"web": {}}},
+            "exactly one of production_tokens",
+        ),
         ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "model": {"preset": "huge"}}, "preset"),
         ({"candidates": [{"name": "x", "mixture": {"web": ["w", 1]}}], "confidnce": 0.9}, "unknown key"),
     ],
 )
 def test_bad_configs_fail_with_a_fix(change: dict, message: str) -> None:
-    with pytest.raises(AblationConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         ablation_config_from_dict({**BASE, **change})
 
 
 def test_train_settings_budget() -> None:
-    with pytest.raises(AblationConfigError, match="exactly one of tokens"):
+    with pytest.raises(ConfigError, match="exactly one of tokens"):
         TrainSettings(tokens=1000, steps=10)
     s = TrainSettings(steps=40, seq_len=32, batch_size=4)
     assert s.num_tokens == 40 * 128 and s.resolved_eval_every == 5 and s.resolved_checkpoint_every == 10
@@ -104,7 +119,7 @@ def test_yaml_file_with_overrides(tmp_path: Path) -> None:
     cfg = load_ablation_config(path, ["seeds=[3, 4, 5]", "train.steps=7", "confidence=0.9"])
     assert cfg.seeds == (3, 4, 5) and cfg.train.num_steps == 7 and cfg.confidence == 0.9
     assert cfg.candidates[0].name == "baseline+code25"
-    with pytest.raises(AblationConfigError, match=str(path)):
+    with pytest.raises(ConfigError, match=str(path)):
         load_ablation_config(path, ["train.steps=0"])
-    with pytest.raises(AblationConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="does not exist"):
         load_ablation_config(tmp_path / "missing.yaml")

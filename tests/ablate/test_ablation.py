@@ -28,8 +28,18 @@ from zephyr.cli import main as zephyr_main
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _config(stores, out: Path, *, candidates: list[dict], seeds: list[int], steps: int, primary: str,
-            checkpoint_every: int | None = None, eval_batches: int = 16, **extra) -> dict:
+def _config(
+    stores,
+    out: Path,
+    *,
+    candidates: list[dict],
+    seeds: list[int],
+    steps: int,
+    primary: str,
+    checkpoint_every: int | None = None,
+    eval_batches: int = 16,
+    **extra,
+) -> dict:
     return {
         "output_dir": str(out),
         "seeds": seeds,
@@ -38,8 +48,14 @@ def _config(stores, out: Path, *, candidates: list[dict], seeds: list[int], step
         "candidates": candidates,
         "model": {"preset": "tiny"},
         "optimizer": {"learning_rate": 3e-3, "warmup_steps": 10},
-        "train": {"steps": steps, "seq_len": 64, "batch_size": 16, "eval_every": 20, "eval_batches": eval_batches,
-                  "checkpoint_every": checkpoint_every},
+        "train": {
+            "steps": steps,
+            "seq_len": 64,
+            "batch_size": 16,
+            "eval_every": 20,
+            "eval_batches": eval_batches,
+            "checkpoint_every": checkpoint_every,
+        },
         "eval": {"code": stores.code + "/validation", "prose": stores.prose + "/validation"},
         **extra,
     }
@@ -57,8 +73,15 @@ def _stamps(out: Path) -> dict[str, int]:
 def test_shuffled_control_is_worse_and_rerun_trains_nothing(ablation_stores, tmp_path: Path, capsys) -> None:
     """The short default path: `zephyr ablate` with one candidate (a negative control), then again."""
     out = tmp_path / "ablation"
-    config = _config(ablation_stores, out, seeds=[0, 1], steps=60, primary="prose", eval_batches=8,
-                     candidates=[{"negative_control": {"dataset": "prose"}}])
+    config = _config(
+        ablation_stores,
+        out,
+        seeds=[0, 1],
+        steps=60,
+        primary="prose",
+        eval_batches=8,
+        candidates=[{"negative_control": {"dataset": "prose"}}],
+    )
     path = _write_yaml(config, tmp_path / "ablation.yaml")
     assert zephyr_main(["ablate", path]) == 0
     printed = capsys.readouterr().out
@@ -68,7 +91,10 @@ def test_shuffled_control_is_worse_and_rerun_trains_nothing(ablation_stores, tmp
     runs = {(r["mixture"], r["seed"]): r for r in result["runs"]}
     assert len(runs) == 4 and {r["status"] for r in runs.values()} == {"trained"}
     for seed in (0, 1):  # the control never saw prose word order: worse on held-out prose, seed by seed
-        assert runs[("baseline-shuffled-prose", seed)]["eval"]["prose"]["loss"] > runs[("baseline", seed)]["eval"]["prose"]["loss"]
+        assert (
+            runs[("baseline-shuffled-prose", seed)]["eval"]["prose"]["loss"]
+            > runs[("baseline", seed)]["eval"]["prose"]["loss"]
+        )
     verdict = result["verdicts"][0]
     assert verdict["mixture"] == "baseline-shuffled-prose" and verdict["metric"] == "bpb"
     assert verdict["difference"]["mean"] > 0 and verdict["verdict"] in ("worse", "inconclusive")
@@ -118,13 +144,22 @@ def test_shuffled_control_is_worse_and_rerun_trains_nothing(ablation_stores, tmp
 
 def test_plan_writes_derived_stores_and_fingerprints_what_matters(ablation_stores, tmp_path: Path) -> None:
     """Planning alone (no training): matched exposure caps, negative-control copies, run fingerprints."""
-    from zephyr.ablate import AblationConfigError, plan_ablation
+    from zephyr.ablate import plan_ablation
+    from zephyr.config import ConfigError
     from zephyr.tokenize import TokenStore
 
-    raw = _config(ablation_stores, tmp_path / "plan", seeds=[0, 1], steps=50, primary="code",
-                  candidates=[{"add": {"dataset": "code", "fraction": 0.5}},
-                              {"negative_control": {"dataset": "code", "of": "baseline+code50"}}],
-                  matched_exposure={"code": {"production_epochs": 4}})
+    raw = _config(
+        ablation_stores,
+        tmp_path / "plan",
+        seeds=[0, 1],
+        steps=50,
+        primary="code",
+        candidates=[
+            {"add": {"dataset": "code", "fraction": 0.5}},
+            {"negative_control": {"dataset": "code", "of": "baseline+code50"}},
+        ],
+        matched_exposure={"code": {"production_epochs": 4}},
+    )
     plan = plan_ablation(ablation_config_from_dict(raw))
     assert plan.tokens_per_run == 50 * 16 * 64 and plan.vocab_size == 1024 and len(plan.runs) == 6
     by_name = {m.name: m for m in plan.mixtures}
@@ -137,7 +172,9 @@ def test_plan_writes_derived_stores_and_fingerprints_what_matters(ablation_store
     control = by_name["baseline+code50-shuffled-code"]
     shuffled = TokenStore(control.components["code"][0])  # the capped subset, token-shuffled
     assert shuffled.num_tokens == 6_400 and control.shuffled == ("code",)
-    assert sorted(shuffled.tokens(0, 6_400).tolist()) == sorted(TokenStore(plus.components["code"][0]).tokens(0, 6_400).tolist())
+    assert sorted(shuffled.tokens(0, 6_400).tolist()) == sorted(
+        TokenStore(plus.components["code"][0]).tokens(0, 6_400).tolist()
+    )
     assert by_name["baseline"].components["prose"][0] == str(Path(ablation_stores.prose).absolute())
     run = plan.runs[0]
     assert run.train_config["data"]["eos_id"] == 0 and run.train_config["model"]["vocab_size"] == 1024
@@ -152,8 +189,8 @@ def test_plan_writes_derived_stores_and_fingerprints_what_matters(ablation_store
 
     # Stores from two different tokenizers cannot be compared.
     other_tok = tmp_path / "other-tokenizer.json"
-    from zephyr.ablate.sample_text import train_bpe_tokenizer, write_jsonl
     from zephyr import execution
+    from zephyr.ablate.sample_text import train_bpe_tokenizer, write_jsonl
     from zephyr.tokenize import tokenize_dataset
 
     train_bpe_tokenizer(["some other text " * 50], other_tok, vocab_size=300)
@@ -161,7 +198,7 @@ def test_plan_writes_derived_stores_and_fingerprints_what_matters(ablation_store
     with execution(backend="local", summary=False):
         tokenize_dataset(str(tmp_path / "other.jsonl"), str(tmp_path / "other"), tokenizer=str(other_tok))
     bad = {**raw, "eval": {**raw["eval"], "other": str(tmp_path / "other")}}
-    with pytest.raises(AblationConfigError, match="different tokenizers"):
+    with pytest.raises(ConfigError, match="different tokenizers"):
         plan_ablation(ablation_config_from_dict(bad))
 
 
@@ -174,13 +211,22 @@ def test_mixture_closer_to_eval_distribution_wins_and_shuffled_control_loses(abl
     to make code_heavy decisive with README prose (t = 4.3 at 2 degrees of freedom).
     """
     out = tmp_path / "ablation"
-    config = ablation_config_from_dict(_config(
-        ablation_stores, out, seeds=[0, 1, 2, 3], steps=200, primary="code",
-        candidates=[
-            {"name": "code_heavy", "mixture": {"prose": [ablation_stores.prose, 0.25], "code": [ablation_stores.code, 0.75]}},
-            {"name": "code_heavy_shuffled", "negative_control": {"dataset": "code", "of": "code_heavy"}},
-        ],
-    ))
+    config = ablation_config_from_dict(
+        _config(
+            ablation_stores,
+            out,
+            seeds=[0, 1, 2, 3],
+            steps=200,
+            primary="code",
+            candidates=[
+                {
+                    "name": "code_heavy",
+                    "mixture": {"prose": [ablation_stores.prose, 0.25], "code": [ablation_stores.code, 0.75]},
+                },
+                {"name": "code_heavy_shuffled", "negative_control": {"dataset": "code", "of": "code_heavy"}},
+            ],
+        )
+    )
     outcome = run_ablation(config)
     report = outcome.report
     heavy, control = report.verdict("code_heavy"), report.verdict("code_heavy_shuffled")
@@ -199,12 +245,25 @@ def test_mixture_closer_to_eval_distribution_wins_and_shuffled_control_loses(abl
 def test_killed_run_resumes_from_its_checkpoint(ablation_stores, tmp_path: Path) -> None:
     """kill -9 a `zephyr ablate` mid-run; the rerun resumes from the checkpoint and matches a straight run."""
     candidates = [{"add": {"dataset": "code", "fraction": 0.5}}]
-    config = _config(ablation_stores, tmp_path / "killed", seeds=[0], steps=80, primary="code", checkpoint_every=10,
-                     candidates=candidates)
+    config = _config(
+        ablation_stores,
+        tmp_path / "killed",
+        seeds=[0],
+        steps=80,
+        primary="code",
+        checkpoint_every=10,
+        candidates=candidates,
+    )
     path = _write_yaml(config, tmp_path / "killed.yaml")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "zephyr.cli", "ablate", path], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zephyr.cli", "ablate", path],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 400
     try:
         while time.monotonic() < deadline:
@@ -238,13 +297,22 @@ def test_killed_run_resumes_from_its_checkpoint(ablation_stores, tmp_path: Path)
 @pytest.mark.ray
 def test_ray_backend_runs_each_run_as_a_task(ablation_stores, tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    config = ablation_config_from_dict(_config(
-        ablation_stores, tmp_path / "ray", seeds=[0], steps=20, primary="code",
-        candidates=[{"add": {"dataset": "code", "fraction": 0.5}}], backend="ray",
-    ))
+    config = ablation_config_from_dict(
+        _config(
+            ablation_stores,
+            tmp_path / "ray",
+            seeds=[0],
+            steps=20,
+            primary="code",
+            candidates=[{"add": {"dataset": "code", "fraction": 0.5}}],
+            backend="ray",
+        )
+    )
     outcome = run_ablation(config)
-    assert [(r.mixture, r.status, r.steps) for r in outcome.results] == [("baseline", "trained", 20),
-                                                                         ("baseline+code50", "trained", 20)]
+    assert [(r.mixture, r.status, r.steps) for r in outcome.results] == [
+        ("baseline", "trained", 20),
+        ("baseline+code50", "trained", 20),
+    ]
     assert all((Path(r.run_dir) / "result.json").is_file() for r in outcome.results)
     local = run_ablation(config, backend="local")  # finished on Ray, read back here
     assert {r.status for r in local.results} == {"cached"}

@@ -38,12 +38,16 @@ def test_shuffled_store_keeps_each_documents_tokens_and_boundaries(ablation_stor
     assert moved > 0.9 * src.num_tokens  # word order is gone
     # Deterministic, and reused when asked again with the same inputs.
     again = write_shuffled_store(ablation_stores.prose, tmp_path / "again", seed=3)
-    assert (Path(again) / "shards/00000/tokens.bin").read_bytes() == (Path(out) / "shards/00000/tokens.bin").read_bytes()
+    assert (Path(again) / "shards/00000/tokens.bin").read_bytes() == (
+        Path(out) / "shards/00000/tokens.bin"
+    ).read_bytes()
     mtime = (Path(out) / "manifest.json").stat().st_mtime_ns
     write_shuffled_store(ablation_stores.prose, out, seed=3)
     assert (Path(out) / "manifest.json").stat().st_mtime_ns == mtime
     other = write_shuffled_store(ablation_stores.prose, tmp_path / "seed4", seed=4)
-    assert (Path(other) / "shards/00000/tokens.bin").read_bytes() != (Path(out) / "shards/00000/tokens.bin").read_bytes()
+    assert (Path(other) / "shards/00000/tokens.bin").read_bytes() != (
+        Path(out) / "shards/00000/tokens.bin"
+    ).read_bytes()
     manifest = json.loads((Path(out) / "manifest.json").read_text())
     assert manifest["config"]["derivation"] == {"kind": "token_shuffle", "scope": "document", "seed": 3}
     # The shuffled text is still decodable: real tokens in a scrambled order.
@@ -75,20 +79,32 @@ def test_capped_store_is_an_exact_deterministic_nested_subset(ablation_stores, t
 def test_exposure_cap_matches_production_epochs() -> None:
     # Production: 1T tokens, 10% from a 20B-token dataset = 5 epochs. Ablation: 1B tokens at 10% = 100M
     # tokens of it, so keeping 20M unique tokens gives 5 epochs too.
-    cap = exposure_cap("wiki", unique_tokens=20_000_000_000, share=0.1, ablation_tokens=1_000_000_000,
-                       spec=ExposureSpec(production_tokens=1e12))
+    cap = exposure_cap(
+        "wiki",
+        unique_tokens=20_000_000_000,
+        share=0.1,
+        ablation_tokens=1_000_000_000,
+        spec=ExposureSpec(production_tokens=1e12),
+    )
     assert cap.production_epochs == pytest.approx(5.0)
     assert cap.cap_tokens == 20_000_000 and cap.ablation_epochs == pytest.approx(5.0)
     # Production gives the dataset another share than the ablation mixture does.
-    other = exposure_cap("wiki", unique_tokens=20_000_000_000, share=0.1, ablation_tokens=1_000_000_000,
-                         spec=ExposureSpec(production_tokens=1e12, production_weight=0.02))
+    other = exposure_cap(
+        "wiki",
+        unique_tokens=20_000_000_000,
+        share=0.1,
+        ablation_tokens=1_000_000_000,
+        spec=ExposureSpec(production_tokens=1e12, production_weight=0.02),
+    )
     assert other.production_epochs == pytest.approx(1.0) and other.cap_tokens == 100_000_000
-    direct = exposure_cap("code", unique_tokens=50_000, share=0.5, ablation_tokens=40_000,
-                          spec=ExposureSpec(production_epochs=4))
+    direct = exposure_cap(
+        "code", unique_tokens=50_000, share=0.5, ablation_tokens=40_000, spec=ExposureSpec(production_epochs=4)
+    )
     assert direct.cap_tokens == 5_000 and direct.ablation_epochs == pytest.approx(4.0)
     # Production repeats less than even the full dataset allows here: nothing to cap, and the report says so.
-    over = exposure_cap("code", unique_tokens=10_000, share=0.5, ablation_tokens=100_000,
-                        spec=ExposureSpec(production_epochs=2))
+    over = exposure_cap(
+        "code", unique_tokens=10_000, share=0.5, ablation_tokens=100_000, spec=ExposureSpec(production_epochs=2)
+    )
     assert over.cap_tokens is None and over.ablation_epochs == pytest.approx(5.0) and "cannot match" in over.note
 
 

@@ -21,7 +21,7 @@ def test_yaml_config_loads_with_defaults_and_relative_paths(tmp_path: Path) -> N
         "    pool: {size: 40, seed: 3}\n"
         "    filter: {keep_fraction: 0.5}\n"
         "  - name: strong\n"
-        "    prompt: {template: 'Is this programming? {example}', labels: [No, Yes], values: [0, 1]}\n"
+        "    prompt: {template: 'Is this programming? {example}', labels: ['No', 'Yes'], values: [0, 1]}\n"
         "    labeler: {backend: openai, url: 'http://127.0.0.1:8000/v1', model: smol}\n"
         "    classifier: {kind: embedding}\n"
         "    filter: {threshold: 0.5}\n"
@@ -32,9 +32,18 @@ def test_yaml_config_loads_with_defaults_and_relative_paths(tmp_path: Path) -> N
     cheap, strong = config.stages
     assert cheap.prompt.values == (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
     assert cheap.pool.size == 40 and cheap.labeler.backend == "transformers"
-    assert strong.prompt.score_range == (0.0, 1.0)
+    assert strong.prompt.score_range == (0.0, 1.0) and strong.prompt.labels == ("No", "Yes")
     assert strong.labeler.url == "http://127.0.0.1:8000/v1" and strong.classifier.kind == "embedding"
     assert strong.score_field == "datashop_strong"
+
+
+def test_unquoted_yes_no_labels_are_refused_with_the_fix(tmp_path: Path) -> None:
+    # YAML 1.1 reads [No, Yes] as [false, true]; the labels used to become "False"/"True" silently.
+    path = tmp_path / "shop.yaml"
+    path.write_text("input: x.jsonl\noutput_dir: o\nstages:\n  - name: a\n"
+                    "    prompt: {template: '{example}', labels: [No, Yes], values: [0, 1]}\n")
+    with pytest.raises(ValueError, match=r"shop\.yaml: stages\[0\]\.prompt\.labels\[0\]: expected a string, got False.*quote"):
+        load_config(path)
 
 
 def test_unknown_key_is_named_with_the_allowed_ones(tmp_path: Path) -> None:

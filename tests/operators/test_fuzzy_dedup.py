@@ -292,6 +292,22 @@ def test_rerun_resumes_from_work_dir_and_rejects_other_settings(local, tmp_path,
         find_duplicate_clusters(docs, config=FuzzyDedupConfig(threshold=0.7), work_dir=work)
 
 
+def test_files_a_killed_stage_left_never_join_the_rerun(local, tmp_path, small_corpus):
+    """A stage without its done marker was cut short: the rerun starts from an empty stage directory,
+    so files of the killed attempt (other shard counts, other names) are not mixed into its output."""
+    work = tmp_path / "w"
+    docs = Dataset.from_list(small_corpus[:80], num_shards=2)
+    report = find_duplicate_clusters(docs, config=FuzzyDedupConfig(), work_dir=str(work))
+    os.remove(work / "clusters" / "_DONE.json")
+    stray = work / "clusters" / "part-00007-of-00009.parquet"
+    stray.write_bytes((work / "clusters" / Path(report.clusters_paths[0]).name).read_bytes())
+    again = find_duplicate_clusters(docs, config=FuzzyDedupConfig(), work_dir=str(work))
+    assert again == report
+    assert not stray.exists()
+    on_disk = sorted(str(p) for p in (work / "clusters").glob("part-*.parquet"))
+    assert on_disk == sorted(again.clusters_paths)
+
+
 def test_empty_and_short_documents(local, tmp_path):
     docs = [
         {"id": "a", "text": ""},

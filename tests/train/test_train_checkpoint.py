@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from zephyr.train.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from zephyr.train.trainer import train
+from zephyr.train.trainer import read_metrics, train
 
 
 def _state(scale: float) -> dict:
@@ -69,3 +69,31 @@ def test_train_resume_is_bit_exact(tiny_run, tmp_path):
     again = train(dataclasses.replace(config, output_dir=str(run_dir)))
     assert again.steps == n and again.final_loss == straight.final_loss
     assert again.eval == straight.eval  # evaluated from the restored state
+
+
+def test_resumed_run_logs_every_step_once(tiny_run, tmp_path):
+    """A run that died after its last checkpoint had logged later steps; resumed, it trains them again and
+    must not log them twice (the log then matches the straight run's, step for step)."""
+    config, straight = tiny_run
+    n, k = config.steps, config.checkpoint_every
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(config.output_dir), run_dir)
+    shutil.rmtree(run_dir / "checkpoints" / f"step_{n:08d}")  # died after logging step n, before its checkpoint
+    with open(run_dir / "metrics.jsonl", "a") as log:
+        log.write('{"step": 99, "loss"')  # and mid-write
+    train(dataclasses.replace(config, output_dir=str(run_dir)))
+
+    def by_kind(path):
+        records = read_metrics(path)  # skips a line cut mid-write
+        train_steps = [r["step"] for r in records if "loss" in r and "step" in r]
+        eval_steps = [r["step"] for r in records if any(key.startswith("eval/") for key in r)]
+        return records, train_steps, eval_steps
+
+    records, train_steps, eval_steps = by_kind(run_dir / "metrics.jsonl")
+    _, straight_train, straight_eval = by_kind(straight.metrics_path)
+    assert train_steps == straight_train == list(range(1, n + 1))
+    assert eval_steps == straight_eval
+    losses = {r["step"]: r["loss"] for r in records if "loss" in r and "step" in r}
+    straight_losses = {r["step"]: r["loss"] for r in read_metrics(straight.metrics_path) if "loss" in r and "step" in r}
+    assert losses == straight_losses  # the resumed steps reproduce the straight run's
+    assert [r.get("event") for r in records if r.get("event")] == ["start", "resume", "end"]

@@ -16,41 +16,47 @@ Example::
     print(outcome.report.verdict("prose_heavy").difference.verdict)   # "better" / "worse" / "inconclusive"
 """
 
-from .config import (
-    MODEL_PRESETS,
-    AblationConfig,
-    AblationConfigError,
-    Component,
-    ExposureSpec,
-    MixtureSpec,
-    TrainSettings,
-    ablation_config_from_dict,
-    load_ablation_config,
-    mixture_with_fraction,
-)
-from .report import CandidateVerdict, Report, ReportRow, build_report, format_report, plot_report, write_report
-from .runner import (
-    AblationOutcome,
-    AblationPlan,
-    RunResult,
-    RunSpec,
-    execute_run,
-    plan_ablation,
-    run_ablation,
-)
-from .stats import PairedDifference, Spread, paired_difference, spread, t_critical
-from .stores import (
-    ExposureCap,
-    eval_bytes_per_token,
-    exposure_cap,
-    store_summary,
-    write_capped_store,
-    write_shuffled_store,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zephyr.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .ablation import AblationOutcome, run_ablation
+    from .config import (
+        MODEL_PRESETS,
+        AblationConfig,
+        Component,
+        ExposureSpec,
+        MixtureSpec,
+        TrainSettings,
+        ablation_config_from_dict,
+        load_ablation_config,
+        mixture_with_fraction,
+    )
+    from .report import (
+        CandidateVerdict,
+        Report,
+        ReportRow,
+        build_report,
+        format_report,
+        plot_report,
+        write_report,
+    )
+    from .runner import AblationPlan, RunResult, RunSpec, execute_run, plan_ablation
+    from .stats import PairedDifference, Spread, paired_difference, spread, t_critical
+    from .stores import (
+        ExposureCap,
+        eval_bytes_per_token,
+        exposure_cap,
+        store_summary,
+        write_capped_store,
+        write_shuffled_store,
+    )
 
 __all__ = [
     "AblationConfig",
-    "AblationConfigError",
     "Component",
     "MixtureSpec",
     "ExposureSpec",
@@ -85,3 +91,44 @@ __all__ = [
     "write_capped_store",
     "eval_bytes_per_token",
 ]
+
+# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "AblationOutcome": "zephyr.ablate.ablation",
+        "run_ablation": "zephyr.ablate.ablation",
+        "MODEL_PRESETS": "zephyr.ablate.config",
+        "AblationConfig": "zephyr.ablate.config",
+        "Component": "zephyr.ablate.config",
+        "ExposureSpec": "zephyr.ablate.config",
+        "MixtureSpec": "zephyr.ablate.config",
+        "TrainSettings": "zephyr.ablate.config",
+        "ablation_config_from_dict": "zephyr.ablate.config",
+        "load_ablation_config": "zephyr.ablate.config",
+        "mixture_with_fraction": "zephyr.ablate.config",
+        "CandidateVerdict": "zephyr.ablate.report",
+        "Report": "zephyr.ablate.report",
+        "ReportRow": "zephyr.ablate.report",
+        "build_report": "zephyr.ablate.report",
+        "format_report": "zephyr.ablate.report",
+        "plot_report": "zephyr.ablate.report",
+        "write_report": "zephyr.ablate.report",
+        "AblationPlan": "zephyr.ablate.runner",
+        "RunResult": "zephyr.ablate.runner",
+        "RunSpec": "zephyr.ablate.runner",
+        "execute_run": "zephyr.ablate.runner",
+        "plan_ablation": "zephyr.ablate.runner",
+        "PairedDifference": "zephyr.ablate.stats",
+        "Spread": "zephyr.ablate.stats",
+        "paired_difference": "zephyr.ablate.stats",
+        "spread": "zephyr.ablate.stats",
+        "t_critical": "zephyr.ablate.stats",
+        "ExposureCap": "zephyr.ablate.stores",
+        "eval_bytes_per_token": "zephyr.ablate.stores",
+        "exposure_cap": "zephyr.ablate.stores",
+        "store_summary": "zephyr.ablate.stores",
+        "write_capped_store": "zephyr.ablate.stores",
+        "write_shuffled_store": "zephyr.ablate.stores",
+    },
+)

@@ -36,7 +36,7 @@ def add_cli(subparsers: Any) -> None:
         "ablate",
         help="train small models on candidate mixtures and compare them against a baseline",
         description="Run every (mixture, seed) training run of an ablation (skipping finished ones), then print "
-                    "and write the report (report.csv, report.json, report.png in output_dir).",
+        "and write the report (report.csv, report.json, report.png in output_dir).",
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -51,11 +51,13 @@ def add_cli(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .config import AblationConfigError, load_ablation_config
+    from zephyr.config import ConfigError
+
+    from .config import load_ablation_config
 
     try:
         config = load_ablation_config(args.config, list(args.overrides))
-    except AblationConfigError as exc:
+    except ConfigError as exc:
         print(f"zephyr ablate: {exc}", file=sys.stderr)
         return 2
     if args.plan or args.report_only:
@@ -67,22 +69,27 @@ def main(args: argparse.Namespace) -> int:
         if args.plan:
             print(json.dumps(plan.to_json(), indent=1))
             for r in plan.runs:
-                print(f"{r.mixture:<28} seed {r.seed:<4} {'finished' if done[(r.mixture, r.seed)] else 'to run':<9} {r.run_dir}")
+                print(
+                    f"{r.mixture:<28} seed {r.seed:<4} {'finished' if done[(r.mixture, r.seed)] else 'to run':<9} "
+                    f"{r.run_dir}"
+                )
             return 0
         missing = [k for k, v in done.items() if v is None]
         if missing:
-            print(f"zephyr ablate: {len(missing)} run(s) have not finished: {missing}; run without --report-only.",
-                  file=sys.stderr)
+            print(
+                f"zephyr ablate: {len(missing)} run(s) have not finished: {missing}; run without --report-only.",
+                file=sys.stderr,
+            )
             return 1
         report = build_report(plan, tuple(done[(r.mixture, r.seed)] for r in plan.runs))
         write_report(report, config.output_dir)
         print(format_report(report))
         return 0
-    from .runner import run_ablation
+    from .ablation import run_ablation
 
     try:
         run_ablation(config, backend=args.train_backend)
-    except AblationConfigError as exc:
+    except ConfigError as exc:
         print(f"zephyr ablate: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -40,16 +40,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-import yaml
-
-from zephyr.train.config import ConfigError, apply_overrides
+from zephyr.config import ConfigError, apply_overrides, from_dict, load_yaml, require
 
 __all__ = [
-    "AblationConfigError",
     "Component",
     "MixtureSpec",
     "ExposureSpec",
@@ -77,17 +75,8 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+\-]*$")
 
 
-class AblationConfigError(ValueError):
-    """An ablation config that cannot work; the message says where and how to fix it."""
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise AblationConfigError(message)
-
-
 def _check_name(name: str, what: str) -> None:
-    _require(
+    require(
         isinstance(name, str) and bool(_NAME_RE.match(name)),
         f"{what} name {name!r} must start with a letter or digit and hold only letters, digits and _ . + - "
         "(it becomes a directory name).",
@@ -113,15 +102,15 @@ class MixtureSpec:
 
     def __post_init__(self) -> None:
         _check_name(self.name, "mixture")
-        _require(bool(self.components), f"mixture {self.name!r} has no datasets; give {{dataset: [store, weight]}}.")
+        require(bool(self.components), f"mixture {self.name!r} has no datasets; give {{dataset: [store, weight]}}.")
         for dataset, comp in self.components.items():
             _check_name(dataset, f"dataset in mixture {self.name!r}:")
-            _require(
+            require(
                 math.isfinite(comp.weight) and comp.weight >= 0,
                 f"mixture {self.name!r}: weight of {dataset!r} must be a finite number >= 0, got {comp.weight}.",
             )
         total = sum(c.weight for c in self.components.values())
-        _require(total > 0, f"mixture {self.name!r}: weights sum to 0; give at least one dataset a positive weight.")
+        require(total > 0, f"mixture {self.name!r}: weights sum to 0; give at least one dataset a positive weight.")
         if abs(total - 1.0) > 1e-9:  # normalise so reports show shares
             normalised = {d: dataclasses.replace(c, weight=c.weight / total) for d, c in self.components.items()}
             object.__setattr__(self, "components", normalised)
@@ -151,15 +140,15 @@ class ExposureSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _require(
+        require(
             (self.production_tokens is None) != (self.production_epochs is None),
             "matched_exposure needs exactly one of production_tokens (total tokens of the production run) or "
             f"production_epochs (passes over the dataset in production); got {self}.",
         )
         for name in ("production_tokens", "production_epochs"):
             value = getattr(self, name)
-            _require(value is None or value > 0, f"matched_exposure.{name} must be > 0, got {value}.")
-        _require(
+            require(value is None or value > 0, f"matched_exposure.{name} must be > 0, got {value}.")
+        require(
             self.production_weight is None or 0 < self.production_weight <= 1,
             f"matched_exposure.production_weight must be in (0, 1], got {self.production_weight}.",
         )
@@ -181,18 +170,24 @@ class TrainSettings:
     param_dtype: Literal["float32", "bfloat16"] = "float32"
 
     def __post_init__(self) -> None:
-        _require(
+        require(
             (self.tokens is None) != (self.steps is None),
-            f"train needs exactly one of tokens (the budget per run) or steps; got tokens={self.tokens}, steps={self.steps}.",
+            f"train needs exactly one of tokens (the budget per run) or steps; got tokens={self.tokens}, "
+            f"steps={self.steps}.",
         )
-        _require(self.seq_len > 0 and self.batch_size > 0, f"train.seq_len and train.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.")
-        _require(self.tokens is None or self.tokens >= self.seq_len * self.batch_size,
-                 f"train.tokens ({self.tokens}) is less than one batch ({self.batch_size} x {self.seq_len} tokens).")
-        _require(self.steps is None or self.steps > 0, f"train.steps must be > 0, got {self.steps}.")
+        require(
+            self.seq_len > 0 and self.batch_size > 0,
+            f"train.seq_len and train.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.",
+        )
+        require(
+            self.tokens is None or self.tokens >= self.seq_len * self.batch_size,
+            f"train.tokens ({self.tokens}) is less than one batch ({self.batch_size} x {self.seq_len} tokens).",
+        )
+        require(self.steps is None or self.steps > 0, f"train.steps must be > 0, got {self.steps}.")
         for name in ("eval_every", "checkpoint_every"):
             value = getattr(self, name)
-            _require(value is None or value > 0, f"train.{name} must be > 0 or null (automatic), got {value}.")
-        _require(self.eval_batches > 0, f"train.eval_batches must be > 0, got {self.eval_batches}.")
+            require(value is None or value > 0, f"train.{name} must be > 0 or null (automatic), got {value}.")
+        require(self.eval_batches > 0, f"train.eval_batches must be > 0, got {self.eval_batches}.")
 
     @property
     def tokens_per_step(self) -> int:
@@ -245,28 +240,37 @@ class AblationConfig:
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
         object.__setattr__(self, "candidates", tuple(self.candidates))
         object.__setattr__(self, "eval", dict(self.eval))
-        _require(bool(self.candidates), "an ablation needs at least one candidate mixture besides the baseline.")
-        _require(bool(self.seeds), "seeds is empty; give at least one seed (two or more for confidence intervals).")
-        _require(len(set(self.seeds)) == len(self.seeds), f"seeds repeat: {list(self.seeds)}; each seed must be distinct.")
+        require(bool(self.candidates), "an ablation needs at least one candidate mixture besides the baseline.")
+        require(bool(self.seeds), "seeds is empty; give at least one seed (two or more for confidence intervals).")
+        require(
+            len(set(self.seeds)) == len(self.seeds), f"seeds repeat: {list(self.seeds)}; each seed must be distinct."
+        )
         names = [self.baseline.name] + [c.name for c in self.candidates]
         dupes = sorted({n for n in names if names.count(n) > 1})
-        _require(not dupes, f"mixture names repeat: {dupes}; give each candidate a distinct name.")
-        _require(bool(self.eval), "eval is empty; name at least one eval store: eval: {name: path/to/store}.")
+        require(not dupes, f"mixture names repeat: {dupes}; give each candidate a distinct name.")
+        require(bool(self.eval), "eval is empty; name at least one eval store: eval: {name: path/to/store}.")
         for name in self.eval:
             _check_name(name, "eval set")
-        _require(0 < self.confidence < 1, f"confidence must be in (0, 1), e.g. 0.95; got {self.confidence}.")
-        _require(self.metric in ("bpb", "loss"), f"metric must be 'bpb' or 'loss', got {self.metric!r}.")
+        require(0 < self.confidence < 1, f"confidence must be in (0, 1), e.g. 0.95; got {self.confidence}.")
+        require(self.metric in ("bpb", "loss"), f"metric must be 'bpb' or 'loss', got {self.metric!r}.")
         if self.primary_eval is not None:
             object.__setattr__(self, "primary_eval", tuple(self.primary_eval))
             unknown = sorted(set(self.primary_eval) - set(self.eval))
-            _require(not unknown and bool(self.primary_eval),
-                     f"primary_eval {list(self.primary_eval)} must name eval sets among {sorted(self.eval)}.")
-        _require(self.backend in ("local", "ray"), f"backend must be 'local' or 'ray', got {self.backend!r}.")
-        _require(self.gpus_per_run >= 0 and self.cpus_per_run > 0,
-                 f"gpus_per_run must be >= 0 and cpus_per_run > 0, got {self.gpus_per_run}, {self.cpus_per_run}.")
+            require(
+                not unknown and bool(self.primary_eval),
+                f"primary_eval {list(self.primary_eval)} must name eval sets among {sorted(self.eval)}.",
+            )
+        require(self.backend in ("local", "ray"), f"backend must be 'local' or 'ray', got {self.backend!r}.")
+        require(
+            self.gpus_per_run >= 0 and self.cpus_per_run > 0,
+            f"gpus_per_run must be >= 0 and cpus_per_run > 0, got {self.gpus_per_run}, {self.cpus_per_run}.",
+        )
         datasets = {d for m in self.mixtures for d in m.components}
         unknown = sorted(set(self.matched_exposure) - datasets)
-        _require(not unknown, f"matched_exposure names dataset(s) {unknown} that no mixture uses; datasets are {sorted(datasets)}.")
+        require(
+            not unknown,
+            f"matched_exposure names dataset(s) {unknown} that no mixture uses; datasets are {sorted(datasets)}.",
+        )
 
     @property
     def mixtures(self) -> tuple[MixtureSpec, ...]:
@@ -281,28 +285,36 @@ class AblationConfig:
 # ----------------------------------------------------------------------------- building mixtures
 
 
-def mixture_with_fraction(base: MixtureSpec, dataset: str, fraction: float, *, store: str | None = None,
-                          name: str | None = None) -> MixtureSpec:
+def mixture_with_fraction(
+    base: MixtureSpec, dataset: str, fraction: float, *, store: str | None = None, name: str | None = None
+) -> MixtureSpec:
     """``base`` re-weighted so ``dataset`` is exactly ``fraction`` of it (added when absent).
 
     The other datasets keep their proportions among themselves and share ``1 - fraction``.
     """
-    _require(0 < fraction <= 1, f"fraction for {dataset!r} must be in (0, 1], got {fraction}.")
+    require(0 < fraction <= 1, f"fraction for {dataset!r} must be in (0, 1], got {fraction}.")
     existing = base.components.get(dataset)
     if store is None:
-        _require(existing is not None,
-                 f"dataset {dataset!r} is not in mixture {base.name!r} ({sorted(base.components)}); give its store: "
-                 f"add: {{dataset: {dataset}, store: path/to/store, fraction: {fraction}}}.")
+        require(
+            existing is not None,
+            f"dataset {dataset!r} is not in mixture {base.name!r} ({sorted(base.components)}); give its store: "
+            f"add: {{dataset: {dataset}, store: path/to/store, fraction: {fraction}}}.",
+        )
         store = existing.store
     others = {d: c for d, c in base.components.items() if d != dataset}
     rest = sum(c.weight for c in others.values())
-    _require(fraction == 1 or rest > 0,
-             f"mixture {base.name!r} holds only {dataset!r}; a fraction below 1 needs other datasets to fill the rest.")
+    require(
+        fraction == 1 or rest > 0,
+        f"mixture {base.name!r} holds only {dataset!r}; a fraction below 1 needs other datasets to fill the rest.",
+    )
     comps = {d: dataclasses.replace(c, weight=(1 - fraction) * c.weight / rest) for d, c in others.items() if rest > 0}
-    comps[dataset] = Component(store, fraction, existing.shuffled if existing is not None and existing.store == store else False)
+    comps[dataset] = Component(
+        store, fraction, existing.shuffled if existing is not None and existing.store == store else False
+    )
     verb = "with" if existing is not None else "+"
-    return MixtureSpec(name or f"{base.name}+{dataset}{_pct(fraction)}", comps,
-                       f"{base.name} {verb} {dataset} at {100 * fraction:g}%")
+    return MixtureSpec(
+        name or f"{base.name}+{dataset}{_pct(fraction)}", comps, f"{base.name} {verb} {dataset} at {100 * fraction:g}%"
+    )
 
 
 def _pct(fraction: float) -> str:
@@ -310,97 +322,149 @@ def _pct(fraction: float) -> str:
 
 
 def _shuffled_copy(base: MixtureSpec, dataset: str, name: str | None) -> MixtureSpec:
-    _require(dataset in base.components,
-             f"negative_control: dataset {dataset!r} is not in mixture {base.name!r} ({sorted(base.components)}).")
+    require(
+        dataset in base.components,
+        f"negative_control: dataset {dataset!r} is not in mixture {base.name!r} ({sorted(base.components)}).",
+    )
     comps = dict(base.components)
     comps[dataset] = dataclasses.replace(comps[dataset], shuffled=True)
-    return MixtureSpec(name or f"{base.name}-shuffled-{dataset}", comps,
-                       f"{base.name} with {dataset} token-shuffled (negative control)")
+    return MixtureSpec(
+        name or f"{base.name}-shuffled-{dataset}",
+        comps,
+        f"{base.name} with {dataset} token-shuffled (negative control)",
+    )
 
 
 def _components(raw: Any, where: str) -> dict[str, Component]:
-    _require(isinstance(raw, Mapping) and bool(raw),
-             f"{where} must be a mapping {{dataset: [store path, weight]}}, got {raw!r}.")
+    require(
+        isinstance(raw, Mapping) and bool(raw),
+        f"{where} must be a mapping {{dataset: [store path, weight]}}, got {raw!r}.",
+    )
     out = {}
     for dataset, entry in raw.items():
         if isinstance(entry, Mapping):
             unknown = sorted(set(entry) - {"store", "weight"})
-            _require(not unknown and "store" in entry and "weight" in entry,
-                     f"{where}.{dataset} must be [store, weight] or {{store: ..., weight: ...}}, got {entry!r}.")
+            require(
+                not unknown and "store" in entry and "weight" in entry,
+                f"{where}.{dataset} must be [store, weight] or {{store: ..., weight: ...}}, got {entry!r}.",
+            )
             store, weight = entry["store"], entry["weight"]
         else:
-            _require(isinstance(entry, (list, tuple)) and len(entry) == 2,
-                     f"{where}.{dataset} must be [store path, weight], got {entry!r}.")
+            require(
+                isinstance(entry, (list, tuple)) and len(entry) == 2,
+                f"{where}.{dataset} must be [store path, weight], got {entry!r}.",
+            )
             store, weight = entry
-        _require(isinstance(store, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool),
-                 f"{where}.{dataset}: expected [store path (string), weight (number)], got {entry!r}.")
+        require(
+            isinstance(store, str) and isinstance(weight, (int, float)) and not isinstance(weight, bool),
+            f"{where}.{dataset}: expected [store path (string), weight (number)], got {entry!r}.",
+        )
         out[str(dataset)] = Component(str(store), float(weight))
     return out
 
 
 def _keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(raw) - allowed)
-    _require(not unknown, f"{where}: unknown key(s) {unknown}; expected some of {sorted(allowed)}.")
+    require(not unknown, f"{where}: unknown key(s) {unknown}; expected some of {sorted(allowed)}.")
 
 
 def _candidates(raw: Any, baseline: MixtureSpec) -> list[MixtureSpec]:
-    _require(isinstance(raw, list) and bool(raw), f"candidates must be a non-empty list, got {raw!r}.")
+    require(isinstance(raw, list) and bool(raw), f"candidates must be a non-empty list, got {raw!r}.")
     built: list[MixtureSpec] = []
     for i, entry in enumerate(raw):
         where = f"candidates[{i}]"
-        _require(isinstance(entry, Mapping), f"{where} must be a mapping, got {entry!r}.")
+        require(isinstance(entry, Mapping), f"{where} must be a mapping, got {entry!r}.")
         kinds = [k for k in ("mixture", "add", "sweep", "negative_control") if k in entry]
-        _require(len(kinds) == 1,
-                 f"{where} must have exactly one of mixture / add / sweep / negative_control, got keys {sorted(entry)}.")
+        require(
+            len(kinds) == 1,
+            f"{where} must have exactly one of mixture / add / sweep / negative_control, got keys {sorted(entry)}.",
+        )
         kind, name = kinds[0], entry.get("name")
         if kind == "mixture":
             _keys(entry, {"name", "mixture"}, where)
-            _require(name is not None, f"{where}: an explicit mixture needs a name.")
+            require(name is not None, f"{where}: an explicit mixture needs a name.")
             built.append(MixtureSpec(name, _components(entry["mixture"], f"{where}.mixture")))
         elif kind == "add":
             _keys(entry, {"name", "add"}, where)
             spec = entry["add"]
-            _require(isinstance(spec, Mapping), f"{where}.add must be {{dataset, fraction, store?}}, got {spec!r}.")
+            require(isinstance(spec, Mapping), f"{where}.add must be {{dataset, fraction, store?}}, got {spec!r}.")
             _keys(spec, {"dataset", "fraction", "store"}, f"{where}.add")
-            _require("dataset" in spec and "fraction" in spec, f"{where}.add needs dataset and fraction, got {dict(spec)}.")
-            built.append(mixture_with_fraction(baseline, str(spec["dataset"]), float(spec["fraction"]),
-                                               store=spec.get("store"), name=name))
+            require(
+                "dataset" in spec and "fraction" in spec, f"{where}.add needs dataset and fraction, got {dict(spec)}."
+            )
+            built.append(
+                mixture_with_fraction(
+                    baseline, str(spec["dataset"]), float(spec["fraction"]), store=spec.get("store"), name=name
+                )
+            )
         elif kind == "sweep":
             _keys(entry, {"sweep"}, where)
             spec = entry["sweep"]
-            _require(isinstance(spec, Mapping), f"{where}.sweep must be {{dataset, fractions, store?}}, got {spec!r}.")
+            require(isinstance(spec, Mapping), f"{where}.sweep must be {{dataset, fractions, store?}}, got {spec!r}.")
             _keys(spec, {"dataset", "fractions", "store", "prefix"}, f"{where}.sweep")
             fractions = spec.get("fractions")
-            _require(isinstance(fractions, list) and bool(fractions) and "dataset" in spec,
-                     f"{where}.sweep needs dataset and a non-empty list of fractions, got {dict(spec)}.")
+            require(
+                isinstance(fractions, list) and bool(fractions) and "dataset" in spec,
+                f"{where}.sweep needs dataset and a non-empty list of fractions, got {dict(spec)}.",
+            )
             prefix = spec.get("prefix", baseline.name)
             for f in fractions:
-                built.append(mixture_with_fraction(baseline, str(spec["dataset"]), float(f), store=spec.get("store"),
-                                                   name=f"{prefix}+{spec['dataset']}{_pct(float(f))}"))
+                built.append(
+                    mixture_with_fraction(
+                        baseline,
+                        str(spec["dataset"]),
+                        float(f),
+                        store=spec.get("store"),
+                        name=f"{prefix}+{spec['dataset']}{_pct(float(f))}",
+                    )
+                )
         else:
             _keys(entry, {"name", "negative_control"}, where)
             spec = entry["negative_control"]
-            _require(isinstance(spec, Mapping) and "dataset" in spec,
-                     f"{where}.negative_control must be {{dataset, of?}}, got {spec!r}.")
+            require(
+                isinstance(spec, Mapping) and "dataset" in spec,
+                f"{where}.negative_control must be {{dataset, of?}}, got {spec!r}.",
+            )
             _keys(spec, {"dataset", "of"}, f"{where}.negative_control")
             of = spec.get("of", baseline.name)
             pool = {m.name: m for m in [baseline, *built]}
-            _require(of in pool, f"{where}.negative_control.of={of!r} must name the baseline or an earlier candidate "
-                                 f"({sorted(pool)}).")
+            require(
+                of in pool,
+                f"{where}.negative_control.of={of!r} must name the baseline or an earlier candidate ({sorted(pool)}).",
+            )
             built.append(_shuffled_copy(pool[of], str(spec["dataset"]), name))
     return built
 
 
 def ablation_config_from_dict(data: Mapping[str, Any]) -> AblationConfig:
     """Build an :class:`AblationConfig` from plain data (parsed YAML); unknown keys are errors."""
-    top = {"output_dir", "seeds", "confidence", "metric", "primary_eval", "baseline", "candidates", "matched_exposure",
-           "model", "optimizer", "loss", "train", "eval", "backend", "ray", "compilation_cache", "progress"}
+    top = {
+        "output_dir",
+        "seeds",
+        "confidence",
+        "metric",
+        "primary_eval",
+        "baseline",
+        "candidates",
+        "matched_exposure",
+        "model",
+        "optimizer",
+        "loss",
+        "train",
+        "eval",
+        "backend",
+        "ray",
+        "compilation_cache",
+        "progress",
+    }
     _keys(data, top, "ablation config")
     for key in ("output_dir", "baseline", "candidates", "train", "eval"):
-        _require(key in data, f"ablation config lacks {key!r}; see `zephyr ablate --help` for an example.")
+        require(key in data, f"ablation config lacks {key!r}; see `zephyr ablate --help` for an example.")
     base_raw = data["baseline"]
-    _require(isinstance(base_raw, Mapping) and "mixture" in base_raw,
-             f"baseline must be {{name?: ..., mixture: {{dataset: [store, weight]}}}}, got {base_raw!r}.")
+    require(
+        isinstance(base_raw, Mapping) and "mixture" in base_raw,
+        f"baseline must be {{name?: ..., mixture: {{dataset: [store, weight]}}}}, got {base_raw!r}.",
+    )
     _keys(base_raw, {"name", "mixture"}, "baseline")
     baseline = MixtureSpec(base_raw.get("name", "baseline"), _components(base_raw["mixture"], "baseline.mixture"))
     candidates = _candidates(data["candidates"], baseline)
@@ -408,29 +472,27 @@ def ablation_config_from_dict(data: Mapping[str, Any]) -> AblationConfig:
     model = dict(data.get("model") or {})
     preset = model.pop("preset", None if model else "tiny")
     if preset is not None:
-        _require(preset in MODEL_PRESETS, f"model.preset {preset!r} is not one of {sorted(MODEL_PRESETS)}.")
+        require(preset in MODEL_PRESETS, f"model.preset {preset!r} is not one of {sorted(MODEL_PRESETS)}.")
         model = {**MODEL_PRESETS[preset], **model}
     train_raw = data["train"]
-    _require(isinstance(train_raw, Mapping), f"train must be a mapping, got {train_raw!r}.")
-    _keys(train_raw, {f.name for f in dataclasses.fields(TrainSettings)}, "train")
+    require(isinstance(train_raw, Mapping), f"train must be a mapping, got {train_raw!r}.")
     exposure_raw = data.get("matched_exposure") or {}
-    _require(isinstance(exposure_raw, Mapping), f"matched_exposure must map dataset -> settings, got {exposure_raw!r}.")
+    require(isinstance(exposure_raw, Mapping), f"matched_exposure must map dataset -> settings, got {exposure_raw!r}.")
     exposure = {}
     for dataset, spec in exposure_raw.items():
-        _require(isinstance(spec, Mapping), f"matched_exposure.{dataset} must be a mapping, got {spec!r}.")
-        _keys(spec, {f.name for f in dataclasses.fields(ExposureSpec)}, f"matched_exposure.{dataset}")
-        exposure[str(dataset)] = ExposureSpec(**{k: (float(v) if k != "seed" else int(v)) for k, v in spec.items()})
+        require(isinstance(spec, Mapping), f"matched_exposure.{dataset} must be a mapping, got {spec!r}.")
+        exposure[str(dataset)] = from_dict(ExposureSpec, spec, "", at=f"matched_exposure.{dataset}")
     ray = dict(data.get("ray") or {})
     _keys(ray, {"address", "gpus_per_run", "cpus_per_run"}, "ray")
     eval_sets = data["eval"]
-    _require(isinstance(eval_sets, Mapping), f"eval must map name -> store path, got {eval_sets!r}.")
+    require(isinstance(eval_sets, Mapping), f"eval must map name -> store path, got {eval_sets!r}.")
     primary = data.get("primary_eval")
     return AblationConfig(
         output_dir=str(data["output_dir"]),
         baseline=baseline,
         candidates=tuple(candidates),
         eval={str(k): str(v) for k, v in eval_sets.items()},
-        train=TrainSettings(**train_raw),
+        train=from_dict(TrainSettings, train_raw, "", at="train"),
         seeds=tuple(data.get("seeds", (0, 1))),
         model=model,
         optimizer=dict(data.get("optimizer") or {}),
@@ -448,19 +510,10 @@ def ablation_config_from_dict(data: Mapping[str, Any]) -> AblationConfig:
     )
 
 
-def load_ablation_config(path: str | Path, overrides: list[str] = ()) -> AblationConfig:
+def load_ablation_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> AblationConfig:
     """Read a YAML ablation config; ``overrides`` are ``a.b=value`` strings (value parsed as YAML)."""
-    path = Path(path)
+    data = load_yaml(path, "ablation config")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise AblationConfigError(f"ablation config {path} does not exist; pass the path of a YAML file.") from None
-    _require(isinstance(data, dict), f"{path}: expected a YAML mapping at top level, got {type(data).__name__}.")
-    try:
-        data = apply_overrides(data, list(overrides))
+        return ablation_config_from_dict(apply_overrides(data, list(overrides)))
     except ConfigError as e:
-        raise AblationConfigError(str(e)) from None
-    try:
-        return ablation_config_from_dict(data)
-    except AblationConfigError as e:
-        raise AblationConfigError(f"{path}: {e}") from None
+        raise ConfigError(f"{path}: {e}") from None

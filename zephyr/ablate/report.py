@@ -14,6 +14,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -100,8 +103,10 @@ def build_report(plan: AblationPlan, results: tuple[RunResult, ...] | list[RunRe
     metrics = ("loss", "bpb") if have_bpb else ("loss",)
     metric = cfg.metric if cfg.metric in metrics else "loss"
     if metric != cfg.metric:
-        notes.append(f"verdicts use loss: bits per byte is unknown for some eval set (asked for {cfg.metric}); "
-                     "the stores' tokenizer could not be loaded to count bytes")
+        notes.append(
+            f"verdicts use loss: bits per byte is unknown for some eval set (asked for {cfg.metric}); "
+            "the stores' tokenizer could not be loaded to count bytes"
+        )
     decision = cfg.decision_sets
     decision_name = decision[0] if len(decision) == 1 else f"mean({','.join(decision)})"
     rows: list[ReportRow] = []
@@ -122,22 +127,52 @@ def build_report(plan: AblationPlan, results: tuple[RunResult, ...] | list[RunRe
         diff = lookup[(m.name, decision_name, metric)].vs_baseline
         per_set = {s: lookup[(m.name, s, metric)].vs_baseline.verdict for s in sets}
         n = len(diff.seeds)
-        detail = (f"{metric} on {decision_name}: {diff.mean:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] ({pct} CI, "
-                  f"n={n} seed{'s' if n != 1 else ''}, p={diff.p_value:.3g})")
+        detail = (
+            f"{metric} on {decision_name}: {diff.mean:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] ({pct} CI, "
+            f"n={n} seed{'s' if n != 1 else ''}, p={diff.p_value:.3g})"
+        )
         sets_text = ", ".join(f"{s} {v}" for s, v in per_set.items())
         line = f"{m.name} vs {base}: {diff.verdict.upper()}, {detail}; per eval set: {sets_text}"
         verdicts.append(CandidateVerdict(m.name, m.derivation, metric, decision, diff, per_set, line))
     curves: dict[str, dict[int, Any]] = {}
     for r in results:
         curves.setdefault(r.mixture, {})[r.seed] = read_eval_curves(r)
-    runs = tuple({"mixture": r.mixture, "seed": r.seed, "status": r.status, "steps": r.steps,
-                  "final_train_loss": r.final_loss, "wall_s": r.wall_s, "tokens_per_second": r.tokens_per_second,
-                  "run_dir": r.run_dir, "eval": r.eval} for r in results)
-    mixtures = {m.name: (m.derivation + ": " if m.derivation != "explicit" else "") + ", ".join(
-        f"{d}{' (shuffled)' if d in m.shuffled else ''} {100 * w:.1f}%" for d, (_, w) in m.components.items())
-        for m in plan.mixtures}
-    return Report(base, mixtures, metric, cfg.confidence, cfg.seeds, plan.steps, plan.tokens_per_run, sets,
-                  tuple(rows), tuple(verdicts), curves, runs, tuple(notes))
+    runs = tuple(
+        {
+            "mixture": r.mixture,
+            "seed": r.seed,
+            "status": r.status,
+            "steps": r.steps,
+            "final_train_loss": r.final_loss,
+            "wall_s": r.wall_s,
+            "tokens_per_second": r.tokens_per_second,
+            "run_dir": r.run_dir,
+            "eval": r.eval,
+        }
+        for r in results
+    )
+    mixtures = {
+        m.name: (m.derivation + ": " if m.derivation != "explicit" else "")
+        + ", ".join(
+            f"{d}{' (shuffled)' if d in m.shuffled else ''} {100 * w:.1f}%" for d, (_, w) in m.components.items()
+        )
+        for m in plan.mixtures
+    }
+    return Report(
+        base,
+        mixtures,
+        metric,
+        cfg.confidence,
+        cfg.seeds,
+        plan.steps,
+        plan.tokens_per_run,
+        sets,
+        tuple(rows),
+        tuple(verdicts),
+        curves,
+        runs,
+        tuple(notes),
+    )
 
 
 def _fmt(x: float, digits: int = 4) -> str:
@@ -175,7 +210,8 @@ def format_report(report: Report) -> str:
             if diff is None:
                 text += f" {'(baseline)':>36} {'':>7}"
             else:
-                text += f" {f'{diff.mean:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}]':>36} {diff.p_value:>7.3g}  {diff.verdict}"
+                interval = f"{diff.mean:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}]"
+                text += f" {interval:>36} {diff.p_value:>7.3g}  {diff.verdict}"
             lines.append(text)
     lines.append("")
     lines.append(f"Verdicts ({report.metric}, {pct} confidence):")
@@ -197,31 +233,102 @@ def _jsonable(x: Any) -> Any:
 
 
 def write_report(report: Report, output_dir: str | Path) -> dict[str, str]:
-    """Write ``report.csv``, ``report.json``, ``report.png`` and ``report.txt``; returns their paths."""
+    """Write ``report.csv``, ``report.json``, ``report.png`` and ``report.txt``; returns their paths.
+
+    All four are rendered under a temporary directory first and renamed into place only once every
+    one of them is complete, so a report that fails to render (or a killed process) leaves the
+    previous report as it was, never a mix of old and new files or a cut one.
+    """
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        rendered = _render_report(report, staging)
+        final = {}
+        # The tables, which hold the verdicts, move last: a failing rename leaves them as they were.
+        for kind in ("plot", "text", "json", "csv"):
+            target = out / Path(rendered[kind]).name
+            os.replace(rendered[kind], target)
+            final[kind] = str(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {kind: final[kind] for kind in ("csv", "json", "text", "plot")}
+
+
+def _render_report(report: Report, out: Path) -> dict[str, str]:
     csv_path = out / "report.csv"
     with open(csv_path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["mixture", "description", "eval_set", "metric", "n_seeds", "mean", "std", "min", "max",
-                         "diff_mean", "diff_low", "diff_high", "p_value", "verdict", "values_by_seed"])
+        writer.writerow(
+            [
+                "mixture",
+                "description",
+                "eval_set",
+                "metric",
+                "n_seeds",
+                "mean",
+                "std",
+                "min",
+                "max",
+                "diff_mean",
+                "diff_low",
+                "diff_high",
+                "p_value",
+                "verdict",
+                "values_by_seed",
+            ]
+        )
         for r in report.rows:
             d = r.vs_baseline
-            writer.writerow([r.mixture, report.mixtures[r.mixture], r.eval_set, r.metric, r.spread.n, r.spread.mean,
-                             r.spread.std, r.spread.min, r.spread.max, d.mean if d else "", d.low if d else "",
-                             d.high if d else "", d.p_value if d else "", d.verdict if d else "baseline",
-                             ";".join(f"{s}:{v!r}" for s, v in sorted(r.values.items()))])
+            writer.writerow(
+                [
+                    r.mixture,
+                    report.mixtures[r.mixture],
+                    r.eval_set,
+                    r.metric,
+                    r.spread.n,
+                    r.spread.mean,
+                    r.spread.std,
+                    r.spread.min,
+                    r.spread.max,
+                    d.mean if d else "",
+                    d.low if d else "",
+                    d.high if d else "",
+                    d.p_value if d else "",
+                    d.verdict if d else "baseline",
+                    ";".join(f"{s}:{v!r}" for s, v in sorted(r.values.items())),
+                ]
+            )
     json_path = out / "report.json"
     payload = {
-        "baseline": report.baseline, "mixtures": report.mixtures, "metric": report.metric,
-        "confidence": report.confidence, "seeds": list(report.seeds), "steps": report.steps,
-        "tokens_per_run": report.tokens_per_run, "eval_sets": list(report.eval_sets),
-        "rows": [{**asdict(r), "spread": asdict(r.spread), "vs_baseline": asdict(r.vs_baseline) if r.vs_baseline else None}
-                 for r in report.rows],
-        "verdicts": [{"mixture": v.mixture, "derivation": v.derivation, "metric": v.metric,
-                      "decision_sets": list(v.decision_sets), "verdict": v.difference.verdict,
-                      "difference": asdict(v.difference), "per_set": v.per_set, "line": v.line} for v in report.verdicts],
-        "curves": report.curves, "runs": list(report.runs), "notes": list(report.notes),
+        "baseline": report.baseline,
+        "mixtures": report.mixtures,
+        "metric": report.metric,
+        "confidence": report.confidence,
+        "seeds": list(report.seeds),
+        "steps": report.steps,
+        "tokens_per_run": report.tokens_per_run,
+        "eval_sets": list(report.eval_sets),
+        "rows": [
+            {**asdict(r), "spread": asdict(r.spread), "vs_baseline": asdict(r.vs_baseline) if r.vs_baseline else None}
+            for r in report.rows
+        ],
+        "verdicts": [
+            {
+                "mixture": v.mixture,
+                "derivation": v.derivation,
+                "metric": v.metric,
+                "decision_sets": list(v.decision_sets),
+                "verdict": v.difference.verdict,
+                "difference": asdict(v.difference),
+                "per_set": v.per_set,
+                "line": v.line,
+            }
+            for v in report.verdicts
+        ],
+        "curves": report.curves,
+        "runs": list(report.runs),
+        "notes": list(report.notes),
     }
     json_path.write_text(json.dumps(_jsonable(payload), indent=1) + "\n")
     txt_path = out / "report.txt"
@@ -243,7 +350,7 @@ def plot_report(report: Report, path: str | Path) -> str:
     sets = list(report.eval_sets)
     fig, axes = plt.subplots(1, len(sets) + 1, figsize=(5 * (len(sets) + 1), 4.2), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, s in zip(axes[0], sets):
+    for ax, s in zip(axes[0], sets, strict=False):  # the last axis holds the differences
         for i, mixture in enumerate(report.mixtures):
             per_seed = [c.get(s, {}).get(metric, []) for c in report.curves.get(mixture, {}).values()]
             per_seed = [dict(points) for points in per_seed if points]
@@ -254,8 +361,14 @@ def plot_report(report: Report, path: str | Path) -> str:
             low = [min(p[t] for p in per_seed) for t in steps]
             high = [max(p[t] for p in per_seed) for t in steps]
             color = colors[i % len(colors)]
-            ax.plot(steps, mean, color=color, label=mixture, lw=1.8 if mixture == report.baseline else 1.3,
-                    ls="--" if mixture == report.baseline else "-")
+            ax.plot(
+                steps,
+                mean,
+                color=color,
+                label=mixture,
+                lw=1.8 if mixture == report.baseline else 1.3,
+                ls="--" if mixture == report.baseline else "-",
+            )
             ax.fill_between(steps, low, high, color=color, alpha=0.15)
         ax.set_title(f"eval {metric}: {s}")
         ax.set_xlabel("step")
@@ -275,7 +388,7 @@ def plot_report(report: Report, path: str | Path) -> str:
         verdicts.append(d.verdict)
     finite = [v for v in lows + highs + means if v is not None and math.isfinite(v)]
     span = max((abs(v) for v in finite), default=1.0) * 1.2 or 1.0
-    for y, (m, lo, hi, v) in enumerate(zip(means, lows, highs, verdicts)):
+    for y, (m, lo, hi, v) in enumerate(zip(means, lows, highs, verdicts, strict=True)):
         color = {"better": "tab:green", "worse": "tab:red"}.get(v, "tab:gray")
         lo_c, hi_c = max(lo, -span), min(hi, span)
         ax.plot([lo_c, hi_c], [y, y], color=color, lw=2)

@@ -25,21 +25,29 @@ the output directory must then be on storage every node can reach).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import xxhash
 
-from .config import AblationConfig, AblationConfigError
-from .stores import ExposureCap, eval_bytes_per_token, exposure_cap, store_summary, write_capped_store, write_shuffled_store
+from zephyr.config import ConfigError
+from zephyr.versioning import fingerprint, read_marker, write_marker
+
+from .config import AblationConfig
+from .stores import (
+    ExposureCap,
+    eval_bytes_per_token,
+    exposure_cap,
+    store_summary,
+    write_capped_store,
+    write_shuffled_store,
+)
 
 __all__ = [
     "ResolvedMixture",
@@ -48,14 +56,15 @@ __all__ = [
     "AblationPlan",
     "plan_ablation",
     "execute_run",
-    "run_ablation",
     "load_run_result",
     "read_eval_curves",
     "enable_compilation_cache",
     "config_drift",
+    "write_json",
 ]
 
 _DONE = "result.json"
+_RUN_KIND = "ablation-run"  # its `zephyr.versioning` done marker
 
 
 @dataclass(frozen=True)
@@ -119,21 +128,25 @@ class AblationPlan:
             "tokens_per_run": self.tokens_per_run,
             "seeds": list(self.config.seeds),
             "eval": dict(self.config.eval),
-            "mixtures": [{"name": m.name, "derivation": m.derivation,
-                          "components": {d: {"store": s, "weight": w} for d, (s, w) in m.components.items()},
-                          "shuffled": list(m.shuffled), "exposure": [asdict(e) for e in m.exposure]}
-                         for m in self.mixtures],
-            "runs": [{"mixture": r.mixture, "seed": r.seed, "run_dir": r.run_dir, "fingerprint": r.fingerprint}
-                     for r in self.runs],
+            "mixtures": [
+                {
+                    "name": m.name,
+                    "derivation": m.derivation,
+                    "components": {d: {"store": s, "weight": w} for d, (s, w) in m.components.items()},
+                    "shuffled": list(m.shuffled),
+                    "exposure": [asdict(e) for e in m.exposure],
+                }
+                for m in self.mixtures
+            ],
+            "runs": [
+                {"mixture": r.mixture, "seed": r.seed, "run_dir": r.run_dir, "fingerprint": r.fingerprint}
+                for r in self.runs
+            ],
             "notes": list(self.notes),
         }
 
 
 # ----------------------------------------------------------------------------- planning
-
-
-def _fingerprint(payload: Any) -> str:
-    return xxhash.xxh3_64_hexdigest(json.dumps(payload, sort_keys=True, default=str).encode())
 
 
 def plan_ablation(config: AblationConfig) -> AblationPlan:
@@ -144,21 +157,23 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
     settings = config.train
     summaries = {}
     for m in config.mixtures:
-        for dataset, comp in m.components.items():
+        for comp in m.components.values():
             summaries.setdefault(comp.store, store_summary(comp.store))
-    for name, path in config.eval.items():
+    for path in config.eval.values():
         summaries.setdefault(path, store_summary(path))
     hashes = {s.tokenizer_hash for s in summaries.values()}
     if len(hashes) > 1:
         listing = "; ".join(f"{p}: {s.tokenizer_name} ({s.tokenizer_hash})" for p, s in summaries.items())
-        raise AblationConfigError(
+        raise ConfigError(
             f"the ablation's stores come from different tokenizers ({listing}); losses would not be comparable. "
             "Tokenize every training and eval store with the same tokenizer."
         )
     eos_ids = {s.eos_id for s in summaries.values()} - {None}
     if len(eos_ids) != 1:
-        raise AblationConfigError(f"cannot tell the EOS id of the stores (found {sorted(eos_ids)} in their manifests' "
-                                  "tokenizer.eos_id); tokenize them with an EOS token.")
+        raise ConfigError(
+            f"cannot tell the EOS id of the stores (found {sorted(eos_ids)} in their manifests' "
+            "tokenizer.eos_id); tokenize them with an EOS token."
+        )
     eos_id = eos_ids.pop()
     vocab = int(config.model.get("vocab_size") or max(s.vocab_size for s in summaries.values()))
     tokenizer = next(iter(summaries.values())).tokenizer_name
@@ -175,30 +190,46 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
             path = str(Path(comp.store).absolute())
             spec = config.matched_exposure.get(dataset)
             if spec is not None:
-                cap = exposure_cap(dataset, unique_tokens=summaries[comp.store].tokens, share=comp.weight,
-                                   ablation_tokens=tokens, spec=spec)
+                cap = exposure_cap(
+                    dataset,
+                    unique_tokens=summaries[comp.store].tokens,
+                    share=comp.weight,
+                    ablation_tokens=tokens,
+                    spec=spec,
+                )
                 caps.append(cap)
                 if cap.note:
                     notes.append(f"{m.name}: {dataset}: {cap.note}")
                 if cap.cap_tokens is not None:
                     if cap.cap_tokens < settings.seq_len + 1:
-                        raise AblationConfigError(
-                            f"matched exposure keeps only {cap.cap_tokens} tokens of {dataset!r} in mixture {m.name!r}, "
+                        raise ConfigError(
+                            f"matched exposure keeps only {cap.cap_tokens} tokens of {dataset!r} in mixture "
+                            f"{m.name!r}, "
                             f"less than one training window ({settings.seq_len + 1}); raise the token budget or lower "
                             "production_tokens / production_epochs."
                         )
-                    path = write_capped_store(path, out / "stores" / f"{dataset}-cap{cap.cap_tokens}-s{spec.seed}",
-                                              max_tokens=cap.cap_tokens, seed=spec.seed)
+                    path = write_capped_store(
+                        path,
+                        out / "stores" / f"{dataset}-cap{cap.cap_tokens}-s{spec.seed}",
+                        max_tokens=cap.cap_tokens,
+                        seed=spec.seed,
+                    )
             if comp.shuffled:
                 tag = xxhash.xxh3_64_hexdigest(path.encode())[:8]
                 path = write_shuffled_store(path, out / "stores" / f"{dataset}-shuffled-{tag}", seed=0)
             comps[dataset] = (path, comp.weight)
-        resolved.append(ResolvedMixture(m.name, m.derivation, comps, tuple(caps),
-                                        tuple(d for d, c in m.components.items() if c.shuffled)))
+        resolved.append(
+            ResolvedMixture(
+                m.name, m.derivation, comps, tuple(caps), tuple(d for d, c in m.components.items() if c.shuffled)
+            )
+        )
 
     eval_paths = {name: str(Path(p).absolute()) for name, p in config.eval.items()}
-    model = {**config.model, "vocab_size": vocab,
-             "max_seq_len": max(int(config.model.get("max_seq_len", 0)), settings.seq_len)}
+    model = {
+        **config.model,
+        "vocab_size": vocab,
+        "max_seq_len": max(int(config.model.get("max_seq_len", 0)), settings.seq_len),
+    }
     runs = []
     for mix in resolved:
         store_ids = {p: (store_summary(p).config_hash, store_summary(p).tokens) for p, _ in mix.components.values()}
@@ -207,9 +238,15 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
                 "model": model,
                 "loss": dict(config.loss),
                 "optimizer": dict(config.optimizer),
-                "data": {"train": {d: [p, w] for d, (p, w) in mix.components.items()}, "eval": eval_paths,
-                         "seq_len": settings.seq_len, "batch_size": settings.batch_size, "seed": seed,
-                         "mixture_block": settings.mixture_block, "eos_id": eos_id},
+                "data": {
+                    "train": {d: [p, w] for d, (p, w) in mix.components.items()},
+                    "eval": eval_paths,
+                    "seq_len": settings.seq_len,
+                    "batch_size": settings.batch_size,
+                    "seed": seed,
+                    "mixture_block": settings.mixture_block,
+                    "eos_id": eos_id,
+                },
                 "steps": steps,
                 "seed": seed,
                 "compute_dtype": settings.compute_dtype,
@@ -226,7 +263,7 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
             checked = config_to_dict(config_from_dict(train))
             # The fingerprint covers what the ablation sets, not the trainer's defaults, so a new trainer
             # default does not silently invalidate finished runs; config_drift() reports such changes.
-            fp = _fingerprint({"train": {k: v for k, v in train.items() if k != "progress"}, "stores": store_ids})
+            fp = fingerprint({"train": {k: v for k, v in train.items() if k != "progress"}, "stores": store_ids})
             run_dir = out / "runs" / mix.name / f"seed{seed}-{fp[:10]}"
             checked["output_dir"] = str(run_dir)
             runs.append(RunSpec(mix.name, seed, str(run_dir), fp, checked, config.compilation_cache))
@@ -261,7 +298,8 @@ def enable_compilation_cache(setting: str | None) -> str | None:
     return setting
 
 
-def _atomic_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
+    """Write `obj` as JSON to `path` atomically (a temporary name beside it, then a rename)."""
     tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
     tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
@@ -283,30 +321,36 @@ def config_drift(spec: RunSpec) -> list[str]:
         return []
     then = _flatten(json.loads(recorded.read_text()).get("train_config", {}))
     now = _flatten(spec.train_config)
-    return [f"{k}: {then.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(then) | set(now))
-            if k not in ("output_dir", "progress") and then.get(k) != now.get(k)]
+    return [
+        f"{k}: {then.get(k)!r} -> {now.get(k)!r}"
+        for k in sorted(set(then) | set(now))
+        if k not in ("output_dir", "progress") and then.get(k) != now.get(k)
+    ]
 
 
 def load_run_result(spec: RunSpec) -> RunResult | None:
     """The finished result of ``spec`` if its done marker exists with the same fingerprint."""
-    marker = Path(spec.run_dir) / _DONE
-    if not marker.is_file():
+    marker = read_marker(str(Path(spec.run_dir) / _DONE), _RUN_KIND, spec.fingerprint)
+    if marker is None:
         return None
-    data = json.loads(marker.read_text())
-    if data.get("fingerprint") != spec.fingerprint:
-        return None
-    return RunResult(**{**data, "status": "cached"})
+    return RunResult(**{**marker.payload, "status": "cached"})
 
 
-def _with_bpb(evals: dict[str, dict[str, float | None]], train_config: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+def _with_bpb(
+    evals: dict[str, dict[str, float | None]], train_config: dict[str, Any]
+) -> dict[str, dict[str, float | None]]:
     """Fill in bits per byte where the trainer left it empty, from the bytes of the evaluated targets."""
     data = train_config["data"]
     out = {}
     for name, vals in evals.items():
         loss, bpb = vals.get("loss"), vals.get("bpb")
         if bpb is None and loss is not None and name in data["eval"]:
-            bpt = eval_bytes_per_token(data["eval"][name], seq_len=data["seq_len"], batch_size=data["batch_size"],
-                                       eval_batches=train_config["eval_batches"])
+            bpt = eval_bytes_per_token(
+                data["eval"][name],
+                seq_len=data["seq_len"],
+                batch_size=data["batch_size"],
+                eval_batches=train_config["eval_batches"],
+            )
             bpb = float(loss) / math.log(2) / bpt if bpt else None
         out[name] = {"loss": None if loss is None else float(loss), "bpb": None if bpb is None else float(bpb)}
     return out
@@ -324,8 +368,15 @@ def execute_run(spec: RunSpec) -> RunResult:
 
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_json(run_dir / "run.json", {"mixture": spec.mixture, "seed": spec.seed, "fingerprint": spec.fingerprint,
-                                        "train_config": spec.train_config})
+    write_json(
+        run_dir / "run.json",
+        {
+            "mixture": spec.mixture,
+            "seed": spec.seed,
+            "fingerprint": spec.fingerprint,
+            "train_config": spec.train_config,
+        },
+    )
     resumed = latest_checkpoint(run_dir / "checkpoints") is not None
     cfg = config_from_dict(spec.train_config)
     start = time.perf_counter()
@@ -333,8 +384,10 @@ def execute_run(spec: RunSpec) -> RunResult:
     wall = time.perf_counter() - start
     evals = result.eval
     if not evals:
-        raise RuntimeError(f"run {spec.run_dir} finished without eval results (metrics {result.metrics_path}); "
-                           "delete its checkpoints/ to retrain it.")
+        raise RuntimeError(
+            f"run {spec.run_dir} finished without eval results (metrics {result.metrics_path}); "
+            "delete its checkpoints/ to retrain it."
+        )
     final = RunResult(
         mixture=spec.mixture,
         seed=spec.seed,
@@ -349,14 +402,15 @@ def execute_run(spec: RunSpec) -> RunResult:
         run_dir=spec.run_dir,
         fingerprint=spec.fingerprint,
     )
-    _atomic_json(run_dir / _DONE, asdict(final))  # the done marker, last
+    write_marker(str(run_dir / _DONE), _RUN_KIND, spec.fingerprint, asdict(final))  # the done marker, last
     return final
 
 
 def read_eval_curves(result: RunResult) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """``{eval set: {"loss"|"bpb": [(step, value), ...]}}`` from the run's metrics log (last value per step).
 
-    A resumed run logs the steps after its checkpoint twice; the later value wins. Where the log has no
+    Should a step be logged twice (logs written before the trainer dropped a dead run's records past its
+    last checkpoint on resume), the later value wins. Where the log has no
     bits per byte, it is derived from the loss with the final result's bytes per token.
     """
     from zephyr.train.trainer import read_metrics
@@ -380,99 +434,3 @@ def read_eval_curves(result: RunResult) -> dict[str, dict[str, list[tuple[int, f
             ratio = float(final["bpb"]) / float(final["loss"])  # bits per byte per nat per token
             entry["bpb"] = [(s, v * ratio) for s, v in entry["loss"]]
     return curves
-
-
-# ----------------------------------------------------------------------------- running them all
-
-
-def _run_local(pending: list[RunSpec], log: Callable[[str], None], total: int, done_before: int) -> list[RunResult]:
-    results = []
-    for i, spec in enumerate(pending, start=done_before + 1):
-        log(f"[{i}/{total}] {spec.mixture} seed {spec.seed}: training ({spec.run_dir})")
-        result = execute_run(spec)
-        log(f"[{i}/{total}] {spec.mixture} seed {spec.seed}: {result.status} in {result.wall_s:.1f}s, "
-            + ", ".join(f"{n} loss {v['loss']:.4f}" for n, v in result.eval.items()))
-        results.append(result)
-    return results
-
-
-def _run_ray(pending: list[RunSpec], config: AblationConfig, log: Callable[[str], None], total: int,
-             done_before: int) -> list[RunResult]:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("backend='ray' needs Ray: pip install 'ray[data]>=2.40,<3'") from exc
-    from zephyr.engine.ray_backend import connect
-
-    started = connect(config.ray_address)
-    try:
-        task = ray.remote(num_cpus=config.cpus_per_run, num_gpus=config.gpus_per_run, max_retries=2,
-                          retry_exceptions=False)(execute_run)
-        refs = {task.remote(spec): spec for spec in pending}
-        log(f"submitted {len(refs)} run(s) to Ray ({config.gpus_per_run:g} GPU, {config.cpus_per_run:g} CPU each)")
-        results, waiting, finished = [], list(refs), done_before
-        while waiting:
-            ready, waiting = ray.wait(waiting, num_returns=1)
-            spec = refs[ready[0]]
-            result = ray.get(ready[0])
-            finished += 1
-            log(f"[{finished}/{total}] {spec.mixture} seed {spec.seed}: {result.status} in {result.wall_s:.1f}s")
-            results.append(result)
-        return results
-    finally:
-        if started:
-            ray.shutdown()
-
-
-@dataclass(frozen=True)
-class AblationOutcome:
-    plan: AblationPlan
-    results: tuple[RunResult, ...]
-    report: Any  # zephyr.ablate.report.Report
-    files: dict[str, str]
-
-
-def run_ablation(config: AblationConfig, *, backend: str | None = None, report: bool = True,
-                 log: Callable[[str], None] | None = None) -> AblationOutcome:
-    """Plan, run every pending (mixture, seed) pair, then write and print the report.
-
-    Finished runs are read back from their done markers; ``backend``
-    overrides ``config.backend``. Returns the plan, every run's result (in
-    plan order) and the report with the paths of the files written.
-    """
-    from .report import build_report, format_report, write_report
-
-    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    plan = plan_ablation(config)
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_json(out / "plan.json", plan.to_json())
-    for note in plan.notes:
-        log(f"note: {note}")
-    cached = {(r.mixture, r.seed): res for r in plan.runs if (res := load_run_result(r)) is not None}
-    pending = [r for r in plan.runs if (r.mixture, r.seed) not in cached]
-    drift = sorted({d for r in plan.runs if (r.mixture, r.seed) in cached for d in config_drift(r)})
-    if drift:
-        note = ("finished runs were trained with other trainer defaults than this code would use (" + "; ".join(drift)
-                + "); delete their run directories to retrain them")
-        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
-        log(f"note: {note}")
-    log(f"ablation {out}: {len(plan.mixtures)} mixtures x {len(config.seeds)} seeds = {len(plan.runs)} runs of "
-        f"{plan.steps} steps ({plan.tokens_per_run:,} tokens); {len(cached)} finished, {len(pending)} to run")
-    chosen = backend or config.backend
-    if chosen not in ("local", "ray"):
-        raise AblationConfigError(f"backend must be 'local' or 'ray', got {chosen!r}.")
-    if pending:
-        fresh = (_run_ray(pending, config, log, len(plan.runs), len(cached)) if chosen == "ray"
-                 else _run_local(pending, log, len(plan.runs), len(cached)))
-        for result in fresh:
-            cached[(result.mixture, result.seed)] = result
-    results = tuple(cached[(r.mixture, r.seed)] for r in plan.runs)
-    if not report:
-        return AblationOutcome(plan, results, None, {})
-    rep = build_report(plan, results)
-    files = write_report(rep, out)
-    print(format_report(rep))
-    for kind, path in files.items():
-        log(f"wrote {kind}: {path}")
-    return AblationOutcome(plan, results, rep, files)

@@ -20,8 +20,8 @@ import json
 import os
 import re
 import sysconfig
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 __all__ = ["package_readmes", "python_sources", "news_articles", "write_jsonl", "train_bpe_tokenizer", "take_chars"]
 
@@ -85,16 +85,22 @@ def python_sources(*, chunk_chars: int = 3000) -> list[dict]:
         if current.strip():
             pieces.append(current)
         name = Path(path).stem
-        docs.extend({"id": f"stdlib/{name}/{i}", "text": p.strip(), "source": "python-stdlib", "metadata": {}}
-                    for i, p in enumerate(pieces) if p.strip())
+        docs.extend(
+            {"id": f"stdlib/{name}/{i}", "text": p.strip(), "source": "python-stdlib", "metadata": {}}
+            for i, p in enumerate(pieces)
+            if p.strip()
+        )
     return docs
 
 
 def news_articles(shared_data: str | os.PathLike[str]) -> list[dict]:
     """English news and blog article bodies from ``shared_data/aeb-dev/ground-truth.json``."""
     truth = json.loads((Path(shared_data) / "aeb-dev" / "ground-truth.json").read_text(encoding="utf-8"))
-    return [{"id": f"aeb/{key}", "text": value["articleBody"].strip(), "source": "aeb-dev", "metadata": {}}
-            for key, value in sorted(truth.items()) if value.get("articleBody", "").strip()]
+    return [
+        {"id": f"aeb/{key}", "text": value["articleBody"].strip(), "source": "aeb-dev", "metadata": {}}
+        for key, value in sorted(truth.items())
+        if value.get("articleBody", "").strip()
+    ]
 
 
 def write_jsonl(documents: Sequence[dict], path: str | os.PathLike[str]) -> str:
@@ -118,8 +124,12 @@ def train_bpe_tokenizer(texts: Iterable[str], path: str | os.PathLike[str], *, v
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[_DOC_TOKEN], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[_DOC_TOKEN],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(list(texts), trainer)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

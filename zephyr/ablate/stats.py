@@ -13,8 +13,9 @@ when the whole interval lies below zero, ``worse`` when it lies above, and
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 __all__ = ["Spread", "PairedDifference", "Verdict", "spread", "paired_difference", "t_critical"]
 
@@ -75,8 +76,9 @@ class PairedDifference:
     verdict: Verdict
 
 
-def paired_difference(candidate: Mapping[int, float], baseline: Mapping[int, float], *,
-                      confidence: float = 0.95) -> PairedDifference:
+def paired_difference(
+    candidate: Mapping[int, float], baseline: Mapping[int, float], *, confidence: float = 0.95
+) -> PairedDifference:
     """Compare per-seed values (lower is better) on the seeds both have.
 
     With one common seed the interval is infinite and the verdict
@@ -96,9 +98,6 @@ def paired_difference(candidate: Mapping[int, float], baseline: Mapping[int, flo
     se = std / math.sqrt(n)
     half = t_critical(confidence, n - 1) * se
     low, high = mean - half, mean + half
-    if se == 0:
-        p_value = 1.0 if mean == 0 else 0.0
-    else:
-        p_value = float(2 * _t_dist().sf(abs(mean / se), n - 1))
+    p_value = (1.0 if mean == 0 else 0.0) if se == 0 else float(2 * _t_dist().sf(abs(mean / se), n - 1))
     verdict: Verdict = "better" if high < 0 else "worse" if low > 0 else "inconclusive"
     return PairedDifference(seeds, diffs, mean, std, low, high, p_value, confidence, verdict)

@@ -64,13 +64,25 @@ def store_summary(path: str | os.PathLike[str]) -> StoreSummary:
     m = _manifest(path)
     tok = m.get("tokenizer") or {}
     eos = tok.get("eos_id", m.get("eos_id"))
-    return StoreSummary(str(Path(path).absolute()), int(m["tokens"]), int(m["documents"]), int(m["vocab_size"]),
-                        tok.get("content_hash"), tok.get("name"), None if eos is None else int(eos), m.get("config_hash"))
+    return StoreSummary(
+        str(Path(path).absolute()),
+        int(m["tokens"]),
+        int(m["documents"]),
+        int(m["vocab_size"]),
+        tok.get("content_hash"),
+        tok.get("name"),
+        None if eos is None else int(eos),
+        m.get("config_hash"),
+    )
 
 
 def _derived_hash(source: StoreSummary, derivation: dict[str, Any]) -> str:
-    payload = {"source_config_hash": source.config_hash, "source_tokens": source.tokens,
-               "source_documents": source.documents, "derivation": derivation}
+    payload = {
+        "source_config_hash": source.config_hash,
+        "source_tokens": source.tokens,
+        "source_documents": source.documents,
+        "derivation": derivation,
+    }
     return xxhash.xxh3_64_hexdigest(json.dumps(payload, sort_keys=True).encode())
 
 
@@ -79,8 +91,14 @@ def _reusable(destination: Path, config_hash: str) -> bool:
     return manifest.is_file() and json.loads(manifest.read_text()).get("config_hash") == config_hash
 
 
-def _write_store(source: str, destination: Path, shards: list[tuple[np.ndarray, np.ndarray]], *,
-                 derivation: dict[str, Any], config_hash: str) -> str:
+def _write_store(
+    source: str,
+    destination: Path,
+    shards: list[tuple[np.ndarray, np.ndarray]],
+    *,
+    derivation: dict[str, Any],
+    config_hash: str,
+) -> str:
     """Write ``shards`` (flat ids, document lengths) as a complete store; the manifest goes last."""
     from zephyr.tokenize.store import ShardWriter, token_dtype, write_manifest
 
@@ -91,18 +109,30 @@ def _write_store(source: str, destination: Path, shards: list[tuple[np.ndarray, 
     dtype = token_dtype(int(m["vocab_size"]))
     records = []
     for i, (flat, lengths) in enumerate(shards):
-        with ShardWriter(destination, f"shards/{i:05d}", dtype=dtype, vocab_size=int(m["vocab_size"]),
-                         source=str(source), config_hash=config_hash) as writer:
+        with ShardWriter(
+            destination,
+            f"shards/{i:05d}",
+            dtype=dtype,
+            vocab_size=int(m["vocab_size"]),
+            source=str(source),
+            config_hash=config_hash,
+        ) as writer:
             writer.add_flat(flat, lengths)
             records.append(writer.close())
-    write_manifest(destination, shards=records, dtype=dtype, tokenizer=m["tokenizer"], sources=[str(source)],
-                   split=m.get("split", "train"), config={"derived_from": str(source), "derivation": derivation},
-                   config_hash=config_hash)
+    write_manifest(
+        destination,
+        shards=records,
+        dtype=dtype,
+        tokenizer=m["tokenizer"],
+        sources=[str(source)],
+        split=m.get("split", "train"),
+        config={"derived_from": str(source), "derivation": derivation},
+        config_hash=config_hash,
+    )
     return str(destination)
 
 
-def write_shuffled_store(source: str | os.PathLike[str], destination: str | os.PathLike[str], *,
-                         seed: int = 0) -> str:
+def write_shuffled_store(source: str | os.PathLike[str], destination: str | os.PathLike[str], *, seed: int = 0) -> str:
     """Write a copy of ``source`` whose tokens are shuffled inside each document: a negative control.
 
     Each document keeps its length and its bag of tokens (so unigram statistics
@@ -146,8 +176,9 @@ def write_shuffled_store(source: str | os.PathLike[str], destination: str | os.P
     return _write_store(str(Path(source).absolute()), dest, shards, derivation=derivation, config_hash=config_hash)
 
 
-def write_capped_store(source: str | os.PathLike[str], destination: str | os.PathLike[str], *, max_tokens: int,
-                       seed: int = 0) -> str:
+def write_capped_store(
+    source: str | os.PathLike[str], destination: str | os.PathLike[str], *, max_tokens: int, seed: int = 0
+) -> str:
     """Write a subset of ``source`` holding ``max_tokens`` tokens (whole documents, the last one cut).
 
     Documents are taken in a seeded random order until the budget is reached;
@@ -182,8 +213,13 @@ def write_capped_store(source: str | os.PathLike[str], destination: str | os.Pat
         pieces.append(cut)
         piece_lengths.append(len(cut))
     flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=store.dtype)
-    return _write_store(str(Path(source).absolute()), dest, [(flat, np.asarray(piece_lengths, dtype=np.int64))],
-                        derivation=derivation, config_hash=config_hash)
+    return _write_store(
+        str(Path(source).absolute()),
+        dest,
+        [(flat, np.asarray(piece_lengths, dtype=np.int64))],
+        derivation=derivation,
+        config_hash=config_hash,
+    )
 
 
 @dataclass(frozen=True)
@@ -206,8 +242,9 @@ class ExposureCap:
     note: str = ""
 
 
-def exposure_cap(dataset: str, *, unique_tokens: int, share: float, ablation_tokens: int,
-                 spec: ExposureSpec) -> ExposureCap:
+def exposure_cap(
+    dataset: str, *, unique_tokens: int, share: float, ablation_tokens: int, spec: ExposureSpec
+) -> ExposureCap:
     """Unique tokens to keep so that epochs over ``dataset`` in the ablation equal production's.
 
     Production makes ``E = production_weight * production_tokens / unique_tokens``
@@ -224,14 +261,19 @@ def exposure_cap(dataset: str, *, unique_tokens: int, share: float, ablation_tok
     cap = int(math.floor(seen / target)) if target > 0 else unique_tokens
     if cap >= unique_tokens:
         epochs = seen / unique_tokens
-        note = ("" if math.isclose(epochs, target, rel_tol=1e-6) else
-                f"cannot match: even all {unique_tokens:,} tokens give {epochs:.3g} epochs, more than production's "
-                f"{target:.3g}; the ablation over-repeats {dataset}")
+        note = (
+            ""
+            if math.isclose(epochs, target, rel_tol=1e-6)
+            else f"cannot match: even all {unique_tokens:,} tokens give {epochs:.3g} epochs, more than production's "
+            f"{target:.3g}; the ablation over-repeats {dataset}"
+        )
         return ExposureCap(dataset, share, unique_tokens, None, target, epochs, note)
     return ExposureCap(dataset, share, unique_tokens, cap, target, seen / max(cap, 1))
 
 
-def eval_bytes_per_token(path: str | os.PathLike[str], *, seq_len: int, batch_size: int, eval_batches: int) -> float | None:
+def eval_bytes_per_token(
+    path: str | os.PathLike[str], *, seq_len: int, batch_size: int, eval_batches: int
+) -> float | None:
     """UTF-8 bytes per token of exactly the targets the trainer evaluates in this store, or None.
 
     The trainer scores the first ``min(windows, batch_size * eval_batches)``

@@ -8,20 +8,35 @@ Heavy dependencies (torch, transformers, fastText, sentence-transformers, vLLM) 
 by the step that needs them.
 """
 
-from zephyr.datashop.config import (
-    ClassifierConfig,
-    DatashopConfig,
-    FilterConfig,
-    LabelerConfig,
-    PoolConfig,
-    PromptConfig,
-    StageConfig,
-    config_from_dict,
-    load_config,
-)
-from zephyr.datashop.labeling import LabelingRun, LabelResult, label_documents, make_backend
-from zephyr.datashop.metrics import Agreement, agreement
-from zephyr.datashop.sample import sample_pool, sample_pool_dataset, split_holdout
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zephyr.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from zephyr.datashop.apply import score_dataset
+    from zephyr.datashop.classifiers import load_classifier, train_classifier
+    from zephyr.datashop.config import (
+        ClassifierConfig,
+        DatashopConfig,
+        FilterConfig,
+        LabelerConfig,
+        PoolConfig,
+        PromptConfig,
+        StageConfig,
+        config_from_dict,
+        load_config,
+    )
+    from zephyr.datashop.labeling import (
+        LabelingRun,
+        LabelResult,
+        label_documents,
+        make_backend,
+    )
+    from zephyr.datashop.metrics import Agreement, agreement
+    from zephyr.datashop.pipeline import DatashopReport, StageReport, run_datashop
+    from zephyr.datashop.sample import sample_pool, sample_pool_dataset, split_holdout
 
 __all__ = [
     "PromptConfig",
@@ -50,19 +65,33 @@ __all__ = [
     "StageReport",
 ]
 
-
-def __getattr__(name: str):
-    # These pull in numpy-heavy modules or the engine; load them on first use.
-    if name in ("train_classifier", "load_classifier"):
-        from zephyr.datashop import classifiers
-
-        return getattr(classifiers, name)
-    if name == "score_dataset":
-        from zephyr.datashop.apply import score_dataset
-
-        return score_dataset
-    if name in ("run_datashop", "DatashopReport", "StageReport"):
-        from zephyr.datashop import pipeline
-
-        return getattr(pipeline, name)
-    raise AttributeError(f"module 'zephyr.datashop' has no attribute {name!r}")
+# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ClassifierConfig": "zephyr.datashop.config",
+        "DatashopConfig": "zephyr.datashop.config",
+        "FilterConfig": "zephyr.datashop.config",
+        "LabelerConfig": "zephyr.datashop.config",
+        "PoolConfig": "zephyr.datashop.config",
+        "PromptConfig": "zephyr.datashop.config",
+        "StageConfig": "zephyr.datashop.config",
+        "config_from_dict": "zephyr.datashop.config",
+        "load_config": "zephyr.datashop.config",
+        "LabelingRun": "zephyr.datashop.labeling",
+        "LabelResult": "zephyr.datashop.labeling",
+        "label_documents": "zephyr.datashop.labeling",
+        "make_backend": "zephyr.datashop.labeling",
+        "Agreement": "zephyr.datashop.metrics",
+        "agreement": "zephyr.datashop.metrics",
+        "sample_pool": "zephyr.datashop.sample",
+        "sample_pool_dataset": "zephyr.datashop.sample",
+        "split_holdout": "zephyr.datashop.sample",
+        "train_classifier": "zephyr.datashop.classifiers",
+        "load_classifier": "zephyr.datashop.classifiers",
+        "score_dataset": "zephyr.datashop.apply",
+        "run_datashop": "zephyr.datashop.pipeline",
+        "DatashopReport": "zephyr.datashop.pipeline",
+        "StageReport": "zephyr.datashop.pipeline",
+    },
+)

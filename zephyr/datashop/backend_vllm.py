@@ -29,7 +29,7 @@ def vllm_model_dir(model: str) -> Path:
 
     if model.lower() == models.SMOLLM2_ALIAS:
         try:
-            path = models._smollm2_export_dir()
+            path = models.smollm2_export_dir()
         except (ImportError, FileNotFoundError):
             path = None
         if path is None or not (path / "model.safetensors").exists():

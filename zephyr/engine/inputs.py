@@ -23,7 +23,7 @@ from zephyr.engine import ops as O
 from zephyr.engine.errors import UserCodeError
 from zephyr.fs import join
 from zephyr.engine.ops import callable_name, preview
-from zephyr.engine.shuffle import _as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
+from zephyr.engine.shuffle import as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
 from zephyr.engine.task import ShardResult, ShardTask
 
 __all__ = [
@@ -179,7 +179,7 @@ class GroupInput:
         reducer = self.reducer
         for key, items in groups:
             try:
-                yield from _as_records(reducer(key, items))
+                yield from as_records(reducer(key, items))
             except Exception as error:  # noqa: BLE001
                 raise UserCodeError(
                     f"reducer {callable_name(reducer)} failed in stage {task.stage_index}, shard {task.shard}, "

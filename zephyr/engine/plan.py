@@ -13,13 +13,9 @@ checkpointed under it, so a rerun of the same pipeline resumes instead of recomp
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import xxhash
 
 from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
@@ -55,6 +51,7 @@ from zephyr.engine.pipeline import (
     Step,
 )
 from zephyr.engine.shuffle import ShuffleSpec, scatters_batches
+from zephyr.versioning import describe, digest
 
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
 
@@ -181,8 +178,8 @@ class _Planner:
         if not isinstance(output, Collect):
             output = dataclasses.replace(output, batches=pipeline.emits_batches)
         upstream = [self._built(i).fingerprint for i in stage_input.upstream]
-        fingerprint = _fingerprint(
-            [builder.num_shards, _describe_fields(stage_input), [_describe(s) for s in steps],
+        fingerprint = digest(
+            [builder.num_shards, _describe_fields(stage_input), [describe(s) for s in steps],
              pipeline.batches_in, pipeline.want_batches, _describe_fields(output), upstream]
         )
         stage = Stage(
@@ -365,59 +362,5 @@ def _glob_with_sizes(pattern: str, format: str | None = None) -> list[tuple[str,
 
 
 def _describe_fields(value: Any) -> list[Any]:
-    """A physical input or output described field by field (as deep as `_describe` goes for an op)."""
-    return [type(value).__name__] + [_describe(getattr(value, f.name)) for f in dataclasses.fields(value)]
-
-
-# ------------------------------------------------------------------------------------ fingerprint
-def _fingerprint(parts: Any) -> str:
-    return xxhash.xxh3_128_hexdigest(repr(parts).encode())
-
-
-def _describe(value: Any, depth: int = 0) -> Any:
-    """A stable description of ops and their functions (code, not object identity) for fingerprints."""
-    if depth > 6:
-        return "..."
-    if value is None or isinstance(value, str | int | float | bool | bytes):
-        return value
-    if isinstance(value, tuple | list):
-        return [_describe(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    if hasattr(type(value), "__fingerprint__") and not isinstance(value, type):
-        return _describe(value.__fingerprint__(), depth)  # a type that says what identifies it
-    if isinstance(value, functools.partial):
-        return ["partial", _describe(value.func, depth + 1), _describe(value.args, depth + 1), _describe(value.keywords, depth + 1)]
-    if inspect.isfunction(value) or inspect.ismethod(value):
-        fn = value.__func__ if inspect.ismethod(value) else value
-        closure = [_describe(c.cell_contents, depth + 1) for c in (fn.__closure__ or ()) if _cell_ok(c)]
-        bound = _describe(value.__self__, depth + 1) if inspect.ismethod(value) else None
-        return [fn.__module__, fn.__qualname__, _code_digest(fn.__code__), closure, _describe(fn.__defaults__, depth + 1), bound]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [type(value).__module__, type(value).__qualname__] + [
-            _describe(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)
-        ]
-    if inspect.isbuiltin(value) or isinstance(value, type):
-        return [getattr(value, "__module__", None), getattr(value, "__qualname__", repr(value))]
-    if is_expression(value):
-        return ["expr", repr(value)]
-    text = repr(value)
-    if " at 0x" in text:  # identity-based repr: describe by type (and callable code, if any)
-        code = getattr(getattr(type(value), "__call__", None), "__code__", None)
-        return [type(value).__module__, type(value).__qualname__, _code_digest(code) if code is not None else None]
-    return text
-
-
-def _cell_ok(cell: Any) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
-def _code_digest(code: Any) -> str:
-    parts = [code.co_code, code.co_names, code.co_varnames]
-    for const in code.co_consts:
-        parts.append(_code_digest(const) if inspect.iscode(const) else repr(const))
-    return xxhash.xxh3_64_hexdigest(repr(parts).encode())
+    """A physical input or output described field by field (as deep as `describe` goes for an op)."""
+    return [type(value).__name__] + [describe(getattr(value, f.name)) for f in dataclasses.fields(value)]

@@ -31,7 +31,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from zephyr.engine.backends import Outcome, _portable
+from zephyr.engine.backend_api import Outcome, portable_error
 from zephyr.engine.worker import ShardResult, ShardTask, run_task
 
 __all__ = ["WorkerResources", "RayBackend", "connect"]
@@ -101,7 +101,7 @@ def _run(task: ShardTask) -> tuple[str, Any]:
     try:
         return "ok", run_task(task)
     except Exception as error:  # noqa: BLE001 - returned as a value: Ray would wrap it otherwise
-        return "error", _portable(error)
+        return "error", portable_error(error)
 
 
 class ShardWorker:

@@ -224,7 +224,7 @@ class ScatterWriter:
         rows = zip(*(table.column(n).to_pylist() for n in ("target", "khash", "key", "sort", "value")))
         for (target, khash, key), group in itertools.groupby(rows, key=lambda r: r[:3]):
             combined = []
-            for record in _as_records(spec.combiner(decode(key), (pickle.loads(r[4]) for r in group))):
+            for record in as_records(spec.combiner(decode(key), (pickle.loads(r[4]) for r in group))):
                 sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
                 combined.append((sort, pickle.dumps(record, protocol=5)))
             combined.sort(key=lambda r: r[0])
@@ -717,7 +717,7 @@ def iter_values(blocks: Iterable[pa.RecordBatch]) -> Iterator[Any]:
         yield from map(pickle.loads, values) if pa.types.is_large_binary(column.type) else values
 
 
-def _as_records(result: Any) -> Iterable[Any]:
+def as_records(result: Any) -> Iterable[Any]:
     """A reducer's result as records: generators and iterators yield many, None none, else one."""
     if result is None:
         return ()

@@ -6,8 +6,8 @@ region-local mirror (``mirror://``) in the protocol registry (`zephyr.fs.registr
 registry <- core <- region_guard <- mirror (regions, transfer_budget, copy_once are leaves).
 """
 
-from zephyr.fs import region_guard as _region_guard  # noqa: F401  (registers gs/gcs/s3/s3a)
 from zephyr.fs import mirror as _mirror  # noqa: F401  (registers mirror)
+from zephyr.fs import region_guard as _region_guard  # noqa: F401  (registers gs/gcs/s3/s3a)
 from zephyr.fs.core import atomic_write, exists, expand_glob, is_hidden, join, open_url, remove_dead_temps, url_to_fs
 from zephyr.fs.registry import register_protocol
 

@@ -34,8 +34,8 @@ from zephyr import counters
 from zephyr.fs.copy_once import LOCK_DIRNAME, run_once
 from zephyr.fs.core import atomic_write, url_to_fs
 from zephyr.fs.region_guard import CrossRegionGuardedFS, unguarded
-from zephyr.fs.registry import register_protocol
 from zephyr.fs.regions import REGION_ENV, location_contains, machine_region, normalize_location
+from zephyr.fs.registry import register_protocol
 from zephyr.fs.transfer_budget import charge_cross_region
 
 __all__ = ["BUCKETS_ENV", "LOCK_TTL_ENV", "MirrorFileSystem", "mirror_options", "parse_mirror_buckets"]

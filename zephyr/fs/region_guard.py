@@ -33,14 +33,14 @@ from fsspec.asyn import sync
 from fsspec.core import split_protocol
 
 from zephyr.fs.core import url_to_fs
-from zephyr.fs.registry import register_protocol
 from zephyr.fs.regions import location_contains, locations_overlap, machine_region
+from zephyr.fs.registry import register_protocol
 from zephyr.fs.transfer_budget import charge_cross_region, check_budget_left
 
 __all__ = [
     "CrossRegionGuardedFS",
-    "GuardedGCSFileSystem",
-    "GuardedS3FileSystem",
+    "GuardedGCSFileSystem",  # noqa: F822 (built on first use by the module __getattr__)
+    "GuardedS3FileSystem",  # noqa: F822
     "ChargedReadFile",
     "guarded_filesystem_class",
     "unguarded",

@@ -16,27 +16,39 @@ Each operator is a plain function or a frozen-dataclass config with `__call__`, 
 Fuzzy (MinHash) dedup lives in its own modules (zephyr/operators/minhash*.py, fuzzy_dedup.py).
 """
 
-from zephyr.operators.charset import decode_html
-from zephyr.operators.exact_dedup import dedup_documents, dedup_paragraphs, normalize_for_hash, text_hash
-from zephyr.operators.extract import (
-    ExtractConfig,
-    ExtractedPage,
-    ExtractText,
-    extract_page,
-    html_to_markdown,
-    html_to_text,
-)
-from zephyr.operators.langid import LanguageId, detect_language
-from zephyr.operators.pii import PiiRedactor, redact_pii
-from zephyr.operators.quality import (
-    C4Quality,
-    FineWebQuality,
-    GopherQuality,
-    GopherRepetition,
-    QualityFilter,
-    quality_signals,
-)
-from zephyr.operators.warc import ReadWarc, WarcReadConfig, read_warc, warc_dataset
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zephyr.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from zephyr.operators.charset import decode_html
+    from zephyr.operators.exact_dedup import (
+        dedup_documents,
+        dedup_paragraphs,
+        normalize_for_hash,
+        text_hash,
+    )
+    from zephyr.operators.extract import (
+        ExtractConfig,
+        ExtractedPage,
+        ExtractText,
+        extract_page,
+        html_to_markdown,
+        html_to_text,
+    )
+    from zephyr.operators.langid import LanguageId, detect_language
+    from zephyr.operators.pii import PiiRedactor, redact_pii
+    from zephyr.operators.quality import (
+        C4Quality,
+        FineWebQuality,
+        GopherQuality,
+        GopherRepetition,
+        QualityFilter,
+        quality_signals,
+    )
+    from zephyr.operators.warc import ReadWarc, WarcReadConfig, read_warc, warc_dataset
 
 __all__ = [
     "read_warc",
@@ -67,7 +79,38 @@ __all__ = [
     "keep",
 ]
 
-
 def keep(doc: dict) -> bool:
     """Filter predicate: True for documents no operator marked with a `filter_reason`."""
     return not doc.get("filter_reason")
+
+# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "decode_html": "zephyr.operators.charset",
+        "dedup_documents": "zephyr.operators.exact_dedup",
+        "dedup_paragraphs": "zephyr.operators.exact_dedup",
+        "normalize_for_hash": "zephyr.operators.exact_dedup",
+        "text_hash": "zephyr.operators.exact_dedup",
+        "ExtractConfig": "zephyr.operators.extract",
+        "ExtractedPage": "zephyr.operators.extract",
+        "ExtractText": "zephyr.operators.extract",
+        "extract_page": "zephyr.operators.extract",
+        "html_to_markdown": "zephyr.operators.extract",
+        "html_to_text": "zephyr.operators.extract",
+        "LanguageId": "zephyr.operators.langid",
+        "detect_language": "zephyr.operators.langid",
+        "PiiRedactor": "zephyr.operators.pii",
+        "redact_pii": "zephyr.operators.pii",
+        "C4Quality": "zephyr.operators.quality",
+        "FineWebQuality": "zephyr.operators.quality",
+        "GopherQuality": "zephyr.operators.quality",
+        "GopherRepetition": "zephyr.operators.quality",
+        "QualityFilter": "zephyr.operators.quality",
+        "quality_signals": "zephyr.operators.quality",
+        "ReadWarc": "zephyr.operators.warc",
+        "WarcReadConfig": "zephyr.operators.warc",
+        "read_warc": "zephyr.operators.warc",
+        "warc_dataset": "zephyr.operators.warc",
+    },
+)

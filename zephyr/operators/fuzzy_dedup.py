@@ -67,6 +67,7 @@ from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.operators.minhash import MinHashConfig, sketch_batch
+from zephyr.versioning import fingerprint, marker_exists, read_marker, write_marker
 
 __all__ = [
     "FUZZY_DUPLICATE_REASON",
@@ -84,6 +85,12 @@ FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
 
 _DONE = "_DONE.json"
 _WORK_DIR_FORMAT = 2
+# Done markers (`zephyr.versioning`): a stage's carries the work_dir settings' fingerprint; a
+# connected-components round's the layout version (rounds are the same work for any settings).
+_STAGE_KIND = "fuzzy-dedup-stage"
+_ROUND_KIND = "fuzzy-dedup-cc-round"
+_WORK_DIR_KIND = "fuzzy-dedup-work-dir"
+_ROUND_VERSION = f"cc-format-{_WORK_DIR_FORMAT}"
 _LOOKUP_BYTES = 200  # memory per entry of an in-memory id table (set or dict slot, id strings)
 
 
@@ -518,8 +525,9 @@ def connected_components(
     paths: list[str] | None = None
     for iteration in range(1, max_iterations + 1):
         out_dir = join(work_dir, f"iter-{iteration:04d}")
-        done = _read_json(join(out_dir, _DONE))
-        if done is None:
+        marker = read_marker(join(out_dir, _DONE), _ROUND_KIND, _ROUND_VERSION)
+        if marker is None:
+            _clear(out_dir)  # a killed round's files belong to no finished round
             if paths is None and isinstance(edges, Dataset):
                 source: Dataset | None = edges
             else:
@@ -535,7 +543,10 @@ def connected_components(
                     out_dir,
                 )
                 unsettled = found.get("fuzzy_dedup/cc_unsettled", 0)
-            done = _write_json(join(out_dir, _DONE), {"paths": new_paths, "unsettled": unsettled})
+            marker = write_marker(
+                join(out_dir, _DONE), _ROUND_KIND, _ROUND_VERSION, {"paths": new_paths, "unsettled": unsettled}
+            )
+        done = marker.payload
         paths = done["paths"]
         if done["unsettled"] == 0:
             # This round started from a star forest, so its output equals its input: converged.
@@ -634,36 +645,54 @@ def _write_json(url: str, info: dict) -> dict:
     return info
 
 
-def _stage(out_dir: str, build: Any) -> dict:
-    """Run `build() -> (paths, counters)` unless `out_dir` already holds a finished run of it."""
-    done = _read_json(join(out_dir, _DONE))
-    if done is None:
+def _clear(url: str) -> None:
+    fs, path = url_to_fs(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def _stage(out_dir: str, version: str, build: Any) -> dict:
+    """Run `build() -> (paths, counters)` unless `out_dir` already holds a finished run of it.
+
+    Finished means a done marker of this work_dir's settings (`version`); files without one are
+    what a killed run left, and are removed before the stage runs again, so they never mix into it.
+    """
+    marker = read_marker(join(out_dir, _DONE), _STAGE_KIND, version)
+    if marker is None:
+        _clear(out_dir)
         paths, found = build()
-        done = _write_json(join(out_dir, _DONE), {"paths": paths, "counters": found})
-    return done
+        marker = write_marker(join(out_dir, _DONE), _STAGE_KIND, version, {"paths": paths, "counters": found})
+    return marker.payload
 
 
-def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> None:
+def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> str:
     """A work_dir belongs to one configuration: resuming with another would mix results.
 
-    ``format`` names the layout of the stage files (2: Arrow signature batches with 32-bit sets and
-    batch word hashes, candidate edges with "jaccard", star-clustering keepers), so a work_dir
-    left by an older version is refused rather than half reused.
+    Returns the settings' fingerprint, which every stage's done marker carries. ``format`` names the
+    layout of the stage files (2: Arrow signature batches with 32-bit sets and batch word hashes,
+    candidate edges with "jaccard", star-clustering keepers), so a work_dir left by an older
+    version is refused rather than half reused.
     """
     settings = json.loads(json.dumps(asdict(config), default=str))
     for tuning_only in ("batch_size", "max_iterations", "num_shards"):
         settings.pop(tuning_only)
     settings["format"] = _WORK_DIR_FORMAT
+    version = fingerprint(settings)
     url = join(work_dir, "config.json")
-    saved = _read_json(url)
-    if saved is None:
-        _write_json(url, settings)
-    elif saved != settings:
+    saved = read_marker(url, _WORK_DIR_KIND)
+    if saved is None and marker_exists(url):
+        saved_settings: Any = _read_json(url)  # written by an older Zephyr
+    else:
+        saved_settings = None if saved is None else saved.payload
+    if saved_settings is None:
+        write_marker(url, _WORK_DIR_KIND, version, settings)
+    elif saved_settings != settings:
         raise ValueError(
             f"work_dir {work_dir!r} holds a fuzzy dedup run with other settings:\n"
-            f"  saved:     {saved}\n  requested: {settings}\n"
+            f"  saved:     {saved_settings}\n  requested: {settings}\n"
             "Use a fresh work_dir for new settings (or delete the old one)."
         )
+    return version
 
 
 # --------------------------------------------------------------------------- public API
@@ -676,13 +705,13 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     once complete (and the engine resumes a stage's finished shards), so a killed run continues
     where it stopped. A work_dir belongs to one input and one configuration.
     """
-    _check_work_dir(work_dir, config)
+    version = _check_work_dir(work_dir, config)
     engine = current_config()
     # Shuffle targets: one per worker unless set; every reducer streams, so memory does not grow
     # with a target's size.
     shards = config.num_shards or engine.num_workers
 
-    sig = _stage(join(work_dir, "signatures"), lambda: _write_stage(ds.map_shard(_Sketch(config)), join(work_dir, "signatures")))
+    sig = _stage(join(work_dir, "signatures"), version, lambda: _write_stage(ds.map_shard(_Sketch(config)), join(work_dir, "signatures")))
     documents = sig["counters"].get("fuzzy_dedup/documents", 0)
 
     def candidates() -> tuple[list[str], dict[str, int]]:
@@ -698,7 +727,7 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
             join(work_dir, "candidates"),
         )
 
-    cand = _stage(join(work_dir, "candidates"), candidates)
+    cand = _stage(join(work_dir, "candidates"), version, candidates)
     edge_paths: list[str] = cand["paths"]
     candidate_edges = cand["counters"].get("fuzzy_dedup/candidate_edges_emitted", 0)
     graph_edges = candidate_edges
@@ -721,7 +750,7 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
                 join(work_dir, "verified"),
             )
 
-        ver = _stage(join(work_dir, "verified"), verified)
+        ver = _stage(join(work_dir, "verified"), version, verified)
         edge_paths = ver["paths"]
         candidate_edges = ver["counters"].get("fuzzy_dedup/candidate_edges", 0)
         graph_edges = ver["counters"].get("fuzzy_dedup/edges_verified", 0)
@@ -741,7 +770,7 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
             join(work_dir, "clusters"),
         )
 
-    cl = _stage(join(work_dir, "clusters"), clusters)
+    cl = _stage(join(work_dir, "clusters"), version, clusters)
     found = sig["counters"]
     report = FuzzyDedupReport(
         documents=documents,

@@ -8,10 +8,29 @@ Public API:
 * mixtures: :class:`Mixture`
 """
 
-from .mixture import Mixture, feistel_permute, largest_remainder_counts
-from .pipeline import TokenizeConfig, TokenizeResult, is_validation_document, tokenize_dataset
-from .store import TokenStore, VerifyReport, inspect_store, open_store, token_dtype, verify_store
-from .tokenizer import Tokenizer, TokenizerInfo, TokenizerSpec, load_tokenizer
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zephyr.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .mixture import Mixture, feistel_permute, largest_remainder_counts
+    from .pipeline import (
+        TokenizeConfig,
+        TokenizeResult,
+        is_validation_document,
+        tokenize_dataset,
+    )
+    from .store import (
+        TokenStore,
+        VerifyReport,
+        inspect_store,
+        open_store,
+        token_dtype,
+        verify_store,
+    )
+    from .tokenizer import Tokenizer, TokenizerInfo, TokenizerSpec, load_tokenizer
 
 __all__ = [
     "TokenizerSpec",
@@ -32,3 +51,27 @@ __all__ = [
     "largest_remainder_counts",
     "feistel_permute",
 ]
+
+# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Mixture": "zephyr.tokenize.mixture",
+        "feistel_permute": "zephyr.tokenize.mixture",
+        "largest_remainder_counts": "zephyr.tokenize.mixture",
+        "TokenizeConfig": "zephyr.tokenize.pipeline",
+        "TokenizeResult": "zephyr.tokenize.pipeline",
+        "is_validation_document": "zephyr.tokenize.pipeline",
+        "tokenize_dataset": "zephyr.tokenize.pipeline",
+        "TokenStore": "zephyr.tokenize.store",
+        "VerifyReport": "zephyr.tokenize.store",
+        "inspect_store": "zephyr.tokenize.store",
+        "open_store": "zephyr.tokenize.store",
+        "token_dtype": "zephyr.tokenize.store",
+        "verify_store": "zephyr.tokenize.store",
+        "Tokenizer": "zephyr.tokenize.tokenizer",
+        "TokenizerInfo": "zephyr.tokenize.tokenizer",
+        "TokenizerSpec": "zephyr.tokenize.tokenizer",
+        "load_tokenizer": "zephyr.tokenize.tokenizer",
+    },
+)

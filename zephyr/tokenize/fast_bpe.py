@@ -121,7 +121,7 @@ class _PreTokenizer:
     digits_split: bool = False
 
 
-def _recognise_pre_tokenizer(pre: Any) -> _PreTokenizer | str:
+def recognise_pre_tokenizer(pre: Any) -> _PreTokenizer | str:
     def is_byte_level(p: Any, use_regex: bool) -> bool:
         return (
             isinstance(p, dict)
@@ -308,7 +308,7 @@ def build_fast_encoder(tokenizer_json: dict[str, Any], hf_tokenizer: Any, *, par
         return "BPE options (dropout/byte_fallback/subword prefix/suffix) have no tiktoken equivalent"
     if tokenizer_json.get("normalizer") is not None:
         return f"normalizer {tokenizer_json['normalizer'].get('type')!r} has no tiktoken equivalent"
-    pre = _recognise_pre_tokenizer(tokenizer_json.get("pre_tokenizer"))
+    pre = recognise_pre_tokenizer(tokenizer_json.get("pre_tokenizer"))
     if isinstance(pre, str):
         return pre
     added_list = tokenizer_json.get("added_tokens", [])

@@ -70,6 +70,7 @@ import xxhash
 
 __all__ = [
     "STORE_FORMAT",
+    "load_store_tokenizer",
     "ShardWriter",
     "ShardRecord",
     "TokenStore",
@@ -823,3 +824,13 @@ def _decoder_for(tok: dict[str, Any]) -> Any:
     if loaded.info.content_hash != tok.get("content_hash"):
         return None
     return loaded.decode
+
+
+def load_store_tokenizer(store: TokenStore) -> Any:
+    """The tokenizer that wrote `store` (the manifest's ``tokenizer.source``), to decode its tokens.
+
+    Here so that readers of stores (the trainer's bits per byte) need the store module only.
+    """
+    from .tokenizer import load_tokenizer
+
+    return load_tokenizer(store.tokenizer.get("source"))

@@ -31,7 +31,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from .fast_bpe import FastEncoder, _recognise_pre_tokenizer, build_fast_encoder
+from .fast_bpe import FastEncoder, recognise_pre_tokenizer, build_fast_encoder
 from .loader import DEFAULT_TOKENIZER, TokenizerSource, resolve_tokenizer_source
 
 __all__ = ["TokenizerSpec", "TokenizerInfo", "Tokenizer", "load_tokenizer"]
@@ -127,7 +127,7 @@ class Tokenizer:
                 self._fast = built
                 note = "verified identical to tokenizers on the built-in sample"
         added = {t["content"] for t in data.get("added_tokens", [])}
-        pre = _recognise_pre_tokenizer(data.get("pre_tokenizer"))
+        pre = recognise_pre_tokenizer(data.get("pre_tokenizer"))
         split_safe = (
             not isinstance(pre, str)
             and pre.kind == "gpt2"

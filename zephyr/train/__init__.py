@@ -12,8 +12,23 @@ GPU kernel), ``optim``, ``data``, ``checkpoint``, ``trainer`` (the loop),
 ``hf`` (Hugging Face import/export), ``cli``.
 """
 
-from zephyr.train.config import ConfigError, DataConfig, LossConfig, ModelConfig, OptimizerConfig, TrainConfig, load_config
-from zephyr.train.trainer import TrainResult, TrainState, train
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zephyr.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from zephyr.train.config import (
+        ConfigError,
+        DataConfig,
+        LossConfig,
+        ModelConfig,
+        OptimizerConfig,
+        TrainConfig,
+        load_config,
+    )
+    from zephyr.train.trainer import TrainResult, TrainState, train
 
 __all__ = [
     "ConfigError",
@@ -27,3 +42,20 @@ __all__ = [
     "TrainState",
     "train",
 ]
+
+# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ConfigError": "zephyr.train.config",
+        "DataConfig": "zephyr.train.config",
+        "LossConfig": "zephyr.train.config",
+        "ModelConfig": "zephyr.train.config",
+        "OptimizerConfig": "zephyr.train.config",
+        "TrainConfig": "zephyr.train.config",
+        "load_config": "zephyr.train.config",
+        "TrainResult": "zephyr.train.trainer",
+        "TrainState": "zephyr.train.trainer",
+        "train": "zephyr.train.trainer",
+    },
+)

@@ -23,12 +23,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zephyr.errors import ZephyrError
+
 __all__ = ["save_checkpoint", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "CheckpointError"]
 
 _PREFIX = "step_"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ZephyrError, ValueError):
     """A checkpoint that does not match what is being restored; the message names the file."""
 
 
@@ -47,7 +49,12 @@ def list_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for p in root.iterdir():
-        if p.is_dir() and p.name.startswith(_PREFIX) and p.name[len(_PREFIX) :].isdigit() and (p / "metadata.json").exists():
+        if (
+            p.is_dir()
+            and p.name.startswith(_PREFIX)
+            and p.name[len(_PREFIX) :].isdigit()
+            and (p / "metadata.json").exists()
+        ):
             found.append((int(p.name[len(_PREFIX) :]), p))
     return sorted(found)
 
@@ -76,7 +83,13 @@ def save_checkpoint(directory: str | Path, step: int, state: Any, *, keep: int =
             offset += len(data)
         f.flush()
         os.fsync(f.fileno())
-    metadata = {"step": int(step), "time": time.time(), "treedef": str(jax.tree_util.tree_structure(state)), "leaves": index, **(extra or {})}
+    metadata = {
+        "step": int(step),
+        "time": time.time(),
+        "treedef": str(jax.tree_util.tree_structure(state)),
+        "leaves": index,
+        **(extra or {}),
+    }
     with open(tmp / "metadata.json", "w") as f:  # last: its presence marks the checkpoint complete
         json.dump(metadata, f)
         f.flush()
@@ -97,7 +110,9 @@ def load_checkpoint(path: str | Path, template: Any) -> tuple[Any, dict]:
     path = Path(path)
     meta_path = path / "metadata.json"
     if not meta_path.exists():
-        raise CheckpointError(f"{path}: no metadata.json, so the checkpoint is incomplete; resume from latest_checkpoint() instead.")
+        raise CheckpointError(
+            f"{path}: no metadata.json, so the checkpoint is incomplete; resume from latest_checkpoint() instead."
+        )
     metadata = json.loads(meta_path.read_text())
     template_leaves, treedef = jax.tree_util.tree_flatten(template)
     index = metadata["leaves"]
@@ -108,7 +123,7 @@ def load_checkpoint(path: str | Path, template: Any) -> tuple[Any, dict]:
         )
     blob = np.memmap(path / "arrays.bin", dtype=np.uint8, mode="r")
     leaves = []
-    for i, (entry, want) in enumerate(zip(index, template_leaves)):
+    for i, (entry, want) in enumerate(zip(index, template_leaves, strict=True)):
         want_shape, want_dtype = tuple(np.shape(want)), jnp.dtype(want.dtype)
         if tuple(entry["shape"]) != want_shape or jnp.dtype(entry["dtype"]) != want_dtype:
             raise CheckpointError(

@@ -66,6 +66,14 @@ def _run_train(args: argparse.Namespace) -> int:
     from zephyr.train.trainer import train
 
     result = train(config)
-    summary = {"steps": result.steps, "final_loss": result.final_loss, "eval": result.eval, "tokens_per_second": result.tokens_per_second, "mfu": result.mfu, "metrics": result.metrics_path, "checkpoint": result.checkpoint}
+    summary = {
+        "steps": result.steps,
+        "final_loss": result.final_loss,
+        "eval": result.eval,
+        "tokens_per_second": result.tokens_per_second,
+        "mfu": result.mfu,
+        "metrics": result.metrics_path,
+        "checkpoint": result.checkpoint,
+    }
     print(json.dumps(summary))
     return 0

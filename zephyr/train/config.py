@@ -3,19 +3,24 @@
 Every check runs in ``__post_init__`` so a bad config fails before any array is
 allocated, with a message that says what was expected, what was received and
 how to fix it. ``load_config(path, overrides)`` reads YAML and applies
-``key.sub=value`` overrides (the ``zephyr train CONFIG.yaml lr=...`` syntax).
+``key.sub=value`` overrides (the ``zephyr train CONFIG.yaml lr=...`` syntax); the loading itself
+is `zephyr.config`'s, shared with Datashop and ablations.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from zephyr.config import (
+    ConfigError,
+    apply_overrides,
+    from_dict,
+    load_yaml,
+    require,
+    to_dict,
+)
 
 __all__ = [
     "ConfigError",
@@ -36,15 +41,6 @@ DType = Literal["float32", "bfloat16"]
 MatmulPrecision = Literal["default", "highest"]
 
 
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message says how to fix it."""
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """A Llama-style decoder. Defaults are a ~15M-parameter model that trains on a laptop."""
@@ -63,30 +59,50 @@ class ModelConfig:
     tie_embeddings: bool = True
     init_std: float = 0.02
     remat: RematPolicy = "dots"
-    attention_impl: Literal["xla", "cudnn", "pallas"] | None = None  # None: cuDNN on GPU in bf16, else XLA (model.causal_attention)
-    matmul_precision: MatmulPrecision = "default"  # "highest": exact-as-f32-allows projections, for checks against other code (model.linear)
+    attention_impl: Literal["xla", "cudnn", "pallas"] | None = (
+        None  # None: cuDNN on GPU in bf16, else XLA (model.causal_attention)
+    )
+    matmul_precision: MatmulPrecision = (
+        "default"  # "highest": exact-as-f32-allows projections, for checks against other code (model.linear)
+    )
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
+        for name in (
+            "vocab_size",
+            "hidden_dim",
+            "intermediate_dim",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "max_seq_len",
+        ):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value > 0, f"model.{name} must be a positive int, got {value!r}.")
-        _require(
+            require(isinstance(value, int) and value > 0, f"model.{name} must be a positive int, got {value!r}.")
+        require(
             self.num_heads % self.num_kv_heads == 0,
             f"model.num_heads ({self.num_heads}) must be a multiple of model.num_kv_heads ({self.num_kv_heads}) "
             f"for grouped-query attention; e.g. set num_kv_heads to one of "
             f"{[k for k in range(1, self.num_heads + 1) if self.num_heads % k == 0]}.",
         )
         if self.head_dim is None:
-            _require(
+            require(
                 self.hidden_dim % self.num_heads == 0,
                 f"model.hidden_dim ({self.hidden_dim}) is not divisible by model.num_heads ({self.num_heads}); "
                 f"set head_dim explicitly or pick num_heads dividing hidden_dim.",
             )
-        _require(self.resolved_head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.resolved_head_dim}.")
-        _require(self.rope_theta > 0, f"model.rope_theta must be > 0, got {self.rope_theta}.")
-        _require(self.remat in ("none", "full", "dots"), f"model.remat must be 'none', 'full' or 'dots', got {self.remat!r}.")
-        _require(self.attention_impl in (None, "xla", "cudnn", "pallas"), f"model.attention_impl must be null, 'xla', 'cudnn' or 'pallas', got {self.attention_impl!r}.")
-        _require(self.matmul_precision in ("default", "highest"), f"model.matmul_precision must be 'default' or 'highest', got {self.matmul_precision!r}.")
+        require(self.resolved_head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.resolved_head_dim}.")
+        require(self.rope_theta > 0, f"model.rope_theta must be > 0, got {self.rope_theta}.")
+        require(
+            self.remat in ("none", "full", "dots"), f"model.remat must be 'none', 'full' or 'dots', got {self.remat!r}."
+        )
+        require(
+            self.attention_impl in (None, "xla", "cudnn", "pallas"),
+            f"model.attention_impl must be null, 'xla', 'cudnn' or 'pallas', got {self.attention_impl!r}.",
+        )
+        require(
+            self.matmul_precision in ("default", "highest"),
+            f"model.matmul_precision must be 'default' or 'highest', got {self.matmul_precision!r}.",
+        )
 
     @property
     def resolved_head_dim(self) -> int:
@@ -107,7 +123,13 @@ class ModelConfig:
         Counts every matmul including the output projection, plus attention scores
         (``QK^T`` and ``AV``); causal masking is not discounted, as is customary.
         """
-        d, h, i, n_q, n_kv = self.hidden_dim, self.resolved_head_dim, self.intermediate_dim, self.num_heads, self.num_kv_heads
+        d, h, i, n_q, n_kv = (
+            self.hidden_dim,
+            self.resolved_head_dim,
+            self.intermediate_dim,
+            self.num_heads,
+            self.num_kv_heads,
+        )
         matmul_params = self.num_layers * (d * h * (2 * n_q + 2 * n_kv) + 3 * d * i) + d * self.vocab_size
         attention = self.num_layers * 2 * n_q * h * seq_len  # QK^T and AV, per token
         return 3.0 * 2.0 * (matmul_params + attention)
@@ -127,9 +149,15 @@ class LossConfig:
     z_loss: float = 0.0
 
     def __post_init__(self) -> None:
-        _require(self.impl in ("fused", "reference", "pallas"), f"loss.impl must be 'fused', 'reference' or 'pallas', got {self.impl!r}.")
-        _require(self.vocab_block > 0 and self.token_block > 0, f"loss.vocab_block and loss.token_block must be > 0, got {self.vocab_block}, {self.token_block}.")
-        _require(self.z_loss >= 0, f"loss.z_loss must be >= 0 (1e-4 is a common value), got {self.z_loss}.")
+        require(
+            self.impl in ("fused", "reference", "pallas"),
+            f"loss.impl must be 'fused', 'reference' or 'pallas', got {self.impl!r}.",
+        )
+        require(
+            self.vocab_block > 0 and self.token_block > 0,
+            f"loss.vocab_block and loss.token_block must be > 0, got {self.vocab_block}, {self.token_block}.",
+        )
+        require(self.z_loss >= 0, f"loss.z_loss must be >= 0 (1e-4 is a common value), got {self.z_loss}.")
 
 
 @dataclass(frozen=True)
@@ -148,14 +176,20 @@ class OptimizerConfig:
     max_grad_norm: float | None = 1.0
 
     def __post_init__(self) -> None:
-        _require(self.learning_rate > 0, f"optimizer.learning_rate must be > 0, got {self.learning_rate}.")
-        _require(0.0 <= self.min_lr_ratio <= 1.0, f"optimizer.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}.")
-        _require(self.warmup_steps >= 0, f"optimizer.warmup_steps must be >= 0, got {self.warmup_steps}.")
-        _require(0.0 <= self.decay_fraction <= 1.0, f"optimizer.decay_fraction must be in [0, 1], got {self.decay_fraction}.")
-        _require(self.schedule in ("wsd", "cosine", "constant"), f"optimizer.schedule must be 'wsd', 'cosine' or 'constant', got {self.schedule!r}.")
-        _require(
+        require(self.learning_rate > 0, f"optimizer.learning_rate must be > 0, got {self.learning_rate}.")
+        require(0.0 <= self.min_lr_ratio <= 1.0, f"optimizer.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}.")
+        require(self.warmup_steps >= 0, f"optimizer.warmup_steps must be >= 0, got {self.warmup_steps}.")
+        require(
+            0.0 <= self.decay_fraction <= 1.0, f"optimizer.decay_fraction must be in [0, 1], got {self.decay_fraction}."
+        )
+        require(
+            self.schedule in ("wsd", "cosine", "constant"),
+            f"optimizer.schedule must be 'wsd', 'cosine' or 'constant', got {self.schedule!r}.",
+        )
+        require(
             self.max_grad_norm is None or self.max_grad_norm > 0,
-            f"optimizer.max_grad_norm must be > 0 or null (no clipping), got {self.max_grad_norm}; 0 would zero every update.",
+            f"optimizer.max_grad_norm must be > 0 or null (no clipping), got {self.max_grad_norm}; "
+            "0 would zero every update.",
         )
 
 
@@ -176,16 +210,22 @@ class DataConfig:
     eos_id: int | None = None  # None: read from the store manifest
 
     def __post_init__(self) -> None:
-        _require(self.seq_len > 0 and self.batch_size > 0, f"data.seq_len and data.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.")
-        _require(self.mixture_block > 0, f"data.mixture_block must be > 0, got {self.mixture_block}.")
+        require(
+            self.seq_len > 0 and self.batch_size > 0,
+            f"data.seq_len and data.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.",
+        )
+        require(self.mixture_block > 0, f"data.mixture_block must be > 0, got {self.mixture_block}.")
         for name, entry in self.train.items():
-            _require(
+            require(
                 isinstance(entry, tuple) and len(entry) == 2 and float(entry[1]) >= 0,
                 f"data.train[{name!r}] must be (store path, weight >= 0), got {entry!r}; "
                 f"in YAML write `{name}: [path/to/store, 1.0]`.",
             )
         if self.train:
-            _require(sum(float(w) for _, w in self.train.values()) > 0, f"data.train weights sum to 0: {self.train!r}; give at least one source a positive weight.")
+            require(
+                sum(float(w) for _, w in self.train.values()) > 0,
+                f"data.train weights sum to 0: {self.train!r}; give at least one source a positive weight.",
+            )
 
 
 @dataclass(frozen=True)
@@ -214,127 +254,50 @@ class TrainConfig:
     wandb_project: str | None = None  # also log to this Weights & Biases project (WANDB_MODE etc. apply)
 
     def __post_init__(self) -> None:
-        _require(self.steps > 0, f"steps must be > 0, got {self.steps}.")
-        _require(self.compute_dtype in ("float32", "bfloat16"), f"compute_dtype must be 'float32' or 'bfloat16', got {self.compute_dtype!r}.")
-        _require(self.param_dtype in ("float32", "bfloat16"), f"param_dtype must be 'float32' or 'bfloat16', got {self.param_dtype!r}.")
+        require(self.steps > 0, f"steps must be > 0, got {self.steps}.")
+        require(
+            self.compute_dtype in ("float32", "bfloat16"),
+            f"compute_dtype must be 'float32' or 'bfloat16', got {self.compute_dtype!r}.",
+        )
+        require(
+            self.param_dtype in ("float32", "bfloat16"),
+            f"param_dtype must be 'float32' or 'bfloat16', got {self.param_dtype!r}.",
+        )
         for name in ("checkpoint_every", "eval_every"):
             value = getattr(self, name)
-            _require(value is None or value > 0, f"{name} must be > 0 or null (never), got {value}.")
-        _require(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
-        _require(self.log_every >= 1, f"log_every must be >= 1, got {self.log_every}.")
-        _require(
+            require(value is None or value > 0, f"{name} must be > 0 or null (never), got {value}.")
+        require(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
+        require(self.log_every >= 1, f"log_every must be >= 1, got {self.log_every}.")
+        require(
             self.data.seq_len <= self.model.max_seq_len,
-            f"data.seq_len ({self.data.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len}); raise model.max_seq_len or shorten data.seq_len.",
+            f"data.seq_len ({self.data.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len}); raise "
+            "model.max_seq_len or shorten data.seq_len.",
         )
-        _require(
+        require(
             self.data_parallel is None or self.data.batch_size % self.data_parallel == 0,
-            f"data.batch_size ({self.data.batch_size}) must be divisible by data_parallel ({self.data_parallel}) so each device gets whole sequences.",
+            f"data.batch_size ({self.data.batch_size}) must be divisible by data_parallel ({self.data_parallel}) so "
+            "each device gets whole sequences.",
         )
 
 
 # ----------------------------------------------------------------------------- YAML and overrides
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    """Turn a YAML value into what the dataclass field's type hint asks for."""
-    origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint):
-            return value
-        _require(isinstance(value, dict), f"{where} must be a mapping of fields of {hint.__name__}, got {value!r}.")
-        return config_from_dict(value, hint, where=where)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        non_none = [a for a in args if a is not type(None)]
-        return _coerce(value, non_none[0], where)
-    if origin is Literal:
-        _require(value in typing.get_args(hint), f"{where} must be one of {typing.get_args(hint)}, got {value!r}.")
-        return value
-    if origin is dict:
-        _require(isinstance(value, dict), f"{where} must be a mapping, got {value!r}.")
-        _, value_hint = typing.get_args(hint)
-        return {str(k): _coerce(v, value_hint, f"{where}.{k}") for k, v in value.items()}
-    if origin is tuple:
-        _require(isinstance(value, (list, tuple)), f"{where} must be a list like [path, weight], got {value!r}.")
-        args = typing.get_args(hint)
-        _require(len(args) == len(value), f"{where} must have {len(args)} items, got {value!r}.")
-        return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint is float and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            raise ConfigError(f"{where} must be a number, got {value!r}.") from None
-    if hint is int:
-        _require(isinstance(value, int) and not isinstance(value, bool), f"{where} must be an integer, got {value!r}.")
-        return value
-    if hint is bool:
-        _require(isinstance(value, bool), f"{where} must be true or false, got {value!r}.")
-        return value
-    if hint is str:
-        _require(isinstance(value, str), f"{where} must be a string, got {value!r}.")
-        return value
-    return value
-
-
 def config_from_dict(data: dict[str, Any], cls: type = TrainConfig, *, where: str = "config") -> Any:
-    """Build ``cls`` (a config dataclass) from nested plain data, rejecting unknown keys."""
-    hints = _hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    _require(not unknown, f"{where}: unknown key(s) {unknown}; {cls.__name__} accepts {sorted(names)}.")
-    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where != "config" else k) for k, v in data.items()}
-    return cls(**kwargs)
+    """Build ``cls`` (a config dataclass, default `TrainConfig`) from nested plain data (`zephyr.config.from_dict`)."""
+    return from_dict(cls, data, where)
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
     """Plain nested dict (tuples become lists) suitable for YAML/JSON."""
-
-    def plain(x: Any) -> Any:
-        if dataclasses.is_dataclass(x):
-            return {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
-        if isinstance(x, dict):
-            return {k: plain(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [plain(v) for v in x]
-        return x
-
-    return plain(config)
+    return to_dict(config)
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b=value`` strings (value parsed as YAML) to nested plain data, returning a copy."""
-    import copy
-
-    out = copy.deepcopy(data)
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        _require(bool(sep) and bool(key), f"override {item!r} is not key=value; write e.g. optimizer.learning_rate=1e-3.")
-        node = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            _require(isinstance(node, dict), f"override {item!r}: {part!r} is not a section.")
-        node[parts[-1]] = yaml.safe_load(raw)
-    return out
-
-
-def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """Read a YAML training config and apply ``key=value`` overrides."""
-    path = Path(path)
+    data = load_yaml(path, "training config")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist; pass the path of a YAML training config.") from None
-    _require(isinstance(data, dict), f"{path}: expected a YAML mapping at top level, got {type(data).__name__}.")
-    try:
-        return config_from_dict(apply_overrides(data, list(overrides)))
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+        data = apply_overrides(data, list(overrides))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return from_dict(TrainConfig, data, str(path))

@@ -1,6 +1,6 @@
 """Training and eval sequences from zephyr token stores.
 
-Sampling is ``zephyr.tokenize.Mixture``'s: sequence ``i`` of a run is a pure
+Sampling is ``zephyr.tokenize.mixture.Mixture``'s: sequence ``i`` of a run is a pure
 function of ``(seed, i)`` (block-deterministic weights, keyed Feistel
 permutation per epoch), so ``batch(step)`` needs no loader state and a resumed
 run reads exactly the batches a straight run would. This module only adapts it
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zephyr.tokenize import Mixture, TokenStore, load_tokenizer
+from zephyr.tokenize.mixture import Mixture
+from zephyr.tokenize.store import TokenStore, load_store_tokenizer
 from zephyr.train.config import DataConfig
 
 __all__ = ["EvalSet", "make_mixture", "eos_id_of", "eval_sets", "count_target_bytes"]
@@ -35,7 +36,9 @@ def make_mixture(cfg: DataConfig) -> Mixture:
     """The weighted training mixture plus eval stores (``cfg.eval`` and each store's ``validation/``)."""
     if not cfg.train:
         raise ValueError("data.train is empty; give at least one source, e.g. data: {train: {web: [stores/web, 1.0]}}.")
-    return Mixture(dict(cfg.train), seq_len=cfg.seq_len, seed=cfg.seed, block_size=cfg.mixture_block, validation=dict(cfg.eval))
+    return Mixture(
+        dict(cfg.train), seq_len=cfg.seq_len, seed=cfg.seed, block_size=cfg.mixture_block, validation=dict(cfg.eval)
+    )
 
 
 def eos_id_of(mixture: Mixture, override: int | None = None) -> int:
@@ -43,11 +46,13 @@ def eos_id_of(mixture: Mixture, override: int | None = None) -> int:
     if override is not None:
         return override
     ids = {c.store.tokenizer.get("eos_id") for c in mixture.components}
-    if len(ids) != 1 or None in ids:
+    found = next(iter(ids)) if len(ids) == 1 else None
+    if found is None:
         raise ValueError(
-            f"cannot tell the EOS id from the stores' manifests (found {sorted(map(str, ids))}); set data.eos_id in the config."
+            f"cannot tell the EOS id from the stores' manifests (found {sorted(map(str, ids))}); "
+            "set data.eos_id in the config."
         )
-    return int(ids.pop())
+    return int(found)
 
 
 def count_target_bytes(store: TokenStore, batches: list[np.ndarray]) -> int | None:
@@ -57,9 +62,11 @@ def count_target_bytes(store: TokenStore, batches: list[np.ndarray]) -> int | No
     """
     source = store.tokenizer.get("source")
     try:
-        tokenizer = load_tokenizer(source)
+        tokenizer = load_store_tokenizer(store)
     except Exception as e:  # an unavailable tokenizer must not stop training; bpb is then reported as None
-        warnings.warn(f"bits-per-byte unavailable for {store.path}: tokenizer {source!r} could not be loaded ({e}).", stacklevel=2)
+        warnings.warn(
+            f"bits-per-byte unavailable for {store.path}: tokenizer {source!r} could not be loaded ({e}).", stacklevel=2
+        )
         return None
     eos = store.tokenizer.get("eos_id")
     return sum(len(tokenizer.decode(row[1:][row[1:] != eos]).encode("utf-8")) for batch in batches for row in batch)
@@ -75,10 +82,16 @@ def eval_sets(mixture: Mixture, *, batch_size: int, max_batches: int, required: 
     for name, store in mixture.validation.items():
         batches = list(mixture.validation_batches(name, batch_size, max_batches=max_batches))
         if not batches and name not in required:
-            warnings.warn(f"skipping eval set {name!r} ({store.path}): {store.num_tokens} tokens, fewer than one "
-                          f"sequence of {mixture.seq_len + 1}.", stacklevel=2)
+            warnings.warn(
+                f"skipping eval set {name!r} ({store.path}): {store.num_tokens} tokens, fewer than one "
+                f"sequence of {mixture.seq_len + 1}.",
+                stacklevel=2,
+            )
             continue
         if not batches:
-            raise ValueError(f"eval set {name!r} ({store.path}) has {store.num_tokens} tokens, fewer than one sequence of {mixture.seq_len + 1}.")
+            raise ValueError(
+                f"eval set {name!r} ({store.path}) has {store.num_tokens} tokens, fewer than one sequence of "
+                f"{mixture.seq_len + 1}."
+            )
         out.append(EvalSet(name, tuple(batches), count_target_bytes(store, batches)))
     return out

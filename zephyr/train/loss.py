@@ -112,7 +112,9 @@ def _backward(hidden, weight, labels, lse, g_ce, g_lse, vocab_block, token_block
             dlogits = (p * (gce_i + glse_i)[:, None] - onehot * gce_i[:, None]).astype(h_i.dtype)  # T Bv
             w_j = jax.lax.dynamic_slice_in_dim(w, j * bv, bv, axis=1)  # D Bv
             dh_i = dh_i + jnp.dot(dlogits, w_j.T, preferred_element_type=jnp.float32)  # T D
-            dw_j = jax.lax.dynamic_slice_in_dim(dw, j * bv, bv, axis=1) + jnp.dot(h_i.T, dlogits, preferred_element_type=jnp.float32)
+            dw_j = jax.lax.dynamic_slice_in_dim(dw, j * bv, bv, axis=1) + jnp.dot(
+                h_i.T, dlogits, preferred_element_type=jnp.float32
+            )
             return (dh_i, jax.lax.dynamic_update_slice_in_dim(dw, dw_j, j * bv, axis=1)), None
 
         (dh_i, dw), _ = jax.lax.scan(vocab_step, (jnp.zeros((t, d), jnp.float32), dw), jnp.arange(n_v))

@@ -15,6 +15,8 @@ output projection itself so it never has to materialise [tokens x vocab] logits.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -23,7 +25,18 @@ from jaxtyping import Array, Float, Int
 
 from zephyr.train.config import MatmulPrecision, ModelConfig
 
-__all__ = ["RMSNorm", "Attention", "MLP", "Block", "Transformer", "linear", "causal_attention", "segment_ids_from_eos", "rope_tables", "apply_rope"]
+__all__ = [
+    "RMSNorm",
+    "Attention",
+    "MLP",
+    "Block",
+    "Transformer",
+    "linear",
+    "causal_attention",
+    "segment_ids_from_eos",
+    "rope_tables",
+    "apply_rope",
+]
 
 
 def _normal(key: jax.Array, shape: tuple[int, ...], std: float) -> Array:
@@ -51,7 +64,10 @@ def linear(x: Float[Array, "... K"], w: Float[Array, "K O"], precision: MatmulPr
     k = x.shape[-1]
     if x.dtype != jnp.float32 or k <= SUM_BLOCK:
         return jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST)
-    parts = [jnp.matmul(x[..., i : i + SUM_BLOCK], w[i : i + SUM_BLOCK], precision=jax.lax.Precision.HIGHEST) for i in range(0, k, SUM_BLOCK)]
+    parts = [
+        jnp.matmul(x[..., i : i + SUM_BLOCK], w[i : i + SUM_BLOCK], precision=jax.lax.Precision.HIGHEST)
+        for i in range(0, k, SUM_BLOCK)
+    ]
     while len(parts) > 1:  # pairwise: each partial sum takes part in log2(K/32) additions
         parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
     return parts[0]
@@ -73,7 +89,9 @@ class RMSNorm(eqx.Module):
         return (self.weight.astype(acc) * y).astype(x.dtype)
 
 
-def rope_tables(seq_len: int, head_dim: int, theta: float, dtype: jnp.dtype = jnp.float32) -> tuple[Float[Array, "S H"], Float[Array, "S H"]]:
+def rope_tables(
+    seq_len: int, head_dim: int, theta: float, dtype: jnp.dtype = jnp.float32
+) -> tuple[Float[Array, "S H"], Float[Array, "S H"]]:
     """cos/sin tables in the 'rotate half' layout Hugging Face Llama uses."""
     inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=dtype) / head_dim))  # H/2
     angles = jnp.arange(seq_len, dtype=dtype)[:, None] * inv_freq[None, :]  # S H/2
@@ -81,7 +99,9 @@ def rope_tables(seq_len: int, head_dim: int, theta: float, dtype: jnp.dtype = jn
     return jnp.cos(angles), jnp.sin(angles)
 
 
-def apply_rope(x: Float[Array, "B S N H"], cos: Float[Array, "S H"], sin: Float[Array, "S H"]) -> Float[Array, "B S N H"]:
+def apply_rope(
+    x: Float[Array, "B S N H"], cos: Float[Array, "S H"], sin: Float[Array, "S H"]
+) -> Float[Array, "B S N H"]:
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)  # B S N H
     acc = jnp.promote_types(x.dtype, jnp.float32)
@@ -122,7 +142,9 @@ class Attention(eqx.Module):
             cfg=cfg,
         )
 
-    def __call__(self, x: Float[Array, "B S D"], cos: Array, sin: Array, segment_ids: Array | None) -> Float[Array, "B S D"]:
+    def __call__(
+        self, x: Float[Array, "B S D"], cos: Array, sin: Array, segment_ids: Array | None
+    ) -> Float[Array, "B S D"]:
         cfg = self.cfg
         b, s, _ = x.shape
         h = cfg.resolved_head_dim
@@ -136,19 +158,28 @@ class Attention(eqx.Module):
         return linear(out.reshape(b, s, cfg.num_heads * h), self.wo, cfg.matmul_precision)  # B S D
 
 
-PALLAS_ATTENTION_BLOCKS = BlockSizes(block_q=64, block_k=64, block_q_dkv=64, block_kv_dkv=64, block_q_dq=64, block_kv_dq=64)
+PALLAS_ATTENTION_BLOCKS = BlockSizes(
+    block_q=64, block_k=64, block_q_dkv=64, block_kv_dkv=64, block_q_dq=64, block_kv_dq=64
+)
 """Tiles of the Pallas flash-attention kernel (forward, d key/value, d query): on an H100 at head
 dim 64 these trained SmolLM2-135M's shape 21% faster than JAX's defaults (benchmarks/train_gpu.py)."""
 
 
-def causal_attention(q: Float[Array, "B S N H"], k: Float[Array, "B S K H"], v: Float[Array, "B S K H"], segment_ids: Int[Array, "B S"] | None, impl: str | None) -> Float[Array, "B S N H"]:
+def causal_attention(
+    q: Float[Array, "B S N H"],
+    k: Float[Array, "B S K H"],
+    v: Float[Array, "B S K H"],
+    segment_ids: Int[Array, "B S"] | None,
+    impl: Literal["xla", "cudnn", "pallas"] | None,
+) -> Float[Array, "B S N H"]:
     """Causal attention within documents.
 
     ``xla`` and ``cudnn`` go through ``jax.nn.dot_product_attention`` with a dense
     [B, 1, S, S] document mask (cuDNN's packed-segment mode, reached through JAX's
     internal cuDNN module, was measured slower on an H100: 8.6 ms per layer against
     6.7 at SmolLM2-135M's shape, and more memory; so was building cuDNN's additive bias once
-    for all layers: 661 ms a training step against 595, its gradient then summed across layers); ``pallas`` is JAX's Triton flash-attention kernel,
+    for all layers: 661 ms a training step against 595, its gradient then summed across
+    layers); ``pallas`` is JAX's Triton flash-attention kernel,
     which reads the [B, S] segment ids directly and never builds the mask (kv heads
     are repeated for it, as it has no grouped-query layout). On CPU the Pallas kernel
     runs in interpret mode, which is how the tests compare it with XLA. ``None``
@@ -160,7 +191,16 @@ def causal_attention(q: Float[Array, "B S N H"], k: Float[Array, "B S K H"], v: 
     if impl == "pallas":
         groups = q.shape[2] // k.shape[2]
         k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)  # B S N H
-        return mha(q, k, v, segment_ids, sm_scale=q.shape[-1] ** -0.5, causal=True, block_sizes=PALLAS_ATTENTION_BLOCKS, interpret=jax.default_backend() != "gpu")
+        return mha(
+            q,
+            k,
+            v,
+            segment_ids,
+            sm_scale=q.shape[-1] ** -0.5,
+            causal=True,
+            block_sizes=PALLAS_ATTENTION_BLOCKS,
+            interpret=jax.default_backend() != "gpu",
+        )
     mask = None if segment_ids is None else (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])  # B 1 S S
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=impl)
 
@@ -176,7 +216,12 @@ class MLP(eqx.Module):
         kg, ku, kd = jax.random.split(key, 3)
         d, i = cfg.hidden_dim, cfg.intermediate_dim
         out_std = cfg.init_std / (2 * cfg.num_layers) ** 0.5
-        return MLP(_normal(kg, (d, i), cfg.init_std), _normal(ku, (d, i), cfg.init_std), _normal(kd, (i, d), out_std), cfg.matmul_precision)
+        return MLP(
+            _normal(kg, (d, i), cfg.init_std),
+            _normal(ku, (d, i), cfg.init_std),
+            _normal(kd, (i, d), out_std),
+            cfg.matmul_precision,
+        )
 
     def __call__(self, x: Float[Array, "B S D"]) -> Float[Array, "B S D"]:
         gate, up = linear(x, self.w_gate, self.precision), linear(x, self.w_up, self.precision)  # B S I
@@ -192,9 +237,16 @@ class Block(eqx.Module):
     @staticmethod
     def init(cfg: ModelConfig, *, key: jax.Array) -> "Block":
         ka, km = jax.random.split(key)
-        return Block(RMSNorm.init(cfg.hidden_dim, cfg.norm_eps), Attention.init(cfg, key=ka), RMSNorm.init(cfg.hidden_dim, cfg.norm_eps), MLP.init(cfg, key=km))
+        return Block(
+            RMSNorm.init(cfg.hidden_dim, cfg.norm_eps),
+            Attention.init(cfg, key=ka),
+            RMSNorm.init(cfg.hidden_dim, cfg.norm_eps),
+            MLP.init(cfg, key=km),
+        )
 
-    def __call__(self, x: Float[Array, "B S D"], cos: Array, sin: Array, segment_ids: Array | None) -> Float[Array, "B S D"]:
+    def __call__(
+        self, x: Float[Array, "B S D"], cos: Array, sin: Array, segment_ids: Array | None
+    ) -> Float[Array, "B S D"]:
         x = x + self.attn(self.attn_norm(x), cos, sin, segment_ids)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -215,7 +267,9 @@ class Transformer(eqx.Module):
     @staticmethod
     def init(cfg: ModelConfig, *, key: jax.Array) -> "Transformer":
         k_embed, k_blocks, k_head = jax.random.split(key, 3)
-        blocks = jax.vmap(lambda k: Block.init(cfg, key=k))(jax.random.split(k_blocks, cfg.num_layers))  # stacked: L ...
+        blocks = jax.vmap(lambda k: Block.init(cfg, key=k))(
+            jax.random.split(k_blocks, cfg.num_layers)
+        )  # stacked: L ...
         return Transformer(
             embed=_normal(k_embed, (cfg.vocab_size, cfg.hidden_dim), cfg.init_std),
             blocks=blocks,
@@ -224,12 +278,17 @@ class Transformer(eqx.Module):
             cfg=cfg,
         )
 
-    def __call__(self, tokens: Int[Array, "B S"], segment_ids: Int[Array, "B S"] | None = None) -> Float[Array, "B S D"]:
+    def __call__(
+        self, tokens: Int[Array, "B S"], segment_ids: Int[Array, "B S"] | None = None
+    ) -> Float[Array, "B S D"]:
         """Final-normed hidden states. ``segment_ids`` (e.g. from EOS) stop attention across documents."""
         cfg = self.cfg
         _, s = tokens.shape
         if s > cfg.max_seq_len:
-            raise ValueError(f"sequence length {s} exceeds model.max_seq_len {cfg.max_seq_len}; raise max_seq_len in the model config.")
+            raise ValueError(
+                f"sequence length {s} exceeds model.max_seq_len {cfg.max_seq_len}; raise max_seq_len in the model "
+                "config."
+            )
         x = jnp.take(self.embed, tokens, axis=0)  # B S D
         cos, sin = rope_tables(s, cfg.resolved_head_dim, cfg.rope_theta)  # S H (f32 angles, as in transformers)
 

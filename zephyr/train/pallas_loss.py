@@ -71,7 +71,9 @@ def _forward_kernel(h_ref, w_ref, y_ref, ce_ref, lse_ref, *, bv, dc, n_v, n_d, v
     lse_ref[...] = lse
 
 
-def _backward_kernel(h_ref, w_ref, y_ref, lse_ref, gce_ref, glse_ref, dh_in, dw_in, dh_ref, dw_ref, *, t, bv, dc, n_d, v):
+def _backward_kernel(
+    h_ref, w_ref, y_ref, lse_ref, gce_ref, glse_ref, dh_in, dw_in, dh_ref, dw_ref, *, t, bv, dc, n_d, v
+):
     del dh_in, dw_in  # the same buffers as dh_ref / dw_ref (aliased zeros), accumulated with atomics
     i, j = pl.program_id(0), pl.program_id(1)
     y, lse, g_ce, g_lse = y_ref[...], lse_ref[...], gce_ref[...], glse_ref[...]
@@ -189,8 +191,13 @@ def pallas_linear_cross_entropy(
     H100 (benchmarks/train_gpu.py); a 64 x 256 tile already exceeds shared memory.
     """
     if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[0] or labels.shape != hidden.shape[:1]:
-        raise ValueError(f"expected hidden [N, D], weight [D, V], labels [N]; got {hidden.shape}, {weight.shape}, {labels.shape}.")
+        raise ValueError(
+            f"expected hidden [N, D], weight [D, V], labels [N]; got {hidden.shape}, {weight.shape}, {labels.shape}."
+        )
     blocks = (int(token_block), int(vocab_block), int(d_block), int(num_warps))
     if any(b < 1 or b & (b - 1) for b in blocks[:3]):
-        raise ValueError(f"Triton tiles must be powers of two; got token_block={token_block}, vocab_block={vocab_block}, d_block={d_block}. Use e.g. 64, 128, 64.")
+        raise ValueError(
+            f"Triton tiles must be powers of two; got token_block={token_block}, vocab_block={vocab_block}, "
+            f"d_block={d_block}. Use e.g. 64, 128, 64."
+        )
     return _pallas_ce(hidden, weight, labels.astype(jnp.int32), blocks, bool(interpret))

@@ -42,7 +42,7 @@ class Trackers:
         if self.wandb_run is not None:
             self.wandb_run.finish()
 
-    def __enter__(self) -> "Trackers":
+    def __enter__(self) -> Trackers:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -50,10 +50,14 @@ class Trackers:
 
 
 def _missing(package: str, setting: str) -> ImportError:
-    return ImportError(f"{setting} needs the '{package}' package: pip install '{package}' (or pip install 'zephyr[track]').")
+    return ImportError(
+        f"{setting} needs the '{package}' package: pip install '{package}' (or pip install 'zephyr[track]')."
+    )
 
 
-def open_trackers(*, output_dir: Path, tensorboard: bool, wandb_project: str | None, config: Mapping[str, Any]) -> Trackers:
+def open_trackers(
+    *, output_dir: Path, tensorboard: bool, wandb_project: str | None, config: Mapping[str, Any]
+) -> Trackers:
     """Open the sinks the config asks for; a missing package fails here, before any step runs."""
     writer = run = None
     if tensorboard:
@@ -70,5 +74,12 @@ def open_trackers(*, output_dir: Path, tensorboard: bool, wandb_project: str | N
         id_file = output_dir / "wandb_run_id"
         run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
         id_file.write_text(run_id)
-        run = wandb.init(project=wandb_project, id=run_id, resume="allow", name=output_dir.name, dir=str(output_dir), config=dict(config))
+        run = wandb.init(
+            project=wandb_project,
+            id=run_id,
+            resume="allow",
+            name=output_dir.name,
+            dir=str(output_dir),
+            config=dict(config),
+        )
     return Trackers(writer, run)

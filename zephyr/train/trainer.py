@@ -18,18 +18,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from zephyr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from zephyr.train.config import TrainConfig, config_to_dict
@@ -113,7 +116,9 @@ def _loss_fn(cfg: TrainConfig, eos_id: int) -> Callable:
     return loss_fn
 
 
-def make_train_step(cfg: TrainConfig, optimizer: optax.GradientTransformation, *, eos_id: int) -> Callable[[TrainState, jax.Array], tuple[TrainState, dict]]:
+def make_train_step(
+    cfg: TrainConfig, optimizer: optax.GradientTransformation, *, eos_id: int
+) -> Callable[[TrainState, jax.Array], tuple[TrainState, dict]]:
     """``step(state, tokens [B, S+1]) -> (state, metrics)``; pure, ready for ``jax.jit``."""
     loss_fn = _loss_fn(cfg, eos_id)
     schedule = learning_rate_schedule(cfg.optimizer, cfg.steps)
@@ -122,7 +127,12 @@ def make_train_step(cfg: TrainConfig, optimizer: optax.GradientTransformation, *
         (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, tokens, None)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": loss, "z_loss": stats["z_loss"], "grad_norm": optax.global_norm(grads), "lr": schedule(state.step)}
+        metrics = {
+            "loss": loss,
+            "z_loss": stats["z_loss"],
+            "grad_norm": optax.global_norm(grads),
+            "lr": schedule(state.step),
+        }
         return dataclasses.replace(state, step=state.step + 1, params=params, opt_state=opt_state), metrics
 
     return step
@@ -154,10 +164,26 @@ def make_mesh(data_parallel: int | None = None) -> Mesh:
 def jit_train_step(step: Callable, mesh: Mesh, *, donate: bool = True) -> Callable:
     """jit with the state replicated and the batch sharded along the mesh's data axis."""
     replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-    return jax.jit(step, in_shardings=(replicated, batch), out_shardings=(replicated, replicated), donate_argnums=(0,) if donate else ())
+    return jax.jit(
+        step,
+        in_shardings=(replicated, batch),
+        out_shardings=(replicated, replicated),
+        donate_argnums=(0,) if donate else (),
+    )
 
 
-_PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "GH200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5": 459e12, "TPU v6": 918e12}
+_PEAK_BF16_FLOPS = {
+    "H100": 989e12,
+    "H200": 989e12,
+    "GH200": 989e12,
+    "A100": 312e12,
+    "L4": 121e12,
+    "A10": 125e12,
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5": 459e12,
+    "TPU v6": 918e12,
+}
 
 
 def peak_flops_per_device(override: float | None = None) -> tuple[float, str]:
@@ -189,6 +215,31 @@ def _write_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _forget_logged_after(path: Path, step: int) -> None:
+    """Drop the records a previous run logged after `step`, the step this run starts from.
+
+    A run that dies after its last checkpoint has logged steps past it; resumed from that checkpoint it
+    trains and logs them again, so without this every such step would appear twice in the log (and
+    with the earlier, discarded run's timings). A run starting from step 0 starts a fresh log. The
+    file is rewritten whole (temporary name, then rename), so a crash here loses nothing.
+    """
+    if not path.is_file():
+        return
+    kept = []
+    if step > 0:
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the crash
+            if record.get("event") == "end" or int(record.get("step", 0)) > step:
+                continue
+            kept.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, path)
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a run's ``metrics.jsonl`` (none if it is missing); a line cut by a crash mid-write is skipped."""
     path = Path(path)
@@ -211,7 +262,9 @@ def _progress(line: str, *, final: bool = False) -> None:
     sys.stderr.flush()
 
 
-def _evaluate(evaluate: Callable, params: Any, sets: list[EvalSet], mesh: Mesh, batch_size: int) -> dict[str, dict[str, float | None]]:
+def _evaluate(
+    evaluate: Callable, params: Any, sets: list[EvalSet], mesh: Mesh, batch_size: int
+) -> dict[str, dict[str, float | None]]:
     sharding = NamedSharding(mesh, P("data"))
     results = {}
     for es in sets:
@@ -225,7 +278,10 @@ def _evaluate(evaluate: Callable, params: Any, sets: list[EvalSet], mesh: Mesh, 
             out = evaluate(params, jax.device_put(tokens, sharding), jax.device_put(weights, sharding))
             ce_sum += float(out["ce_sum"])
             weight_sum += float(out["weight_sum"])
-        results[es.name] = {"loss": ce_sum / max(weight_sum, 1.0), "bpb": ce_sum / math.log(2) / es.target_bytes if es.target_bytes else None}
+        results[es.name] = {
+            "loss": ce_sum / max(weight_sum, 1.0),
+            "bpb": ce_sum / math.log(2) / es.target_bytes if es.target_bytes else None,
+        }
     return results
 
 
@@ -240,15 +296,23 @@ def train(config: TrainConfig) -> TrainResult:
     mixture = make_mixture(d)
     eos_id = eos_id_of(mixture, d.eos_id)
     if mixture.vocab_size > cfg.model.vocab_size:
-        raise ValueError(f"the token stores have vocab_size {mixture.vocab_size} > model.vocab_size {cfg.model.vocab_size}; set model.vocab_size={mixture.vocab_size} (or larger).")
+        raise ValueError(
+            f"the token stores have vocab_size {mixture.vocab_size} > model.vocab_size {cfg.model.vocab_size}; set "
+            f"model.vocab_size={mixture.vocab_size} (or larger)."
+        )
     evals = eval_sets(mixture, batch_size=d.batch_size, max_batches=cfg.eval_batches, required=set(d.eval))
 
     mesh = make_mesh(cfg.data_parallel)
     if d.batch_size % mesh.size:
-        raise ValueError(f"data.batch_size ({d.batch_size}) is not divisible by the {mesh.size} devices of the data mesh; use a multiple of {mesh.size} or set data_parallel.")
+        raise ValueError(
+            f"data.batch_size ({d.batch_size}) is not divisible by the {mesh.size} devices of the data mesh; use a "
+            f"multiple of {mesh.size} or set data_parallel."
+        )
     optimizer = make_optimizer(cfg.optimizer, cfg.steps)
     replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-    state = jax.jit(lambda key: init_state(cfg, optimizer, key=key), out_shardings=replicated)(jax.random.PRNGKey(cfg.seed))
+    state = jax.jit(lambda key: init_state(cfg, optimizer, key=key), out_shardings=replicated)(
+        jax.random.PRNGKey(cfg.seed)
+    )
     resumed_from = latest_checkpoint(ckpt_dir) if cfg.resume else None
     if resumed_from is not None:
         loaded, _ = load_checkpoint(resumed_from, state)
@@ -260,8 +324,19 @@ def train(config: TrainConfig) -> TrainResult:
     peak, peak_source = peak_flops_per_device(cfg.peak_flops_per_device)
     flops_per_token = cfg.model.flops_per_token(d.seq_len)
     tokens_per_step = d.batch_size * d.seq_len
+    _forget_logged_after(metrics_path, start)
     if start == 0:
-        _write_jsonl(metrics_path, {"event": "start", "config": config_to_dict(cfg), "params": cfg.model.num_params(), "devices": mesh.size, "peak_flops": peak, "peak_flops_source": peak_source})
+        _write_jsonl(
+            metrics_path,
+            {
+                "event": "start",
+                "config": config_to_dict(cfg),
+                "params": cfg.model.num_params(),
+                "devices": mesh.size,
+                "peak_flops": peak,
+                "peak_flops_source": peak_source,
+            },
+        )
     else:
         _write_jsonl(metrics_path, {"event": "resume", "step": start, "checkpoint": str(resumed_from)})
 
@@ -271,7 +346,9 @@ def train(config: TrainConfig) -> TrainResult:
     timed_tokens, timed_seconds = 0, 0.0
     window_start, window_steps, paused = time.perf_counter(), 0, 0.0  # paused: eval/checkpoint time in the window
     first_step_done = False
-    with open_trackers(output_dir=out, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=config_to_dict(cfg)) as trackers:
+    with open_trackers(
+        output_dir=out, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=config_to_dict(cfg)
+    ) as trackers:
         for step in range(start, cfg.steps):
             tokens = jax.device_put(mixture.batch(step, d.batch_size), batch_sharding)
             state, metrics = step_fn(state, tokens)
@@ -285,19 +362,34 @@ def train(config: TrainConfig) -> TrainResult:
                     timed_seconds += elapsed
                 tok_s = window_steps * tokens_per_step / max(elapsed, 1e-9)
                 mfu = tok_s * flops_per_token / (peak * mesh.size)
-                record = {"step": done, **metrics, "tokens_per_s": tok_s, "mfu": mfu, "tokens": done * tokens_per_step, "time": time.time()}
+                record = {
+                    "step": done,
+                    **metrics,
+                    "tokens_per_s": tok_s,
+                    "mfu": mfu,
+                    "tokens": done * tokens_per_step,
+                    "time": time.time(),
+                }
                 _write_jsonl(metrics_path, record)
-                trackers.log(done, {f"train/{k}": record[k] for k in ("loss", "z_loss", "grad_norm", "lr", "tokens_per_s", "mfu")})
+                trackers.log(
+                    done,
+                    {f"train/{k}": record[k] for k in ("loss", "z_loss", "grad_norm", "lr", "tokens_per_s", "mfu")},
+                )
                 if cfg.progress:
                     eta = (cfg.steps - done) * elapsed / window_steps
                     _progress(
-                        f"step {done}/{cfg.steps} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e} gnorm {metrics['grad_norm']:.2f} "
+                        f"step {done}/{cfg.steps} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e} gnorm "
+                        f"{metrics['grad_norm']:.2f} "
                         f"| {tok_s:,.0f} tok/s | MFU {100 * mfu:.1f}% | eta {eta:.0f}s",
                         final=done == cfg.steps,
                     )
                 window_start, window_steps, paused, first_step_done = time.perf_counter(), 0, 0.0, True
-            want_eval = bool(evals) and ((cfg.eval_every is not None and done % cfg.eval_every == 0) or done == cfg.steps)
-            want_checkpoint = cfg.checkpoint_every is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps)
+            want_eval = bool(evals) and (
+                (cfg.eval_every is not None and done % cfg.eval_every == 0) or done == cfg.steps
+            )
+            want_checkpoint = cfg.checkpoint_every is not None and (
+                done % cfg.checkpoint_every == 0 or done == cfg.steps
+            )
             if want_eval or want_checkpoint:
                 jax.block_until_ready(state)  # pending steps finish first: their time is training time
                 pause_start = time.perf_counter()  # eval and checkpoint time is not
@@ -307,13 +399,20 @@ def train(config: TrainConfig) -> TrainResult:
                     _write_jsonl(metrics_path, {"step": done, **scalars})
                     trackers.log(done, scalars)
                 if want_checkpoint:
-                    last_ckpt = str(save_checkpoint(ckpt_dir, done, state, keep=cfg.keep_checkpoints, extra={"config": config_to_dict(cfg)}))
+                    last_ckpt = str(
+                        save_checkpoint(
+                            ckpt_dir, done, state, keep=cfg.keep_checkpoints, extra={"config": config_to_dict(cfg)}
+                        )
+                    )
                 paused += time.perf_counter() - pause_start
 
     if metrics:
         final_loss = float(metrics["loss"])
     else:  # resumed at the last step: nothing trained in this call, so report what the log and the state say
-        final_loss = next((float(r["loss"]) for r in reversed(read_metrics(metrics_path)) if r.get("step") == start and "loss" in r), float("nan"))
+        final_loss = next(
+            (float(r["loss"]) for r in reversed(read_metrics(metrics_path)) if r.get("step") == start and "loss" in r),
+            float("nan"),
+        )
         if evals:
             eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
     tok_s = timed_tokens / timed_seconds if timed_seconds else 0.0
@@ -327,5 +426,15 @@ def train(config: TrainConfig) -> TrainResult:
         checkpoint=last_ckpt,
         state=state,
     )
-    _write_jsonl(metrics_path, {"event": "end", "step": result.steps, "final_loss": final_loss, "tokens_per_s": tok_s, "mfu": result.mfu, "eval": eval_results})
+    _write_jsonl(
+        metrics_path,
+        {
+            "event": "end",
+            "step": result.steps,
+            "final_loss": final_loss,
+            "tokens_per_s": tok_s,
+            "mfu": result.mfu,
+            "eval": eval_results,
+        },
+    )
     return result

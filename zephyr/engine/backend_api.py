@@ -1,0 +1,49 @@
+"""What a backend is: the `Backend` protocol the executor drives, the `Outcome` it reports per task,
+and `portable_error`, which every backend applies to a task's exception before shipping it back.
+
+Its own module so that `backends` (local and process pools, `make_backend`) and `ray_backend` both
+import it without importing each other.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Protocol
+
+import cloudpickle
+
+from zephyr.engine.errors import UserCodeError
+from zephyr.engine.worker import ShardResult, ShardTask
+
+__all__ = ["Backend", "Outcome", "portable_error"]
+
+
+@dataclass
+class Outcome:
+    task: ShardTask
+    result: ShardResult | None = None
+    error: BaseException | None = None
+    lost: bool = False  # the worker died (infrastructure), as opposed to the task raising
+    detail: str = ""
+    worker_pid: int | None = None  # where the attempt ran, for retry reports and the run record
+    worker_host: str | None = None
+
+
+class Backend(Protocol):
+    capacity: int
+
+    def submit(self, task: ShardTask) -> None: ...
+
+    def wait(self, timeout: float) -> list[Outcome]: ...
+
+    def close(self) -> None: ...
+
+
+def portable_error(error: Exception) -> Exception:
+    """The error itself when it survives pickling, else a UserCodeError with its text and traceback."""
+    try:
+        cloudpickle.loads(cloudpickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001
+        return UserCodeError(f"{type(error).__name__}: {error}", traceback_text=traceback.format_exc())
