@@ -24,7 +24,6 @@ import xxhash
 from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.errors import PlanError
-from zephyr.fs import url_to_fs
 from zephyr.engine.inputs import (
     FileInput,
     GroupInput,
@@ -55,6 +54,7 @@ from zephyr.engine.pipeline import (
     Step,
 )
 from zephyr.engine.shuffle import ShuffleSpec, scatters_batches
+from zephyr.fs import url_to_fs
 
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
 
