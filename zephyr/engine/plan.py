@@ -24,6 +24,7 @@ import xxhash
 from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.errors import PlanError
+from zephyr.engine.expr import Expr
 from zephyr.engine.inputs import (
     FileInput,
     GroupInput,
@@ -106,7 +107,8 @@ class Plan:
 
 
 def is_expression(predicate: Any) -> bool:
-    return hasattr(predicate, "to_arrow") and hasattr(predicate, "evaluate")
+    """A `col`/`lit` expression (pushed into readers, described by its readable form)."""
+    return isinstance(predicate, Expr)
 
 
 # ------------------------------------------------------------------------------------------- plan
