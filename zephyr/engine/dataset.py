@@ -6,7 +6,9 @@ stages and runs them on the backend of the current `execution(...)` config.
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -403,10 +405,9 @@ def _first_of_group(key: Any, items: Iterable[Any]) -> Iterator[Any]:
 
 
 def _count_shard(records: Iterable[Any]) -> Iterable[int]:
-    count = 0
-    for count, _ in enumerate(records, 1):
-        pass
-    yield count
+    counter = itertools.count()
+    collections.deque(zip(records, counter, strict=False), maxlen=0)  # consumed in C: the counter moves per record
+    yield next(counter)
 
 
 class _Empty:

@@ -155,7 +155,10 @@ class Expr:
     def isin(self, values: Iterable[Any]) -> Expr:
         """True where the value equals one of `values`; null where the value is null."""
         if isinstance(values, (str, bytes)):
-            raise TypeError(f"isin() takes a collection of values, got the single {type(values).__name__} {values!r}: write .isin([{values!r}])")
+            raise TypeError(
+                f"isin() takes a collection of values, got the single {type(values).__name__} {values!r}: "
+                f"write .isin([{values!r}])"
+            )
         values = tuple(values)
         for value in values:
             _check_literal(value, "isin() value")

@@ -21,10 +21,10 @@ import xxhash
 
 from zephyr.engine import ops as O
 from zephyr.engine.errors import UserCodeError
-from zephyr.fs import join
 from zephyr.engine.ops import callable_name, preview
 from zephyr.engine.shuffle import as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
 from zephyr.engine.task import ShardResult, ShardTask
+from zephyr.fs import join
 
 __all__ = [
     "SourceShard",
@@ -283,7 +283,7 @@ class _Counted:
         self._records = records
         self._result: ShardResult | None = result
         self._counter = itertools.count()
-        self._stream = map(operator.itemgetter(0), zip(records, self._counter))
+        self._stream = map(operator.itemgetter(0), zip(records, self._counter, strict=False))
 
     def __iter__(self) -> Iterator[Any]:
         return self._stream

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from zephyr import counters
-from zephyr.fs import atomic_write, join, open_url, remove_dead_temps, url_to_fs
 from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec
 from zephyr.engine.task import ShardResult, ShardTask
+from zephyr.fs import atomic_write, join, open_url, remove_dead_temps, url_to_fs
 
 __all__ = ["Scatter", "FileSink", "PartitionedSink", "ShardWriterSink", "Collect", "StageOutput", "read_results"]
 

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from zephyr.engine.errors import BadInputError, UserCodeError
+from zephyr.engine.expr import Expr
 from zephyr.engine.ops import preview
 
 __all__ = ["Apply", "Keep", "Expand", "Limit", "Project", "BatchApply", "ShardApply", "Step", "Pipeline"]
@@ -218,7 +219,7 @@ def _fuse(steps: list[RecordStep]) -> Segment:
             var = f"r{k + 1}"
         elif isinstance(step, Keep):
             predicate = step.predicate
-            if _is_expression(predicate):
+            if isinstance(predicate, Expr):
                 checks.append(_FieldCheck(step))
                 env[f"f{k}"] = checks[-1] if checks[-1].columns else predicate.compile()
             else:
@@ -310,10 +311,6 @@ def _failure(step: Step, where: str, index: int, record: Any, error: Exception) 
         f"  record: {preview(record)}",
         traceback_text=traceback.format_exc(),
     )
-
-
-def _is_expression(predicate: Any) -> bool:
-    return hasattr(predicate, "to_arrow") and hasattr(predicate, "compile")
 
 
 # ----------------------------------------------------------------------------- batches and shards

@@ -20,7 +20,7 @@ from typing import Any
 from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.errors import PlanError
-from zephyr.fs import url_to_fs
+from zephyr.engine.expr import Expr
 from zephyr.engine.inputs import (
     FileInput,
     GroupInput,
@@ -52,6 +52,7 @@ from zephyr.engine.pipeline import (
 )
 from zephyr.engine.shuffle import ShuffleSpec, scatters_batches
 from zephyr.versioning import describe, digest
+from zephyr.fs import url_to_fs
 
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
 
@@ -103,7 +104,8 @@ class Plan:
 
 
 def is_expression(predicate: Any) -> bool:
-    return hasattr(predicate, "to_arrow") and hasattr(predicate, "evaluate")
+    """A `col`/`lit` expression (pushed into readers, described by its readable form)."""
+    return isinstance(predicate, Expr)
 
 
 # ------------------------------------------------------------------------------------------- plan

@@ -111,7 +111,7 @@ class RunRecorder:
 
     # ------------------------------------------------------------------------------- steps
     def begin_step(self, name: str, version: str, path: str) -> dict[str, Any]:
-        step = {
+        step: dict[str, Any] = {
             "name": name, "version": version[:10], "path": path, "status": "running", "started_at": _now(),
             "seconds": None, "docs_in": None, "docs_out": None, "removed": {}, "tokens": None, "summary": {},
         }
@@ -136,7 +136,7 @@ class RunRecorder:
         if self.record["backend"] is None:
             self.record["backend"] = config.backend
             self.record["workers"] = config.num_workers
-        job = {
+        job: dict[str, Any] = {
             "job": len(self.record["jobs"]), "step": self.current_step, "status": "running", "started_at": _now(),
             "seconds": None, "counters": {}, "stages": [],
         }

@@ -23,7 +23,8 @@ def data_files(pattern: str, format: str | None = None) -> list[str]:
     files = expand_glob(pattern)
     if format is not None or not _open_ended(pattern):
         return files
-    kept, skipped = [], {}
+    kept: list[str] = []
+    skipped: dict[str, int] = {}  # extension -> files skipped
     for path in files:
         try:
             infer_format(path)
