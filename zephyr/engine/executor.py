@@ -28,6 +28,7 @@ from zephyr.engine.backends import Backend, Outcome, make_backend, release_backe
 from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.counters import merge
 from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
+from zephyr.errors import StorageError
 from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.outputs import FileSink
@@ -261,7 +262,7 @@ def _retry_or_raise(
             raise ZephyrError(f"{reason}; gave up after {config.max_infra_retries} infrastructure retries")
     else:
         error = outcome.error
-        if isinstance(error, BadInputError | PlanError):
+        if isinstance(error, BadInputError | PlanError | StorageError):
             raise error  # deterministic: a retry would fail the same way
         entry.user_failures += 1
         reason = f"{where}: {type(error).__name__}: {str(error).splitlines()[0]}"
