@@ -79,6 +79,7 @@ def execute(dataset: Any, config: ExecutionConfig | None = None) -> RunResult:
 
 
 def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
+    _check_process_local_urls(physical, config)
     if config.dry_run:
         print(physical.describe())
         return RunResult([], {}, [], plan=physical)
@@ -128,6 +129,31 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
         progress.summary(run)
     progress.end_job("succeeded", counters)
     return run
+
+
+_PROCESS_LOCAL = ("memory://",)  # fsspec filesystems that live in one process's memory
+
+
+def _check_process_local_urls(physical: Plan, config: ExecutionConfig) -> None:
+    """memory:// is one process's memory: under a backend whose workers are other processes, files a worker
+    writes there vanish with it and files the driver wrote are not there for the workers. Refuse it up
+    front instead of returning paths nobody can read."""
+    if config.backend == "local":
+        return
+    urls = [("scratch", config.scratch_url)]
+    for stage in physical.stages:
+        source = getattr(stage.input, "source", None)
+        urls += [("input", p) for p in getattr(source, "patterns", ())]
+        if isinstance(getattr(stage.output, "pattern", None), str):
+            urls.append(("output", stage.output.pattern))
+    for role, url in urls:
+        if str(url).startswith(_PROCESS_LOCAL):
+            raise PlanError(
+                f"{role} {url!r} is in memory://, which each process has its own of: under the {config.backend!r} "
+                "backend the workers are other processes, so what they write there vanishes and they cannot read "
+                "what this process wrote. Use backend='local' (execution(backend='local') or --backend local), "
+                "or a local directory or bucket URL."
+            )
 
 
 def _finished_upstreams(physical: Plan, index: int) -> list[int]:
