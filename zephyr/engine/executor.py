@@ -33,6 +33,7 @@ from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.outputs import FileSink
 from zephyr.engine.progress import ProgressDisplay
+from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import target_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 
@@ -85,6 +86,21 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
         return RunResult([], {}, [], plan=physical)
     started = time.perf_counter()
     run_url = join(config.scratch_url, physical.fingerprint[:16])
+    with run_locks(run_url, _output_dirs(physical)):
+        return _execute(physical, config, run_url, started)
+
+
+def _output_dirs(physical: Plan) -> list[str]:
+    """The folders the sinks write into: the fixed part of each output pattern."""
+    dirs = []
+    for stage in physical.stages:
+        pattern = getattr(stage.output, "pattern", None)
+        if isinstance(pattern, str):
+            dirs.append(pattern.split("{", 1)[0].rsplit("/", 1)[0] or ".")
+    return sorted(set(dirs))
+
+
+def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: float) -> RunResult:
     stage_results: dict[int, list[ShardResult]] = {}
     stats: list[StageStats] = []
     counters: dict[str, int] = {}
