@@ -228,7 +228,7 @@ class TokenStoreWriter:
 def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[str], *,
                      tokenizer: str | TokenizerSpec = "smollm2", text_field: str = "text", id_field: str = "id",
                      add_bos: bool = False, add_eos: bool = True, validation_fraction: float = 0.0,
-                     format: str | None = None, resume: bool = True, on_bad_record: str = "raise") -> TokenizeResult:
+                     format: str | None = None, resume: bool = True, on_bad_record: str | None = None) -> TokenizeResult:
     """Tokenize every file matching ``input_glob`` into the token store ``output``.
 
     Runs under the current :func:`zephyr.execution` settings (backend,
