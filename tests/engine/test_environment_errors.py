@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from dataclasses import dataclass
 import subprocess
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -22,8 +22,9 @@ from zephyr.errors import BadInputError, StorageError
 
 @pytest.fixture
 def local(scratch):
-    with execution(backend="local", scratch=scratch, summary=False, progress=False, max_user_retries=3,
-                   retry_backoff_s=0.01):
+    with execution(
+        backend="local", scratch=scratch, summary=False, progress=False, max_user_retries=3, retry_backoff_s=0.01
+    ):
         yield
 
 
@@ -50,13 +51,17 @@ def test_a_full_disk_in_user_code_is_a_storage_error_not_retried(local, tmp_path
 
 def test_permission_denied_on_the_output_is_a_storage_error(local):
     with pytest.raises(StorageError, match=r"(permission denied|read-only file system|not permitted): /sys/zephyr-"):
-        Dataset.from_list([{"a": 1}], num_shards=1).write_jsonl(f"/sys/zephyr-{uuid.uuid4().hex[:6]}/part-{{shard}}.jsonl")
+        Dataset.from_list([{"a": 1}], num_shards=1).write_jsonl(
+            f"/sys/zephyr-{uuid.uuid4().hex[:6]}/part-{{shard}}.jsonl"
+        )
 
 
 @contextlib.contextmanager
 def _small_tmpfs(path: Path, size: str):
     path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True).returncode:
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    ).returncode:
         pytest.skip("mounting a small tmpfs needs root")
     try:
         yield path
@@ -70,11 +75,14 @@ def test_a_full_disk_while_tokenizing_names_the_file_and_leaves_no_temporary_fil
     docs = [{"id": str(i), "text": f"document {i} " + "words and more words " * 40} for i in range(300)]
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "part-0.jsonl.zst").write_bytes(
-        zstandard.ZstdCompressor().compress(b"\n".join(orjson.dumps(d) for d in docs)))
+        zstandard.ZstdCompressor().compress(b"\n".join(orjson.dumps(d) for d in docs))
+    )
     with _small_tmpfs(tmp_path / "small", "64k") as small:
-        with execution(backend="local", scratch=scratch, summary=False, progress=False):
-            with pytest.raises(StorageError, match=r"no space left on the device: .*/small/store/shards/00000/\.tmp-"):
-                tokenize_dataset(str(tmp_path / "in" / "*.jsonl.zst"), small / "store")
+        with (
+            execution(backend="local", scratch=scratch, summary=False, progress=False),
+            pytest.raises(StorageError, match=r"no space left on the device: .*/small/store/shards/00000/\.tmp-"),
+        ):
+            tokenize_dataset(str(tmp_path / "in" / "*.jsonl.zst"), small / "store")
         assert not [p for p in small.rglob(".tmp-*")]
 
 

@@ -12,9 +12,11 @@ from zephyr.errors import PlanError
 
 def test_memory_urls_under_the_processes_backend_are_refused(scratch):
     url = f"memory://zephyr-{uuid.uuid4().hex[:8]}/part-{{shard:05d}}.jsonl"
-    with execution(backend="processes", workers=2, scratch=scratch, summary=False, progress=False):
-        with pytest.raises(PlanError, match=r"output 'memory://.*each process has its own.*backend='local'"):
-            Dataset.from_list([{"a": 1}, {"a": 2}], num_shards=2).write_jsonl(url)
+    with (
+        execution(backend="processes", workers=2, scratch=scratch, summary=False, progress=False),
+        pytest.raises(PlanError, match=r"output 'memory://.*each process has its own.*backend='local'"),
+    ):
+        Dataset.from_list([{"a": 1}, {"a": 2}], num_shards=2).write_jsonl(url)
 
 
 def test_memory_urls_work_on_the_local_backend(scratch):

@@ -15,7 +15,7 @@ import pytest
 from zephyr import Dataset, execution
 from zephyr.engine.run_lock import LOCK_NAME, RunLockedError
 
-_SLOW = textwrap.dedent('''
+_SLOW = textwrap.dedent("""
     import sys, time
     from zephyr import Dataset, execution
 
@@ -25,8 +25,9 @@ _SLOW = textwrap.dedent('''
 
     if __name__ == "__main__":
         with execution(backend="local", scratch=sys.argv[2], summary=False, progress=False):
-            Dataset.from_list(list(range(3000)), num_shards=2).map(slow).write_jsonl(sys.argv[1] + "/part-{shard}.jsonl")
-''')
+            records = Dataset.from_list(list(range(3000)), num_shards=2).map(slow)
+            records.write_jsonl(sys.argv[1] + "/part-{shard}.jsonl")
+""")
 
 
 def test_a_second_run_on_the_same_scratch_and_output_says_so_and_a_dead_ones_lock_is_taken_over(tmp_path):
@@ -41,7 +42,9 @@ def test_a_second_run_on_the_same_scratch_and_output_says_so_and_a_dead_ones_loc
             assert proc.poll() is None and time.monotonic() < deadline, "the first run never started"
             time.sleep(0.02)
         # the same pipeline started again from the same folder: it shares the checkpoint directory
-        second = subprocess.run([sys.executable, str(script), str(out), str(scratch), "0"], env=env, capture_output=True, check=False)
+        second = subprocess.run(
+            [sys.executable, str(script), str(out), str(scratch), "0"], env=env, capture_output=True, check=False
+        )
         assert second.returncode != 0
         assert f"another run (pid {proc.pid} on " in second.stderr.decode()
         assert "is using the scratch (checkpoint) directory" in second.stderr.decode()
@@ -54,7 +57,9 @@ def test_a_second_run_on_the_same_scratch_and_output_says_so_and_a_dead_ones_loc
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     # the killed run's locks (scratch and output) are taken over: the same pipeline resumes and finishes
-    rerun = subprocess.run([sys.executable, str(script), str(out), str(scratch), "0"], env=env, capture_output=True, check=False)
+    rerun = subprocess.run(
+        [sys.executable, str(script), str(out), str(scratch), "0"], env=env, capture_output=True, check=False
+    )
     assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["part-0.jsonl", "part-1.jsonl"]
     assert not list(scratch.rglob(LOCK_NAME))

@@ -41,8 +41,9 @@ def test_zephyr_tokenize_takes_on_bad_record(inputs, tmp_path, scratch, monkeypa
     store = str(tmp_path / "store")
     args = parser.parse_args(["tokenize", str(inputs / "*.jsonl.zst"), store, "--backend", "local"])
     assert args.func(args) == 2
-    args = parser.parse_args(["tokenize", str(inputs / "*.jsonl.zst"), store, "--backend", "local",
-                              "--on-bad-record", "skip"])
+    args = parser.parse_args(
+        ["tokenize", str(inputs / "*.jsonl.zst"), store, "--backend", "local", "--on-bad-record", "skip"]
+    )
     assert args.func(args) == 0
     assert open_store(store).num_documents >= 5
 

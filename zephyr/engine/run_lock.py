@@ -18,7 +18,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 
-from zephyr.errors import ZephyrError
+from zephyr.errors import ZephyrError, storage_error
 from zephyr.fs import url_to_fs
 
 __all__ = ["RunLockedError", "run_locks"]
@@ -84,7 +84,13 @@ def run_locks(run_url: str, output_dirs: Sequence[str]) -> Iterator[None]:
         for url, role in [(run_url, "scratch (checkpoint) directory")] + [(d, "output folder") for d in output_dirs]:
             directory = _local_dir(url)
             if directory is not None:
-                lock = _acquire(directory, role)
+                try:
+                    lock = _acquire(directory, role)
+                except OSError as error:  # e.g. an output under a read-only or forbidden folder
+                    environment = storage_error(error, f"taking the {role} {directory}")
+                    if environment is None:
+                        raise
+                    raise environment from None
                 if lock:
                     held.append(lock)
         yield
