@@ -56,6 +56,14 @@ def test_a_written_folder_has_one_schema(local, tmp_path, fmt):
         assert table.num_rows == 3 and table.column("filter_reason").to_pylist().count("short") == 1
 
 
+def test_a_partitioned_parquet_output_has_one_schema(local, tmp_path):
+    records = [{"lang": "en", "id": 1}, {"lang": "fr", "id": 2, "extra": "x"}, {"lang": "en", "id": 3, "score": 0.5}]
+    pattern = str(tmp_path / "p" / "{lang}" / "part-{shard}.parquet")
+    Dataset.from_list(records, num_shards=3).write(pattern, partition_by="lang").execute()
+    table = pads.dataset(str(tmp_path / "p"), format="parquet").to_table()
+    assert table.num_rows == 3 and {"extra", "score"} <= set(table.schema.names)
+
+
 def test_schema_given_is_every_file_schema(local, tmp_path):
     schema = pa.schema(
         [("id", pa.int64()), ("text", pa.string()), ("filter_reason", pa.string()), ("score", pa.float64())]

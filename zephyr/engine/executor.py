@@ -31,7 +31,7 @@ from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, Zephyr
 from zephyr.errors import StorageError
 from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
-from zephyr.engine.outputs import FileSink
+from zephyr.engine.outputs import FileSink, PartitionedSink
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import target_bytes
@@ -132,11 +132,12 @@ def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: flo
         outputs: list[Any] = [record for r in results if r.result_url for record in read_results(r.result_url)]
     else:
         outputs = [path for r in results for path in r.paths]
-        if isinstance(final.output, FileSink) and final.output.schema is None:
+        sink = final.output
+        if isinstance(sink, FileSink | PartitionedSink) and getattr(sink, "schema", None) is None:
             from zephyr.engine.io.folder_schema import unify_folder_schema
 
             # one schema per written folder: files whose shards lacked a field get it (null)
-            if rewritten := unify_folder_schema(outputs, final.output.format):
+            if rewritten := unify_folder_schema(outputs, sink.format):
                 counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
     if not config.keep_scratch:
         _remove(run_url)
