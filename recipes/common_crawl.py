@@ -639,6 +639,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
     parser.add_argument("--data-dir", default=None, help="where the sample's real pages are (default: <repo>/../shared/data)")
     parser.add_argument("--force", action="append", default=[], help="rerun this step even if it completed (repeatable)")
     # Under `zephyr run` the engine takes these; they are here for `python recipes/common_crawl.py`.
+    parser.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
+                        help="skip (and count) unreadable input records and files instead of failing (default: raise)")
     parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -649,7 +651,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
         fuzzy_threshold=args.fuzzy_threshold, num_shards=args.num_shards, tokenizer=args.tokenizer, store=args.store,
         sample_pages=args.sample_pages, data_dir=args.data_dir, force=tuple(args.force),
     )
-    engine = {k: v for k, v in (("backend", args.backend), ("workers", args.workers)) if v is not None}
+    engine = {k: v for k, v in (("backend", args.backend), ("workers", args.workers),
+                                ("on_bad_record", args.on_bad_record)) if v is not None}
     return config, engine
 
 

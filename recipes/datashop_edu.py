@@ -609,6 +609,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
     parser.add_argument("--force", action="append", default=[],
                         help="rerun this step even if it completed (repeatable)")
     # Under `zephyr run` the engine takes these; they are here for `python recipes/datashop_edu.py`.
+    parser.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
+                        help="skip (and count) unreadable input records and files instead of failing (default: raise)")
     parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -627,7 +629,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
         batch_size=args.batch_size, classifier=args.classifier, holdout_fraction=args.holdout_fraction,
         keep_fraction=args.keep_fraction, threshold=args.threshold, tokenizer=args.tokenizer, force=tuple(args.force),
     )
-    engine = {k: v for k, v in (("backend", args.backend), ("workers", args.workers)) if v is not None}
+    engine = {k: v for k, v in (("backend", args.backend), ("workers", args.workers),
+                                ("on_bad_record", args.on_bad_record)) if v is not None}
     return config, engine
 
 

@@ -196,6 +196,7 @@ class RecipeConfig:
     tokenizer: str = "smollm2"
     num_shards: int = 4
     sample_docs_per_split: int = 420
+    on_bad_record: str | None = None  # None: the execution config's ("raise" unless set)
 
 
 def parse_args(argv: list[str] | None = None) -> RecipeConfig:
@@ -212,6 +213,8 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
     parser.add_argument("--num-shards", type=int, default=4, help="shards of the dedup shuffles")
     parser.add_argument("--sample-docs-per-split", type=int, default=420,
                         help="size of the embedded sample (used when no --input is given)")
+    parser.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
+                        help="skip (and count) unreadable input records and files instead of failing (default: raise)")
     args = parser.parse_args(argv)
     weights = {}
     for item in filter(None, args.weights.split(",")):
@@ -223,7 +226,7 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
         except ValueError:
             parser.error(f"--weights: {name}={value!r} is not a number; write e.g. {name}=0.5")
     return RecipeConfig(args.input, args.output, weights, not args.no_train, args.train_steps, args.tokenizer,
-                        args.num_shards, args.sample_docs_per_split)
+                        args.num_shards, args.sample_docs_per_split, args.on_bad_record)
 
 
 def run(config: RecipeConfig) -> dict[str, StepOutput]:
@@ -288,7 +291,11 @@ def print_summary(outputs: dict[str, StepOutput]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    print_summary(run(parse_args(argv)))
+    from zephyr import execution
+
+    config = parse_args(argv)
+    with execution(**({"on_bad_record": config.on_bad_record} if config.on_bad_record else {})):
+        print_summary(run(config))
 
 
 if __name__ == "__main__":

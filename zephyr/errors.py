@@ -6,7 +6,9 @@ so that `zephyr.fs` and `zephyr.config` raise the same types as the engine.
 
 from __future__ import annotations
 
-__all__ = ["ZephyrError", "BadInputError", "UserCodeError", "PlanError"]
+import errno
+
+__all__ = ["ZephyrError", "BadInputError", "UserCodeError", "PlanError", "StorageError", "storage_error"]
 
 
 class ZephyrError(Exception):
@@ -19,6 +21,39 @@ class BadInputError(ZephyrError):
 
 class PlanError(ZephyrError):
     """A pipeline that cannot be planned or executed as written."""
+
+
+class StorageError(ZephyrError):
+    """The machine's storage refused: permission denied, a read-only file system, a full disk or quota.
+
+    Neither the data nor the user's code is at fault, and retrying the shard would fail the same way, so
+    the engine does not retry it as a user error; the message names the path and the fix."""
+
+
+# errno -> (what happened, the fix)
+_STORAGE_ERRNOS = {
+    errno.EACCES: ("permission denied", "give this user write/read access to it, or choose another location"),
+    errno.EPERM: ("operation not permitted", "give this user access to it, or choose another location"),
+    errno.EROFS: ("read-only file system", "write to a writable location (--output, --scratch)"),
+    errno.ENOSPC: ("no space left on the device", "free space there or choose a location with room"),
+    errno.EDQUOT: ("disk quota exceeded", "free space under the quota or choose another location"),
+}
+
+
+def storage_error(error: BaseException, where: str) -> StorageError | None:
+    """The one place that tells the environment's failures from the user's: a `StorageError` naming
+    `where` and the path when `error` (or an error it was raised from) is such an OSError, else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _STORAGE_ERRNOS:
+            what, fix = _STORAGE_ERRNOS[current.errno]
+            path = current.filename or "(path not reported)"
+            return StorageError(f"{where}: {what}: {path} ({current.strerror or current}). This is the machine's "
+                                f"storage, not the data or the code: {fix}; then rerun (finished shards are kept).")
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class UserCodeError(ZephyrError):

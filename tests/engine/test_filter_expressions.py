@@ -21,7 +21,7 @@ def _same(record):
 def test_expression_filter_after_a_map(local):
     ds = Dataset.from_list([{"a": 1}, {"a": 5}]).map(_same).filter(col("a") > 2)
     assert ds.collect() == [{"a": 5}]
-    assert "filter((col(\"a\") > 2))" in repr(ds)
+    assert 'filter((col("a") > 2))' in repr(ds)
 
 
 def test_expression_filter_after_flat_map_and_group_by(local):

@@ -20,7 +20,11 @@ import pytest
 from zephyr import Dataset, execution
 from zephyr.engine.io import SchemaMismatchError, read_records
 
-RECORDS = [{"id": 1, "text": "a"}, {"id": 2, "text": "b", "filter_reason": "short"}, {"id": 3, "text": "c", "score": 0.5}]
+RECORDS = [
+    {"id": 1, "text": "a"},
+    {"id": 2, "text": "b", "filter_reason": "short"},
+    {"id": 3, "text": "c", "score": 0.5},
+]
 
 
 @pytest.fixture
@@ -32,12 +36,19 @@ def local(scratch):
 @pytest.mark.parametrize("fmt", ["parquet", "vortex"])
 def test_a_written_folder_has_one_schema(local, tmp_path, fmt):
     # 4 shards over 3 records: fields present in some shards only, and one empty shard
-    paths = Dataset.from_list(RECORDS, num_shards=4).write(str(tmp_path / fmt / f"part-{{shard:05d}}.{fmt}")).execute().outputs
+    paths = (
+        Dataset.from_list(RECORDS, num_shards=4)
+        .write(str(tmp_path / fmt / f"part-{{shard:05d}}.{fmt}"))
+        .execute()
+        .outputs
+    )
     assert len(paths) == 4
     rows = sorted(Dataset.from_files(str(tmp_path / fmt / f"*.{fmt}")).collect(), key=lambda r: r["id"])
-    assert rows == [{"id": 1, "text": "a", "filter_reason": None, "score": None},
-                    {"id": 2, "text": "b", "filter_reason": "short", "score": None},
-                    {"id": 3, "text": "c", "filter_reason": None, "score": 0.5}]
+    assert rows == [
+        {"id": 1, "text": "a", "filter_reason": None, "score": None},
+        {"id": 2, "text": "b", "filter_reason": "short", "score": None},
+        {"id": 3, "text": "c", "filter_reason": None, "score": 0.5},
+    ]
     if fmt == "parquet":
         frame = pl.read_parquet(str(tmp_path / fmt / "*.parquet"))
         assert frame.height == 3 and frame.columns == ["id", "text", "filter_reason", "score"]
@@ -45,8 +56,18 @@ def test_a_written_folder_has_one_schema(local, tmp_path, fmt):
         assert table.num_rows == 3 and table.column("filter_reason").to_pylist().count("short") == 1
 
 
+def test_a_partitioned_parquet_output_has_one_schema(local, tmp_path):
+    records = [{"lang": "en", "id": 1}, {"lang": "fr", "id": 2, "extra": "x"}, {"lang": "en", "id": 3, "score": 0.5}]
+    pattern = str(tmp_path / "p" / "{lang}" / "part-{shard}.parquet")
+    Dataset.from_list(records, num_shards=3).write(pattern, partition_by="lang").execute()
+    table = pads.dataset(str(tmp_path / "p"), format="parquet").to_table()
+    assert table.num_rows == 3 and {"extra", "score"} <= set(table.schema.names)
+
+
 def test_schema_given_is_every_file_schema(local, tmp_path):
-    schema = pa.schema([("id", pa.int64()), ("text", pa.string()), ("filter_reason", pa.string()), ("score", pa.float64())])
+    schema = pa.schema(
+        [("id", pa.int64()), ("text", pa.string()), ("filter_reason", pa.string()), ("score", pa.float64())]
+    )
     Dataset.from_list(RECORDS, num_shards=4).write_parquet(str(tmp_path / "p" / "part-{shard}.parquet"), schema=schema)
     assert pads.dataset(str(tmp_path / "p"), format="parquet").schema == schema
     assert pl.read_parquet(str(tmp_path / "p" / "*.parquet")).height == 3
@@ -54,7 +75,9 @@ def test_schema_given_is_every_file_schema(local, tmp_path):
 
 def test_types_that_cannot_be_unified_name_the_field_and_the_fix(local, tmp_path):
     with pytest.raises(SchemaMismatchError, match=r"disagree on field 'v': int64 in .* string in .*pass schema="):
-        Dataset.from_list([{"v": 1}, {"v": "x"}], num_shards=2).write_parquet(str(tmp_path / "p" / "part-{shard}.parquet"))
+        Dataset.from_list([{"v": 1}, {"v": "x"}], num_shards=2).write_parquet(
+            str(tmp_path / "p" / "part-{shard}.parquet")
+        )
 
 
 @pytest.mark.parametrize("ext", ["jsonl", "jsonl.zst", "parquet", "vortex"])
@@ -68,7 +91,9 @@ def test_an_empty_shard_writes_its_empty_file(local, tmp_path, ext):
 
 
 def test_a_directory_is_read_recursively_without_hidden_files(local, tmp_path, caplog):
-    Dataset.from_list([{"i": i} for i in range(4)], num_shards=2).write_jsonl(str(tmp_path / "data" / "a" / "p-{shard}.jsonl"))
+    Dataset.from_list([{"i": i} for i in range(4)], num_shards=2).write_jsonl(
+        str(tmp_path / "data" / "a" / "p-{shard}.jsonl")
+    )
     Dataset.from_list([{"i": 9}], num_shards=1).write_parquet(str(tmp_path / "data" / "b" / "p-{shard}.parquet"))
     (tmp_path / "data" / "README.md").write_text("not data")
     (tmp_path / "data" / "_SUCCESS").write_text("")
@@ -78,10 +103,15 @@ def test_a_directory_is_read_recursively_without_hidden_files(local, tmp_path, c
     assert values == [0, 1, 2, 3, 9]
     assert "skipped 1 file(s) whose format the name does not tell: .md (1)" in caplog.text
     assert sorted(r["i"] for r in Dataset.from_files(str(tmp_path / "data" / "**")).collect()) == [0, 1, 2, 3, 9]
-    assert sorted(r["i"] for r in Dataset.from_files(str(tmp_path / "data" / "a" / "*.jsonl")).collect()) == [0, 1, 2, 3]
+    assert sorted(r["i"] for r in Dataset.from_files(str(tmp_path / "data" / "a" / "*.jsonl")).collect()) == [
+        0,
+        1,
+        2,
+        3,
+    ]
 
 
-_SLOW_WRITER = textwrap.dedent('''
+_SLOW_WRITER = textwrap.dedent("""
     import sys, time
     from zephyr import Dataset, execution
 
@@ -95,7 +125,7 @@ _SLOW_WRITER = textwrap.dedent('''
         records = [{"shard": s, "i": i} for s in range(3) for i in range(9000)]
         with execution(backend="local", scratch=scratch, summary=False, progress=False):
             Dataset.from_list(records, num_shards=3).map(slow).write_jsonl(out + "/part-{shard:05d}.jsonl.zst")
-''')
+""")
 
 
 def test_a_run_killed_while_writing_leaves_nothing_a_rerun_or_reader_takes_for_data(tmp_path):
@@ -122,7 +152,10 @@ def test_a_run_killed_while_writing_leaves_nothing_a_rerun_or_reader_takes_for_d
     with execution(backend="local", scratch=str(tmp_path / "scratch2"), summary=False, progress=False):
         records = [{"shard": s, "i": i} for s in range(3) for i in range(9000)]
         Dataset.from_list(records, num_shards=3).write_jsonl(str(clean / "part-{shard:05d}.jsonl.zst"))
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir()) == [
-        f"part-0000{i}.jsonl.zst" for i in range(3)]
+    assert (
+        sorted(p.name for p in out.iterdir())
+        == sorted(p.name for p in clean.iterdir())
+        == [f"part-0000{i}.jsonl.zst" for i in range(3)]
+    )
     for name in (f"part-0000{i}.jsonl.zst" for i in range(3)):
         assert list(read_records(str(out / name))) == list(read_records(str(clean / name)))

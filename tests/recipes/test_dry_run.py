@@ -11,16 +11,22 @@ from zephyr.steps import DryRunStop, StepRunner
 @pytest.mark.parametrize("name", ["nemotron_cc", "common_crawl", "datashop_edu"])
 def test_a_recipe_dry_run_writes_nothing_and_exits_0(load_recipe, tmp_path, capsys, name):
     recipe = load_recipe(name)
-    with execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False):
-        with pytest.raises(SystemExit) as stop:
-            recipe.main(["--output", str(tmp_path / "out")])
+    with (
+        execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False),
+        pytest.raises(SystemExit) as stop,
+    ):
+        recipe.main(["--output", str(tmp_path / "out")])
     assert stop.value.code == 0
     assert "[dry run]" in capsys.readouterr().out
     assert [p for p in tmp_path.rglob("*")] == []  # no output, no scratch, no step marker
 
 
 def _write_numbers(path: str, *, config=None, **inputs):
-    paths = Dataset.from_list(list(range(10)), num_shards=2).map(lambda x: {"x": x}).write_jsonl(path + "/part-{shard}.jsonl")
+    paths = (
+        Dataset.from_list(list(range(10)), num_shards=2)
+        .map(lambda x: {"x": x})
+        .write_jsonl(path + "/part-{shard}.jsonl")
+    )
     return {"files": len(paths)}
 
 
@@ -40,4 +46,6 @@ def test_step_runner_dry_run_reuses_complete_steps_and_stops_before_the_next(tmp
     assert "plan " in capsys.readouterr().out  # the count pipeline's plan was printed
     assert sorted(p for p in tmp_path.rglob("*") if "scratch" not in p.parts) == before
     with execution(backend="local", scratch=str(tmp_path / "scratch"), progress=False, summary=False):
-        assert StepRunner(str(tmp_path / "out")).run("count", _count, inputs={"numbers": numbers}).summary == {"records": 10}
+        assert StepRunner(str(tmp_path / "out")).run("count", _count, inputs={"numbers": numbers}).summary == {
+            "records": 10
+        }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import orjson
@@ -24,8 +23,10 @@ def _write(path: Path, docs: list[dict]) -> None:
 @pytest.fixture
 def inputs(tmp_path):
     for k in range(3):
-        _write(tmp_path / "in" / f"part-{k}.jsonl.zst",
-               [{"id": f"{k}-{i}", "text": f"document {k} number {i}, with words.", "source": "t"} for i in range(5)])
+        _write(
+            tmp_path / "in" / f"part-{k}.jsonl.zst",
+            [{"id": f"{k}-{i}", "text": f"document {k} number {i}, with words.", "source": "t"} for i in range(5)],
+        )
     return tmp_path
 
 

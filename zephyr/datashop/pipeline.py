@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -198,7 +199,7 @@ def run_stage(
         scored_files=tuple(scored_files), kept_files=tuple(kept_files), labels_path=str(labels_path),
         seconds=time.perf_counter() - start,
     )
-    (stage_dir / "report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    _write_atomic(stage_dir / "report.json", json.dumps(report.to_dict(), indent=2, default=str))
     return report
 
 
@@ -229,5 +230,13 @@ def run_datashop(config: DatashopConfig) -> DatashopReport:
             backend.close()
     result = DatashopReport(stages=tuple(reports), output_dir=str(out), seconds=time.perf_counter() - start,
                             output_files=reports[-1].kept_files if reports else ())
-    (out / "report.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    _write_atomic(out / "report.json", json.dumps(result.to_dict(), indent=2, default=str))
     return result
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace `path` only by a complete new file (a temporary name, then a rename): a run killed while
+    writing leaves the previous report, never a truncated one."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -46,12 +46,15 @@ class ExecutionConfig:
     keep_scratch: bool = False
     ray_address: str | None = None
     summary: bool = True
+    on_bad_record: str = "raise"  # for file sources that do not set it: "raise" or "skip" (count and skip)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.on_bad_record not in ("raise", "skip"):
+            raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {self.on_bad_record!r}")
         if self.memory_per_worker < 16 << 20:
             raise ValueError(f"memory_per_worker must be at least 16MB, got {self.memory_per_worker} bytes")
 

@@ -67,13 +67,14 @@ class Dataset:
         *,
         format: str | None = None,
         columns: Sequence[str] | None = None,
-        on_bad_record: str = "raise",
+        on_bad_record: str | None = None,
     ) -> Dataset:
         """One shard per file matching the glob(s): jsonl(.gz/.zst/.bz2), parquet or vortex.
 
-        on_bad_record="skip" counts and skips invalid records and unreadable files instead of failing.
+        on_bad_record="skip" counts and skips invalid records and unreadable files instead of failing;
+        None (the default) takes the current `execution(on_bad_record=...)` setting, itself "raise" by default.
         """
-        if on_bad_record not in ("raise", "skip"):
+        if on_bad_record not in ("raise", "skip", None):
             raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
         patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
         cols = tuple(columns) if columns is not None else None

@@ -28,13 +28,15 @@ from zephyr.engine.backends import Backend, Outcome, make_backend, release_backe
 from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.counters import merge
 from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
+from zephyr.errors import StorageError
+from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
-from zephyr.engine.outputs import FileSink
+from zephyr.engine.outputs import FileSink, PartitionedSink
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.shuffle import RunFile, target_bytes
+from zephyr.engine.run_lock import run_locks
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 from zephyr.versioning import read_marker, write_marker
-from zephyr.fs import atomic_write, join, url_to_fs
 
 __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
 
@@ -79,11 +81,27 @@ def execute(dataset: Any, config: ExecutionConfig | None = None) -> RunResult:
 
 
 def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
+    _check_process_local_urls(physical, config)
     if config.dry_run:
         print(physical.describe())
         return RunResult([], {}, [], plan=physical)
     started = time.perf_counter()
     run_url = join(config.scratch_url, physical.fingerprint[:16])
+    with run_locks(run_url, _output_dirs(physical)):
+        return _execute(physical, config, run_url, started)
+
+
+def _output_dirs(physical: Plan) -> list[str]:
+    """The folders the sinks write into: the fixed part of each output pattern."""
+    dirs = []
+    for stage in physical.stages:
+        pattern = getattr(stage.output, "pattern", None)
+        if isinstance(pattern, str):
+            dirs.append(pattern.split("{", 1)[0].rsplit("/", 1)[0] or ".")
+    return sorted(set(dirs))
+
+
+def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: float) -> RunResult:
     stage_results: dict[int, list[ShardResult]] = {}
     stats: list[StageStats] = []
     counters: dict[str, int] = {}
@@ -115,11 +133,12 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
         outputs: list[Any] = [record for r in results if r.result_url for record in read_results(r.result_url)]
     else:
         outputs = [path for r in results for path in r.paths]
-        if isinstance(final.output, FileSink) and final.output.schema is None:
+        sink = final.output
+        if isinstance(sink, FileSink | PartitionedSink) and getattr(sink, "schema", None) is None:
             from zephyr.engine.io.folder_schema import unify_folder_schema
 
             # one schema per written folder: files whose shards lacked a field get it (null)
-            if rewritten := unify_folder_schema(outputs, final.output.format):
+            if rewritten := unify_folder_schema(outputs, sink.format):
                 counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
     if not config.keep_scratch:
         _remove(run_url)
@@ -128,6 +147,31 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
         progress.summary(run)
     progress.end_job("succeeded", counters)
     return run
+
+
+_PROCESS_LOCAL = ("memory://",)  # fsspec filesystems that live in one process's memory
+
+
+def _check_process_local_urls(physical: Plan, config: ExecutionConfig) -> None:
+    """memory:// is one process's memory: under a backend whose workers are other processes, files a worker
+    writes there vanish with it and files the driver wrote are not there for the workers. Refuse it up
+    front instead of returning paths nobody can read."""
+    if config.backend == "local":
+        return
+    urls = [("scratch", config.scratch_url)]
+    for stage in physical.stages:
+        source = getattr(stage.input, "source", None)
+        urls += [("input", p) for p in getattr(source, "patterns", ())]
+        if isinstance(getattr(stage.output, "pattern", None), str):
+            urls.append(("output", stage.output.pattern))
+    for role, url in urls:
+        if str(url).startswith(_PROCESS_LOCAL):
+            raise PlanError(
+                f"{role} {url!r} is in memory://, which each process has its own of: under the {config.backend!r} "
+                "backend the workers are other processes, so what they write there vanishes and they cannot read "
+                "what this process wrote. Use backend='local' (execution(backend='local') or --backend local), "
+                "or a local directory or bucket URL."
+            )
 
 
 def _finished_upstreams(physical: Plan, index: int) -> list[int]:
@@ -262,7 +306,7 @@ def _retry_or_raise(
             raise ZephyrError(f"{reason}; gave up after {config.max_infra_retries} infrastructure retries")
     else:
         error = outcome.error
-        if isinstance(error, BadInputError | PlanError):
+        if isinstance(error, BadInputError | PlanError | StorageError):
             raise error  # deterministic: a retry would fail the same way
         entry.user_failures += 1
         reason = f"{where}: {type(error).__name__}: {str(error).splitlines()[0]}"

@@ -74,7 +74,7 @@ class FilesSource:
     format: str | None = None
     columns: tuple[str, ...] | None = None
     filter: Any = None  # zephyr.engine.expr.Expr
-    on_bad_record: str = "raise"
+    on_bad_record: str | None = None  # None: the execution config's
 
     @property
     def name(self) -> str:

@@ -23,6 +23,8 @@ import pyarrow as pa
 
 from zephyr.engine.errors import BadInputError, UserCodeError
 from zephyr.engine.expr import Expr
+from zephyr.engine.errors import ZephyrError
+from zephyr.errors import StorageError, storage_error
 from zephyr.engine.ops import preview
 
 __all__ = ["Apply", "Keep", "Expand", "Limit", "Project", "BatchApply", "ShardApply", "Step", "Pipeline"]
@@ -305,7 +307,10 @@ class _Checked:
             check.finish(where)
 
 
-def _failure(step: Step, where: str, index: int, record: Any, error: Exception) -> UserCodeError:
+def _failure(step: Step, where: str, index: int, record: Any, error: Exception) -> ZephyrError:
+    environment = storage_error(error, f"{step.name} in {where}, on record #{index}")
+    if environment is not None:  # a full disk or a read-only folder is not the user's code
+        return environment
     return UserCodeError(
         f"{step.name} failed in {where}, on record #{index}: {type(error).__name__}: {error}\n"
         f"  record: {preview(record)}",
@@ -326,9 +331,12 @@ class _MapShard:
     def __call__(self, records: Stream, where: str) -> Stream:
         try:
             yield from self.step.fn(records)
-        except (UserCodeError, BadInputError):
+        except (UserCodeError, BadInputError, StorageError):
             raise
         except Exception as error:  # noqa: BLE001
+            environment = storage_error(error, f"{self.step.name} in {where}")
+            if environment is not None:
+                raise environment from None
             raise UserCodeError(
                 f"{self.step.name} failed in {where}: {type(error).__name__}: {error}",
                 traceback_text=traceback.format_exc(),

@@ -242,6 +242,8 @@ def _lower_source(source: O.Source, config: ExecutionConfig) -> tuple[StageInput
     if isinstance(source, O.IterableSource):
         return IterableInput(source.shard_fn, source.num_shards), source.num_shards
     if isinstance(source, O.FilesSource):
+        if source.on_bad_record is None:  # resolved here, so the fingerprint holds the policy that applies
+            source = dataclasses.replace(source, on_bad_record=config.on_bad_record)
         files = [(path, size) for pattern in source.patterns for path, size in _glob_with_sizes(pattern, source.format)]
         shards = tuple(SourceShard(i, path, path=path, size=size) for i, (path, size) in enumerate(files))
         return FileInput(source, shards), len(shards)

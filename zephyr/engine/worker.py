@@ -15,10 +15,11 @@ import cloudpickle
 
 from zephyr.engine import counters
 from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
+from zephyr.errors import StorageError, storage_error
+from zephyr.fs import open_url
 from zephyr.engine.outputs import read_results
 from zephyr.engine.plan import Stage
 from zephyr.engine.task import ShardResult, ShardTask
-from zephyr.fs import open_url
 
 __all__ = ["ShardTask", "ShardResult", "run_task", "load_stage", "read_results"]
 
@@ -66,11 +67,14 @@ def run_task(task: ShardTask) -> ShardResult:
             close = getattr(stream, "close", None)  # settles an input's counts when the pipeline stopped early
             if close is not None:
                 close()
-    except (UserCodeError, BadInputError):
+    except (UserCodeError, BadInputError, StorageError):
         raise
     except ZephyrError as error:
         raise type(error)(f"{where}: {error}") from error
     except Exception as error:  # noqa: BLE001 - an error outside user calls: still name the shard
+        environment = storage_error(error, where)
+        if environment is not None:
+            raise environment from None
         raise UserCodeError(
             f"{where} failed: {type(error).__name__}: {error}", traceback_text=traceback.format_exc()
         ) from None

@@ -34,6 +34,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import xxhash
+
+from zephyr import counters
 
 __all__ = [
     "EMPTY_HASH",
@@ -81,9 +84,12 @@ class MinHashConfig:
     ngram_size: int = 5
     shingle: Literal["word", "char"] = "word"
     seed: int = 1
+    # Bounds one document's cost (pathological inputs: a 100 MB text). Only its first this-many words
+    # (characters with shingle="char") are shingled; counted as minhash/documents_capped.
+    max_tokens_per_document: int = 1_000_000
 
     def __post_init__(self) -> None:
-        for name in ("num_bands", "rows_per_band", "ngram_size"):
+        for name in ("num_bands", "rows_per_band", "ngram_size", "max_tokens_per_document"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"MinHashConfig.{name} must be a positive int, got {value!r}.")
@@ -343,6 +349,9 @@ def _mixed_chunk(chunk: np.ndarray, index: int) -> np.ndarray:
     return _fmix64(chunk ^ np.uint64((_CHUNK_SALT * (index + 1)) & _MASK64))
 
 
+_VECTOR_CHUNKS = 32  # words up to 256 bytes are hashed in numpy, 8 bytes per round
+
+
 def _word_tokens(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(one uint64 per normalized word of all `texts`, in order; words per text), in numpy.
 
@@ -370,11 +379,15 @@ def _word_tokens(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     hashes = _mixed_chunk(chunk(starts, lengths), 0) ^ (lengths.astype(np.uint64) * _WORD_LENGTH_MULTIPLIER)
     index = 1
     longer = np.flatnonzero(lengths > 8)
-    while len(longer):
+    while len(longer) and index < _VECTOR_CHUNKS:  # one numpy round per 8 bytes of the longest word...
         more = _mixed_chunk(chunk(starts[longer] + 8 * index, lengths[longer] - 8 * index), index)
         hashes[longer] = _fmix64(hashes[longer] + more)
         index += 1
         longer = longer[lengths[longer] > 8 * index]
+    if len(longer):  # ...so words longer than that (a text without spaces) are hashed whole by xxh3
+        counters.increment("minhash/long_words", len(longer))
+        tails = [xxhash.xxh3_64_intdigest(data[s : s + n]) for s, n in zip(starts[longer].tolist(), lengths[longer].tolist())]
+        hashes[longer] = _fmix64(hashes[longer] + np.array(tails, dtype=np.uint64))
     owner = np.searchsorted(np.flatnonzero(raw == 10), starts)
     return _fmix64(hashes), np.bincount(owner, minlength=len(texts)).astype(np.int64)
 
@@ -389,13 +402,27 @@ def _char_tokens(text: str) -> np.ndarray:
 
 
 def _tokens(texts: Sequence[str], config: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(token hashes of all texts back to back, tokens per text): words or characters."""
+    """(token hashes of all texts back to back, tokens per text): words or characters, at most
+    `config.max_tokens_per_document` per text (its first ones)."""
     if config.shingle == "word":
-        return _word_tokens(texts)
-    arrays = [_char_tokens(t) for t in texts]
-    lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-    tokens = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
-    return tokens, lengths
+        tokens, lengths = _word_tokens(texts)
+    else:
+        arrays = [_char_tokens(t) for t in texts]
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+        tokens = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
+    return _capped(tokens, lengths, config.max_tokens_per_document)
+
+
+def _capped(tokens: np.ndarray, lengths: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keep each document's first `cap` tokens; count the documents and tokens cut."""
+    over = lengths > cap
+    if not over.any():
+        return tokens, lengths
+    counters.increment("minhash/documents_capped", int(over.sum()))
+    counters.increment("minhash/tokens_not_shingled", int((lengths[over] - cap).sum()))
+    starts = np.cumsum(lengths) - lengths
+    position = np.arange(len(tokens), dtype=np.int64) - np.repeat(starts, lengths)
+    return tokens[position < cap], np.minimum(lengths, cap)
 
 
 def _shingles(tokens: np.ndarray, lengths: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

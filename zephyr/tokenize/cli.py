@@ -34,7 +34,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
                    help="BPE encoder: auto = tiktoken when verified identical to tokenizers")
     p.add_argument("--engine", dest="encoder", choices=("auto", "tiktoken", "tokenizers"), help=argparse.SUPPRESS)
     p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
-    p.add_argument("--on-bad-record", choices=("raise", "skip"), default="raise",
+    p.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
                    help="skip (and count) unreadable records and files instead of failing (default: raise)")
     from zephyr.cli import add_engine_options
 

@@ -24,6 +24,7 @@ worker needs credentials for the bucket.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable
@@ -197,7 +198,7 @@ def _no_text_message(source: str, text_field: str, seen: int, first: Any, format
             pass
     has = f"they have the fields {', '.join(map(repr, fields))}" if fields else "they have no fields"
     if text_field in fields:
-        fix = f"the field is there but never a string: check the data, or choose another field with text_field="
+        fix = "the field is there but never a string: check the data, or choose another field with text_field="
     else:
         fix = "choose the field that holds the text with text_field= (zephyr tokenize --text-field NAME)"
     return (f"{source}: none of its {seen} records has a string field {text_field!r}; {has}. {fix.capitalize()}. "
@@ -228,7 +229,7 @@ class TokenStoreWriter:
 def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[str], *,
                      tokenizer: str | TokenizerSpec = "smollm2", text_field: str = "text", id_field: str = "id",
                      add_bos: bool = False, add_eos: bool = True, validation_fraction: float = 0.0,
-                     format: str | None = None, resume: bool = True, on_bad_record: str = "raise") -> TokenizeResult:
+                     format: str | None = None, resume: bool = True, on_bad_record: str | None = None) -> TokenizeResult:
     """Tokenize every file matching ``input_glob`` into the token store ``output``.
 
     Runs under the current :func:`zephyr.execution` settings (backend,
@@ -383,10 +384,8 @@ def _remove_tree(url: str) -> None:
     from zephyr.fs import url_to_fs
 
     fs, path = url_to_fs(url)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         fs.rm(path, recursive=True)
-    except FileNotFoundError:
-        pass
     fs.invalidate_cache()
 
 

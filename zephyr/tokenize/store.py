@@ -53,6 +53,7 @@ it once, and maps it there.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import logging
@@ -222,7 +223,10 @@ class ShardWriter:
                 "the tokenizer and the store's vocab_size disagree."
             )
         ids = np.ascontiguousarray(flat, dtype=self.dtype)
-        ids.tofile(self._handle)
+        try:
+            ids.tofile(self._handle)
+        except OSError as exc:
+            raise _with_path(exc, self._tmp) from exc
         self._digest.update(ids)
         self._ends.append(self._tokens + np.cumsum(lengths))
         self._tokens += int(lengths.sum())
@@ -237,7 +241,11 @@ class ShardWriter:
         Remote: upload ``tokens.bin`` and ``offsets.npy``, then ``shard.json``, after deleting any
         older ``shard.json`` there, so a shard half-replaced by a crash never reads as complete.
         """
-        self._handle.close()
+        try:
+            self._handle.close()  # flushes: a full disk shows here too
+        except OSError as exc:
+            self._tmp.unlink(missing_ok=True)
+            raise _with_path(exc, self._tmp) from exc
         ends = np.concatenate(self._ends) if self._ends else np.zeros(0, dtype=np.int64)
         offsets = io.BytesIO()
         np.save(offsets, ends.astype(np.int64, copy=False))
@@ -246,9 +254,11 @@ class ShardWriter:
             offsets_tmp.write_bytes(offsets.getvalue())
             os.replace(self._tmp, self.dir / "tokens.bin")
             os.replace(offsets_tmp, self.dir / "offsets.npy")
-        except BaseException:  # e.g. a full disk: leave no temporary file behind
+        except BaseException as exc:  # e.g. a full disk: leave no temporary file behind
             offsets_tmp.unlink(missing_ok=True)
             self._tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise _with_path(exc, offsets_tmp) from exc
             raise
         digests = {"tokens.bin": self._digest.hexdigest(), "offsets.npy": xxhash.xxh3_64_hexdigest(offsets.getvalue())}
         record = ShardRecord(self.relpath, self._documents, self._tokens, self.source, dict(skipped or {}), digests)
@@ -274,7 +284,8 @@ class ShardWriter:
         _put_bytes(join(self.url, "shard.json"), _json_bytes(info))
 
     def abort(self) -> None:
-        self._handle.close()
+        with contextlib.suppress(OSError):  # the flush of a failed write (a full disk) fails again
+            self._handle.close()
         if self.url is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
         else:
@@ -286,6 +297,17 @@ class ShardWriter:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def _with_path(exc: OSError, path: Path) -> OSError:
+    """The OSError with its errno and the file named: numpy's `tofile` reports a full disk as
+    "OSError: 29651 requested and 20480 written", with neither."""
+    code = exc.errno
+    if code is None and "requested and" in str(exc) and "written" in str(exc):
+        code = errno.ENOSPC  # a short write: the device is full
+    if code is None:
+        return exc
+    return OSError(code, f"{os.strerror(code)} ({exc})", str(path))
 
 
 def remove_temp_files(store_root: str | os.PathLike[str]) -> int:

@@ -19,6 +19,14 @@ space; the regex only looks ahead, so what follows the cut is pre-tokenized
 the same; and added tokens hold no whitespace, so none can straddle the cut.
 For other pre-tokenizers (e.g. Metaspace, which would prefix the next chunk
 with a new word marker) documents are encoded whole.
+
+Pathological text has no such space for a long stretch (100 MB without one: one
+pre-token, which ``tokenizers`` encodes with several GB of memory). A stretch of
+more than ``_UNSAFE_AFTER`` chunk lengths without a safe space, and any document
+over ``_UNSAFE_AFTER`` chunk lengths under another pre-tokenizer, is cut at
+``max_chunk_chars`` anyway: memory stays bounded, the ids next to such a cut may
+differ from encoding the whole text, and every such cut is counted
+(``tokenize/unsafe_cuts``).
 """
 
 from __future__ import annotations
@@ -31,10 +39,14 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
+from zephyr import counters
+
 from .fast_bpe import FastEncoder, recognise_pre_tokenizer, build_fast_encoder
 from .loader import DEFAULT_TOKENIZER, TokenizerSource, resolve_tokenizer_source
 
 __all__ = ["TokenizerSpec", "TokenizerInfo", "Tokenizer", "load_tokenizer"]
+
+_UNSAFE_AFTER = 10  # chunk lengths without a safe space before a cut is made anyway
 
 Engine = Literal["auto", "tiktoken", "tokenizers"]
 
@@ -172,15 +184,24 @@ class Tokenizer:
         one for which cuts are proven safe, or when no safe space exists.
         """
         limit = self.spec.max_chunk_chars
-        if len(text) <= limit or not self.info.split_safe:
+        if len(text) <= limit:
             return [text]
+        if not self.info.split_safe:
+            if len(text) <= _UNSAFE_AFTER * limit:
+                return [text]
+            cuts = list(range(limit, len(text), limit))
+            counters.increment("tokenize/unsafe_cuts", len(cuts))
+            return [text[i : i + limit] for i in range(0, len(text), limit)]
         chunks, start, n = [], 0, len(text)
         while n - start > limit:
             cut = _safe_space(text, start + limit // 2, start + limit, backwards=True)
             if cut < 0:
-                cut = _safe_space(text, start + limit, n, backwards=False)
+                cut = _safe_space(text, start + limit, min(n, start + _UNSAFE_AFTER * limit), backwards=False)
             if cut < 0:
-                break
+                if n - start <= _UNSAFE_AFTER * limit:
+                    break
+                cut = start + limit  # no safe space for a long stretch: bound the memory, count the cut
+                counters.increment("tokenize/unsafe_cuts")
             chunks.append(text[start:cut])
             start = cut
         chunks.append(text[start:])

@@ -16,10 +16,10 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr.fs import open_url
 from zephyr.engine.io.parquet import write_parquet
 from zephyr.engine.io.schema import SchemaMismatchError, conform, plain_schema
 from zephyr.engine.io.vortex import vortex_module, write_vortex
+from zephyr.fs import open_url
 
 __all__ = ["file_schema", "unify_folder_schema"]
 
@@ -43,7 +43,7 @@ def unify_folder_schema(paths: Sequence[str], format: str) -> int:
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise SchemaMismatchError(_conflict(paths, schemas, exc)) from None
     rewritten = 0
-    for path, schema in zip(paths, schemas):
+    for path, schema in zip(paths, schemas, strict=True):
         if not schema.equals(unified, check_metadata=False):
             _rewrite(path, format, unified)
             rewritten += 1
@@ -66,17 +66,20 @@ def _rewrite(url: str, format: str, schema: pa.Schema) -> None:
 
 def _conflict(paths: Sequence[str], schemas: Sequence[pa.Schema], exc: Exception) -> str:
     seen: dict[str, tuple[pa.DataType, str]] = {}
-    for path, schema in zip(paths, schemas):
+    for path, schema in zip(paths, schemas, strict=True):
         for field in schema:
             if field.name in seen and not pa.types.is_null(field.type):
                 other, where = seen[field.name]
                 try:
-                    pa.unify_schemas([pa.schema([pa.field(field.name, other)]), pa.schema([field])],
-                                     promote_options="permissive")
+                    pa.unify_schemas(
+                        [pa.schema([pa.field(field.name, other)]), pa.schema([field])], promote_options="permissive"
+                    )
                 except (pa.ArrowInvalid, pa.ArrowTypeError):
-                    return (f"the written files disagree on field {field.name!r}: {other} in {where}, {field.type} in "
-                            f"{path}; one folder needs one schema. Give the field one type in a map() before writing "
-                            "(e.g. str(x)), or pass schema= to the write with the full schema")
+                    return (
+                        f"the written files disagree on field {field.name!r}: {other} in {where}, {field.type} in "
+                        f"{path}; one folder needs one schema. Give the field one type in a map() before writing "
+                        "(e.g. str(x)), or pass schema= to the write with the full schema"
+                    )
             if field.name not in seen or pa.types.is_null(seen[field.name][0]):
                 seen[field.name] = (field.type, path)
     return f"the written files' schemas cannot be unified ({exc}); pass schema= to the write with the full schema"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from zephyr.engine.errors import BadInputError
-from zephyr.fs import expand_glob, url_to_fs
 from zephyr.engine.io.compression import infer_format, split_compression
+from zephyr.fs import expand_glob, url_to_fs
 
 _log = logging.getLogger("zephyr")
 
@@ -35,8 +35,14 @@ def data_files(pattern: str, format: str | None = None) -> list[str]:
         kept.append(path)
     if skipped:
         listed = ", ".join(f"{ext} ({n})" for ext, n in sorted(skipped.items()))
-        _log.warning("zephyr: %s: read %d data file(s), skipped %d file(s) whose format the name does not tell: %s "
-                     "(pass format= to read them as one format)", pattern, len(kept), sum(skipped.values()), listed)
+        _log.warning(
+            "zephyr: %s: read %d data file(s), skipped %d file(s) whose format the name does not tell: %s "
+            "(pass format= to read them as one format)",
+            pattern,
+            len(kept),
+            sum(skipped.values()),
+            listed,
+        )
     if not kept:
         raise BadInputError(
             f"{pattern!r} has no data files: found {len(files)} file(s) with extensions "

@@ -41,7 +41,7 @@ def parquet_batches(
     except (pa.ArrowInvalid, OSError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise BadInputError(f"{url}: no such file; check the path") from None
-        if not isinstance(exc, pa.ArrowException):
+        if not isinstance(exc, pa.ArrowException) and not _is_footer_damage(exc):
             raise  # an error of the filesystem itself (network, permissions): not bad data, let it retry
         unreadable_columnar_file(url, fs, path, skip, "parquet", exc)
         return
@@ -81,6 +81,13 @@ def parquet_batches(
             url, skip, "corrupt", f"a parquet page cannot be decoded ({short_error(exc)})",
             fix="re-create or re-download the file", kept=kept,
         )
+
+
+def _is_footer_damage(exc: OSError) -> bool:
+    """Arrow reports a footer whose metadata is garbage ("Couldn't deserialize thrift") as a bare OSError
+    with no errno; an error of the filesystem itself (permissions, a full disk, the network) has one."""
+    text = str(exc)
+    return exc.errno is None and ("thrift" in text or "Parquet" in text or "magic bytes" in text)
 
 
 def write_parquet(batches: Iterator[pa.RecordBatch], url: str) -> WriteStats:

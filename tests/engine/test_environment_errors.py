@@ -1,0 +1,100 @@
+"""The environment's failures are told apart from the user's, once (issue #17 item 14)."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from zephyr import Dataset, counters, execution
+from zephyr.engine.io import read_records
+from zephyr.errors import BadInputError, StorageError
+
+
+@pytest.fixture
+def local(scratch):
+    with execution(
+        backend="local", scratch=scratch, summary=False, progress=False, max_user_retries=3, retry_backoff_s=0.01
+    ):
+        yield
+
+
+@dataclass(frozen=True)
+class _WriteToDevFull:
+    attempts: str  # a file that gets one line per call: how often the shard was tried
+
+    def __call__(self, record):
+        with open(self.attempts, "a") as log:
+            log.write("call\n")
+        with open("/dev/full", "wb") as handle:  # every write: ENOSPC, a full disk
+            handle.write(b"x" * 100)
+            handle.flush()
+        return record
+
+
+def test_a_full_disk_in_user_code_is_a_storage_error_not_retried(local, tmp_path):
+    attempts = tmp_path / "attempts"
+    run = Dataset.from_list([{"a": 1}], num_shards=1).map(_WriteToDevFull(str(attempts)))
+    with pytest.raises(StorageError, match=r"on record #0: no space left on the device: .*not the data or the code"):
+        run.collect()
+    assert attempts.read_text().count("call") == 1  # not retried as a user error (max_user_retries=3)
+
+
+def test_permission_denied_on_the_output_is_a_storage_error(local):
+    with pytest.raises(StorageError, match=r"(permission denied|read-only file system|not permitted): /sys/zephyr-"):
+        Dataset.from_list([{"a": 1}], num_shards=1).write_jsonl(
+            f"/sys/zephyr-{uuid.uuid4().hex[:6]}/part-{{shard}}.jsonl"
+        )
+
+
+@contextlib.contextmanager
+def _small_tmpfs(path: Path, size: str):
+    path.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    ).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def test_a_full_disk_while_tokenizing_names_the_file_and_leaves_no_temporary_file(tmp_path, scratch):
+    from zephyr.tokenize import tokenize_dataset
+
+    docs = [{"id": str(i), "text": f"document {i} " + "words and more words " * 40} for i in range(300)]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "part-0.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(b"\n".join(orjson.dumps(d) for d in docs))
+    )
+    with _small_tmpfs(tmp_path / "small", "64k") as small:
+        with (
+            execution(backend="local", scratch=scratch, summary=False, progress=False),
+            pytest.raises(StorageError, match=r"no space left on the device: .*/small/store/shards/00000/\.tmp-"),
+        ):
+            tokenize_dataset(str(tmp_path / "in" / "*.jsonl.zst"), small / "store")
+        assert not [p for p in small.rglob(".tmp-*")]
+
+
+def test_a_parquet_footer_of_garbage_is_bad_input_and_skippable(tmp_path):
+    path = tmp_path / "garbage.parquet"
+    pq.write_table(pa.table({"a": list(range(100))}), path)
+    data = bytearray(path.read_bytes())
+    length = struct.unpack("<I", data[-8:-4])[0]
+    data[len(data) - 8 - length : len(data) - 8] = b"\xab" * length  # the footer's thrift metadata
+    path.write_bytes(bytes(data))
+    with pytest.raises(BadInputError, match=r"not a readable parquet file.*thrift"):
+        list(read_records(str(path)))
+    counters.reset()
+    assert list(read_records(str(path), on_bad_record="skip")) == []
+    assert counters.snapshot() == {"bad_files/corrupt": 1}

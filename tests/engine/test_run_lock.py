@@ -1,0 +1,65 @@
+"""Two runs from one working folder do not break each other (issue #17 item 12)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from zephyr import Dataset, execution
+from zephyr.engine.run_lock import LOCK_NAME, RunLockedError
+
+_SLOW = textwrap.dedent("""
+    import sys, time
+    from zephyr import Dataset, execution
+
+    def slow(record):
+        time.sleep(float(sys.argv[3]))
+        return {"x": record}
+
+    if __name__ == "__main__":
+        with execution(backend="local", scratch=sys.argv[2], summary=False, progress=False):
+            records = Dataset.from_list(list(range(3000)), num_shards=2).map(slow)
+            records.write_jsonl(sys.argv[1] + "/part-{shard}.jsonl")
+""")
+
+
+def test_a_second_run_on_the_same_scratch_and_output_says_so_and_a_dead_ones_lock_is_taken_over(tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text(_SLOW)
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, str(script), str(out), str(scratch), "0.01"], env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while not (out / LOCK_NAME).exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the first run never started"
+            time.sleep(0.02)
+        # the same pipeline started again from the same folder: it shares the checkpoint directory
+        second = subprocess.run(
+            [sys.executable, str(script), str(out), str(scratch), "0"], env=env, capture_output=True, check=False
+        )
+        assert second.returncode != 0
+        assert f"another run (pid {proc.pid} on " in second.stderr.decode()
+        assert "is using the scratch (checkpoint) directory" in second.stderr.decode()
+        with execution(backend="local", scratch=str(scratch), summary=False, progress=False):
+            # another pipeline into the same output folder is refused too, in one line
+            with pytest.raises(RunLockedError, match=r"is using the output folder .*/out") as info:
+                Dataset.from_list([1]).map(lambda x: {"x": x}).write_jsonl(str(out / "other-{shard}.jsonl"))
+            assert "\n" not in str(info.value)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # the killed run's locks (scratch and output) are taken over: the same pipeline resumes and finishes
+    rerun = subprocess.run(
+        [sys.executable, str(script), str(out), str(scratch), "0"], env=env, capture_output=True, check=False
+    )
+    assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["part-0.jsonl", "part-1.jsonl"]
+    assert not list(scratch.rglob(LOCK_NAME))
