@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _zephyr(*args: str, cwd: Path | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "zephyr.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "zephyr.cli", *args], env=env, check=False, capture_output=True, text=True,
                           timeout=timeout, cwd=cwd)
 
 
@@ -152,7 +152,7 @@ def test_plain_python_script_without_main_guard_runs_on_processes(tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text(TOP_LEVEL_PIPELINE)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180,
+    result = subprocess.run([sys.executable, str(script)], env=env, check=False, capture_output=True, text=True, timeout=180,
                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RESULT 55 processes" in result.stdout

@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["main", "run_script", "build_parser"]
+__all__ = ["build_parser", "main", "run_script"]
 
 # Packages that add subcommands through `add_cli(subparsers)` (tokenize, inspect, verify, train, ...).
 _SUBCOMMAND_MODULES = (

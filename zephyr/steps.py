@@ -29,10 +29,10 @@ from typing import Any, NoReturn
 
 import xxhash
 
-from zephyr.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.engine.plan import _describe
 from zephyr.engine.progress import format_duration, live_view, log
 from zephyr.engine.run_record import RunRecorder, current_run, use_run
+from zephyr.fs import atomic_write, join, open_url, url_to_fs
 
 __all__ = ["DryRunStop", "StepOutput", "StepRunner"]
 

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
@@ -62,7 +62,7 @@ def format_count(n: float) -> str:
 def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     if seconds < 60:
         return f"{seconds}s"
     minutes, seconds = divmod(seconds, 60)
@@ -284,10 +284,10 @@ class ProgressDisplay:
         if self._own_run:
             _view.close()
 
-    def __enter__(self) -> ProgressDisplay:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for state in self._stages.values():
             _view.remove(state.row)
 

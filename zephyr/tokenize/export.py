@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MegatronExport", "export_megatron", "MEGATRON_DTYPE_CODES"]
+__all__ = ["MEGATRON_DTYPE_CODES", "MegatronExport", "export_megatron"]
 
 _MAGIC = b"MMIDIDX\x00\x00"
 _VERSION = 1
@@ -44,8 +44,7 @@ class MegatronExport:
 def _prefix(out: str | os.PathLike[str]) -> Path:
     text = os.fspath(out)
     for suffix in (".bin", ".idx"):
-        if text.endswith(suffix):
-            text = text[: -len(suffix)]
+        text = text.removesuffix(suffix)
     return Path(text)
 
 
@@ -76,7 +75,7 @@ def export_megatron(store: str | os.PathLike[str], out: str | os.PathLike[str], 
         raise ValueError(f"a document of {int(lengths.max())} tokens does not fit Megatron's int32 sequence lengths")
     try:
         with open(bin_tmp, "wb") as handle:
-            for shard in opened._shards:  # noqa: SLF001 - same package; streams each shard's memory map
+            for shard in opened._shards:
                 if shard.tokens:
                     array = shard.token_array
                     for start in range(0, len(array), 1 << 24):  # bounded memory on huge shards
@@ -98,4 +97,4 @@ def export_megatron(store: str | os.PathLike[str], out: str | os.PathLike[str], 
     finally:
         bin_tmp.unlink(missing_ok=True)
         idx_tmp.unlink(missing_ok=True)
-    return MegatronExport(str(bin_path), str(idx_path), dtype.name, int(len(lengths)), int(lengths.sum()))
+    return MegatronExport(str(bin_path), str(idx_path), dtype.name, len(lengths), int(lengths.sum()))

@@ -104,8 +104,10 @@ def is_remote(location: str | os.PathLike[str]) -> bool:
 
 
 def store_cache_root() -> Path:
-    """Where remote stores are materialised: ``$ZEPHYR_STORE_CACHE``, default ``~/.cache/zephyr/stores``."""
-    return Path(os.environ.get(STORE_CACHE_ENV) or Path.home() / ".cache" / "zephyr" / "stores").expanduser()
+    """Where remote stores are materialised: ``$ZEPHYR_STORE_CACHE``, default ``$ZEPHYR_CACHE_DIR/stores``."""
+    from zephyr.cache import cache_root
+
+    return Path(os.environ.get(STORE_CACHE_ENV) or cache_root() / "stores").expanduser()
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["resolve_checkpoint", "export_checkpoint_hf"]
+__all__ = ["export_checkpoint_hf", "resolve_checkpoint"]
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
