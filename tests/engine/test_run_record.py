@@ -193,3 +193,19 @@ def test_verbose_adds_job_tables_and_quiet_prints_no_table(tmp_path):
         outputs[flag] = result.stderr + result.stdout
     assert "zephyr job summary" in outputs["-v"] and "zephyr run succeeded" in outputs["-v"]
     assert outputs["-q"] == ""
+
+
+def test_task_progress_logs_plain_lines_and_is_silent_when_quiet(capsys, monkeypatch):
+    from zephyr.progress import set_verbosity, task_progress
+
+    monkeypatch.setenv("ZEPHYR_VERBOSITY", "0")
+    with task_progress("label", total=4, unit="docs", log_every_s=0.0) as progress:
+        progress.advance(2)
+        progress.set(4, note="mean score 2.5")
+    lines = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("label: 2/4 docs") and "ETA" in line for line in lines), lines
+    assert lines[-1].startswith("label: done, 4 docs in")
+    set_verbosity(-1)
+    with task_progress("label", total=4, unit="docs", log_every_s=0.0) as progress:
+        progress.advance(4)
+    assert capsys.readouterr().err == ""
