@@ -824,7 +824,7 @@ def _stray_files(root: Path, shard_paths: Sequence[str]) -> list[str]:
     """Files in the store that its manifest does not account for: a killed writer's ``.tmp-*`` file, a shard
     directory of another run. A reader that globs the store (or copies it) would pick them up.
     ``validation/`` is checked as a store of its own; ``.next/`` is an unfinished replacement's staging."""
-    expected = {"manifest.json"} | {f"{p}/{name}" for p in shard_paths for name in ("tokens.bin", "offsets.npy", "shard.json")}
+    expected = {"manifest.json"} | {f"{p}/{name}" for p in shard_paths for name in ("tokens.bin", "offsets.npy", "shard.json", DOCUMENT_INDEX)}
     stray = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
