@@ -21,7 +21,7 @@ With stores A and B (the first and second ``--store``), the ablation is::
 evaluated on the held-out ``validation/`` split of both stores, decided on B's.
 ``--production-tokens N`` turns on matched exposure for B (its unique tokens
 are capped so the ablation repeats it as often as an N-token production run
-would). Runs train one after another here; ``--backend ray`` runs them as Ray
+would). Runs train one after another here; ``zephyr run --backend ray recipes/mixture_ablation.py`` runs them as Ray
 tasks (one per worker; ``--gpus-per-run 1`` on a GPU cluster). Finished runs
 are skipped and interrupted ones resume, so rerunning the command is cheap;
 the report (CSV, JSON, PNG) lands in the output directory.

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _zephyr(*args: str, cwd: Path | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "zephyr.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "zephyr.cli", *args], env=env, check=False, capture_output=True, text=True,
                           timeout=timeout, cwd=cwd)
 
 
@@ -35,7 +35,7 @@ def test_version():
 
 def test_every_flag_has_help_every_subcommand_examples_and_verbosity():
     subcommands = _subcommands()
-    assert {"run", "tokenize", "inspect", "verify", "train", "ablate", "datashop"} <= set(subcommands)
+    assert {"run", "tokenize", "inspect", "verify", "train", "ablate", "datashop", "export"} <= set(subcommands)
     for name, sub in subcommands.items():
         flags = {s for a in sub._actions for s in a.option_strings}
         assert {"-q", "--quiet", "-v", "--verbose"} <= flags, name
@@ -152,7 +152,7 @@ def test_plain_python_script_without_main_guard_runs_on_processes(tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text(TOP_LEVEL_PIPELINE)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180,
+    result = subprocess.run([sys.executable, str(script)], env=env, check=False, capture_output=True, text=True, timeout=180,
                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RESULT 55 processes" in result.stdout
@@ -165,3 +165,14 @@ def test_zephyr_run_on_a_script_without_main_applies_the_engine_options(tmp_path
     result = _zephyr("run", "--backend", "local", "--scratch", str(tmp_path / "scratch"), str(script), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("RESULT 55 local") == 1  # ran once, under --backend local
+
+
+def test_install_models_reports_the_pinned_model_packages():
+    from zephyr.install_models import MODEL_PACKAGES, missing_model_packages
+
+    makefile = (REPO / "Makefile").read_text()
+    for name, version in MODEL_PACKAGES.items():
+        assert f'"{name}=={version}"' in makefile  # one set of pins
+    result = _zephyr("install-models", "--check")
+    assert result.returncode == (1 if missing_model_packages() else 0)
+    assert all(f"{name}==" in result.stdout for name in MODEL_PACKAGES)

@@ -23,12 +23,12 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["main", "run_script", "build_parser"]
+__all__ = ["build_parser", "main", "run_script"]
 
 # Packages that add subcommands through `add_cli(subparsers)` (tokenize, inspect, verify, train, ...).
 _SUBCOMMAND_MODULES = (
     "zephyr.tokenize.cli", "zephyr.train.cli", "zephyr.datashop.cli", "zephyr.ablate.cli", "zephyr.export_cli",
-    "zephyr.ui.cli",
+    "zephyr.ui.cli", "zephyr.install_models",
 )
 
 # Examples shown under each subcommand's --help when its package gives none.

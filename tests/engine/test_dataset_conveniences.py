@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
@@ -41,7 +42,7 @@ def test_sort_writes_globally_ordered_shards(processes, tmp_path):
     assert sum(1 for s in shards if s) >= 3, "range partitioning spreads the keys over the shards"
     for shard in shards:
         assert shard == sorted(shard)
-    for left, right in zip(shards, shards[1:], strict=False):
+    for left, right in itertools.pairwise(shards):
         if left and right:
             assert left[-1] <= right[0]  # shard i's keys all come before shard i+1's
     assert [k for s in shards for k in s] == sorted(r["k"] for r in records)
@@ -49,7 +50,7 @@ def test_sort_writes_globally_ordered_shards(processes, tmp_path):
 
 def test_sort_descending_on_a_composite_key_with_strings(processes):
     records = _records(1000, seed=3)
-    key = lambda r: (r["name"], r["k"])  # noqa: E731
+    key = lambda r: (r["name"], r["k"])
     out = Dataset.from_list(records, num_shards=3).sort(key, descending=True, num_shards=3).collect()
     assert [key(r) for r in out] == sorted(map(key, records), reverse=True)
     assert sorted(r["id"] for r in out) == list(range(1000))

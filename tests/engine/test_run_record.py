@@ -65,7 +65,7 @@ def test_zephyr_run_writes_a_record_with_stages_and_retries_naming_the_worker(tm
     result = subprocess.run(
         [sys.executable, "-m", "zephyr.cli", "run", "--backend", "processes", "--workers", "2", "--scratch",
          str(tmp_path / "scratch"), str(script), str(marks), str(out)],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=240,
+        env=_env(tmp_path), check=False, capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stderr
     records = read_run_records(str(out))
@@ -99,7 +99,7 @@ def test_failed_run_records_the_error_in_one_line(tmp_path):
                       f"    Dataset.from_files({str(tmp_path / 'none' / '*.jsonl')!r}).write_jsonl("
                       f"{str(tmp_path / 'out')!r} + '/p-{{shard}}.jsonl')\n")
     result = subprocess.run([sys.executable, "-m", "zephyr.cli", "run", "--backend", "local", str(script)],
-                            env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+                            env=_env(tmp_path), check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     (record,) = read_run_records(str(tmp_path / "runs-fallback"))
     assert record["status"] == "failed"
@@ -187,9 +187,25 @@ def test_verbose_adds_job_tables_and_quiet_prints_no_table(tmp_path):
         result = subprocess.run(
             [sys.executable, "-m", "zephyr.cli", "run", flag, "--backend", "local", "--scratch",
              str(tmp_path / f"scratch{flag}"), str(script), str(marks), str(tmp_path / f"out{flag}")],
-            env=_env(tmp_path), capture_output=True, text=True, timeout=120,
+            env=_env(tmp_path), check=False, capture_output=True, text=True, timeout=120,
         )
         assert result.returncode == 0, result.stderr
         outputs[flag] = result.stderr + result.stdout
     assert "zephyr job summary" in outputs["-v"] and "zephyr run succeeded" in outputs["-v"]
     assert outputs["-q"] == ""
+
+
+def test_task_progress_logs_plain_lines_and_is_silent_when_quiet(capsys, monkeypatch):
+    from zephyr.progress import set_verbosity, task_progress
+
+    monkeypatch.setenv("ZEPHYR_VERBOSITY", "0")
+    with task_progress("label", total=4, unit="docs", log_every_s=0.0) as progress:
+        progress.advance(2)
+        progress.set(4, note="mean score 2.5")
+    lines = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("label: 2/4 docs") and "ETA" in line for line in lines), lines
+    assert lines[-1].startswith("label: done, 4 docs in")
+    set_verbosity(-1)
+    with task_progress("label", total=4, unit="docs", log_every_s=0.0) as progress:
+        progress.advance(4)
+    assert capsys.readouterr().err == ""

@@ -289,8 +289,9 @@ def enable_compilation_cache(setting: str | None) -> str | None:
     if current:
         return current
     if setting == "auto":
-        root = os.environ.get("ZEPHYR_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "zephyr")
-        setting = os.path.join(root, "jax")
+        from zephyr.cache import cache_root
+
+        setting = str(cache_root() / "jax")
     Path(setting).mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", setting)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

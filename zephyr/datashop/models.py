@@ -45,8 +45,10 @@ _EMBEDDERS: dict[str, Any] = {}
 
 
 def cache_root() -> Path:
-    """Zephyr's cache directory: `$ZEPHYR_CACHE`, else `~/.cache/zephyr`."""
-    return Path(os.environ.get("ZEPHYR_CACHE") or Path.home() / ".cache" / "zephyr")
+    """Zephyr's cache directory: `$ZEPHYR_CACHE_DIR` (old name `$ZEPHYR_CACHE`), else `~/.cache/zephyr`."""
+    from zephyr.cache import cache_root as root
+
+    return root()
 
 
 def _package_dir(package: str, pip_name: str) -> Path:

@@ -75,8 +75,9 @@ class TokenizerSource:
 
 def tokenizer_cache_dir() -> Path:
     """Where converted tokenizers are cached (``$ZEPHYR_CACHE_DIR/tokenizers``)."""
-    root = os.environ.get("ZEPHYR_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "zephyr")
-    return Path(root) / "tokenizers"
+    from zephyr.cache import cache_root
+
+    return cache_root() / "tokenizers"
 
 
 def smollm2_gguf_path() -> Path:

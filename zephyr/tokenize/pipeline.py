@@ -136,17 +136,19 @@ def write_store_shard(records: Iterable[Any], index: int, source: str, root: str
     try:
         texts: list[str] = []
         to_val: list[bool] = []
+        ids: list[str | None] = []  # for each shard's document index (documents.parquet)
 
         def flush() -> None:
             if val_writer is None:
                 flat, lengths = tokenizer.encode_flat(texts, add_bos=config.add_bos, add_eos=config.add_eos)
-                train_writer.add_flat(flat, lengths)
+                train_writer.add_flat(flat, lengths, ids)
             else:
                 encoded = tokenizer.encode_batch(texts, add_bos=config.add_bos, add_eos=config.add_eos)
-                train_writer.add([e for e, v in zip(encoded, to_val) if not v])
-                val_writer.add([e for e, v in zip(encoded, to_val) if v])
+                train_writer.add([e for e, v in zip(encoded, to_val) if not v], [i for i, v in zip(ids, to_val) if not v])
+                val_writer.add([e for e, v in zip(encoded, to_val) if v], [i for i, v in zip(ids, to_val) if v])
             texts.clear()
             to_val.clear()
+            ids.clear()
 
         for record in records:
             if seen == 0:
@@ -160,6 +162,7 @@ def write_store_shard(records: Iterable[Any], index: int, source: str, root: str
                 skipped["empty_text"] += 1
                 continue
             texts.append(text)
+            ids.append(None if record.get(id_field) is None else str(record.get(id_field)))
             if split:
                 doc_id = record.get(id_field)
                 to_val.append(is_validation_document(str(doc_id) if doc_id is not None else text,
@@ -281,7 +284,8 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     split = validation_fraction > 0
     staging = join(out, STAGING_DIRNAME)
     root = staging if _exists(join(out, "manifest.json")) else out  # never write into a complete store
-    columns = [text_field, id_field] if split else [text_field]
+    # ids go to each shard's document index; read them whenever the inputs have them (a split needs them)
+    columns = [text_field, id_field] if split or _has_field(files, id_field, format) else [text_field]
     counters: dict[str, int] = {}
     records: dict[int, tuple[ShardRecord, ShardRecord | None]] = {}
     todo = list(files)
@@ -432,3 +436,27 @@ def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
             name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
             if entry.get("type") == "directory" and name.isdigit() and int(name) >= num_shards:
                 remove(entry["name"].rstrip("/"), recursive=True)
+
+
+def _has_field(files: Sequence[str], field: str, format: str | None) -> bool:
+    """Whether the inputs can be read with `field` among their columns: jsonl always (a missing key reads
+    as None); parquet when the first file's schema has it; other formats are not asked for it."""
+    from zephyr.engine.io import infer_format
+
+    if not files:
+        return False
+    first = files[0]
+    fmt = format or infer_format(first)
+    if fmt == "jsonl":
+        return True
+    if fmt != "parquet":
+        return False
+    import pyarrow.parquet as pq
+
+    from zephyr.fs import open_url
+
+    try:
+        with open_url(first, "rb", compression=None) as handle:
+            return pq.read_schema(handle).get_field_index(field) >= 0
+    except Exception:  # noqa: BLE001 - unreadable here: the reader reports it properly
+        return False

@@ -6,7 +6,8 @@ Layout (a local directory)::
       manifest.json                 what is in the store (below); written last
       shards/00000/tokens.bin       flat token ids, native little-endian, dtype from the manifest
       shards/00000/offsets.npy      int64 [documents]: END offset of each document in tokens.bin
-      shards/00000/shard.json       the shard's own record, written after its two data files
+      shards/00000/documents.parquet  per document: id, source (input file), start, end (token offsets)
+      shards/00000/shard.json       the shard's own record, written after its data files
       shards/00001/...
       validation/                   optional held-out split: a complete store of the same layout
 
@@ -70,6 +71,7 @@ import numpy as np
 import xxhash
 
 __all__ = [
+    "DOCUMENT_INDEX",
     "STORE_FORMAT",
     "load_store_tokenizer",
     "ShardWriter",
@@ -95,14 +97,19 @@ _PESSIMISTIC_COPY_RATE = 20e6  # bytes/s, stretches the copy lock's lifetime for
 _log = logging.getLogger("zephyr.tokenize")
 
 
+DOCUMENT_INDEX = "documents.parquet"  # per shard: id, source, start, end of every document
+
+
 def is_remote(location: str | os.PathLike[str]) -> bool:
     """True for a URL (``gs://``, ``s3://``, ``memory://`` ...): stored through fsspec, not a local directory."""
     return "://" in os.fspath(location)
 
 
 def store_cache_root() -> Path:
-    """Where remote stores are materialised: ``$ZEPHYR_STORE_CACHE``, default ``~/.cache/zephyr/stores``."""
-    return Path(os.environ.get(STORE_CACHE_ENV) or Path.home() / ".cache" / "zephyr" / "stores").expanduser()
+    """Where remote stores are materialised: ``$ZEPHYR_STORE_CACHE``, default ``$ZEPHYR_CACHE_DIR/stores``."""
+    from zephyr.cache import cache_root
+
+    return Path(os.environ.get(STORE_CACHE_ENV) or cache_root() / "stores").expanduser()
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -201,19 +208,32 @@ class ShardWriter:
         self._ends: list[np.ndarray] = []
         self._tokens = 0
         self._documents = 0
+        self._doc_ids: list[str | None] | None = None  # document ids for documents.parquet, when given
 
-    def add(self, documents: Sequence[np.ndarray]) -> None:
-        """Append documents (arrays of ids) in order."""
+    def add(self, documents: Sequence[np.ndarray], ids: Sequence[str | None] | None = None) -> None:
+        """Append documents (arrays of ids) in order; ``ids`` (one per document) go to the document index."""
         if not documents:
             return
         lengths = np.fromiter((len(d) for d in documents), dtype=np.int64, count=len(documents))
         flat = np.concatenate(documents) if len(documents) > 1 else np.asarray(documents[0])
-        self.add_flat(flat, lengths)
+        self.add_flat(flat, lengths, ids)
 
-    def add_flat(self, flat: np.ndarray, lengths: np.ndarray) -> None:
-        """Append documents given back to back in ``flat`` with their ``lengths`` (the fast path)."""
+    def add_flat(self, flat: np.ndarray, lengths: np.ndarray, ids: Sequence[str | None] | None = None) -> None:
+        """Append documents given back to back in ``flat`` with their ``lengths`` (the fast path).
+
+        ``ids``: each document's id, kept in the shard's document index (``documents.parquet``: id, source,
+        start, end), as dolma keeps one per document, so a token range can be traced to its document.
+        """
         if not len(lengths):
             return
+        if ids is not None:
+            if len(ids) != len(lengths):
+                raise ValueError(f"add_flat: {len(ids)} ids for {len(lengths)} documents (shard {self.location}).")
+            if self._doc_ids is None:
+                self._doc_ids = [None] * self._documents
+            self._doc_ids.extend(None if i is None else str(i) for i in ids)
+        elif self._doc_ids is not None:
+            self._doc_ids.extend([None] * len(lengths))
         if int(lengths.sum()) != len(flat):
             raise ValueError(f"add_flat: lengths sum to {int(lengths.sum())} but {len(flat)} ids were given "
                              f"(shard {self.location}).")
@@ -261,6 +281,8 @@ class ShardWriter:
                 raise _with_path(exc, offsets_tmp) from exc
             raise
         digests = {"tokens.bin": self._digest.hexdigest(), "offsets.npy": xxhash.xxh3_64_hexdigest(offsets.getvalue())}
+        if self._doc_ids is not None:
+            digests[DOCUMENT_INDEX] = self._write_document_index(ends)
         record = ShardRecord(self.relpath, self._documents, self._tokens, self.source, dict(skipped or {}), digests)
         info = {**record.to_json(), "dtype": self.dtype.name, "config_hash": self.config_hash, "skipped": record.skipped}
         if self.url is None:
@@ -272,6 +294,24 @@ class ShardWriter:
             shutil.rmtree(self.dir, ignore_errors=True)
         return record
 
+    def _write_document_index(self, ends: np.ndarray) -> str:
+        """``documents.parquet``: id, source, start, end (token offsets in this shard) per document."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        starts = np.concatenate([[0], ends[:-1]]) if len(ends) else np.zeros(0, dtype=np.int64)
+        table = pa.table({
+            "id": pa.array(self._doc_ids, pa.string()),
+            "source": pa.array([self.source] * len(ends), pa.string()),
+            "start": pa.array(starts, pa.int64()),
+            "end": pa.array(ends, pa.int64()),
+        })
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression="zstd")
+        payload = buffer.getvalue()
+        _atomic_bytes(self.dir / DOCUMENT_INDEX, payload)
+        return xxhash.xxh3_64_hexdigest(payload)
+
     def _upload(self, info: dict[str, Any]) -> None:
         from zephyr.fs import join, url_to_fs
 
@@ -279,7 +319,9 @@ class ShardWriter:
         fs, path = url_to_fs(join(self.url, "shard.json"))
         with contextlib.suppress(FileNotFoundError):
             fs.rm_file(path)
-        for name in ("tokens.bin", "offsets.npy"):
+        for name in ("tokens.bin", "offsets.npy", DOCUMENT_INDEX):
+            if name == DOCUMENT_INDEX and not (self.dir / name).exists():
+                continue
             _upload_file(self.dir / name, join(self.url, name))
         _put_bytes(join(self.url, "shard.json"), _json_bytes(info))
 
@@ -485,6 +527,44 @@ class TokenStore:
         start = int(shard.ends[j - 1]) if j > 0 else 0
         return shard.token_array[start : int(shard.ends[j])]
 
+    def document_index(self) -> Any:
+        """Every document as a pyarrow Table: document (global index), shard, id, source, start, end.
+
+        ``start``/``end`` are token offsets within the store's concatenated stream. ``id`` is null where
+        the shard was written without ids (stores from before the document index).
+        """
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tables = []
+        for number, (shard, info) in enumerate(zip(self._shards, self.manifest["shards"], strict=True)):
+            if not shard.documents:
+                continue
+            offset = int(self._tok_starts[number])
+            path = shard.path / DOCUMENT_INDEX
+            if path.is_file():
+                table = pq.read_table(path)
+                ids, sources = table.column("id"), table.column("source")
+                starts = table.column("start").to_numpy() + offset
+                ends = table.column("end").to_numpy() + offset
+            else:
+                ends = np.asarray(shard.ends, dtype=np.int64) + offset
+                starts = np.concatenate([[offset], ends[:-1]])
+                ids = pa.nulls(shard.documents, pa.string())
+                sources = pa.array([str(info.get("source", ""))] * shard.documents, pa.string())
+            first = int(self._doc_starts[number])
+            tables.append(pa.table({
+                "document": pa.array(np.arange(first, first + shard.documents, dtype=np.int64)),
+                "shard": pa.array([info["path"]] * shard.documents, pa.string()),
+                "id": ids, "source": sources,
+                "start": pa.array(starts, pa.int64()), "end": pa.array(ends, pa.int64()),
+            }))
+        if not tables:
+            return pa.table({"document": pa.array([], pa.int64()), "shard": pa.array([], pa.string()),
+                             "id": pa.array([], pa.string()), "source": pa.array([], pa.string()),
+                             "start": pa.array([], pa.int64()), "end": pa.array([], pa.int64())})
+        return pa.concat_tables(tables)
+
     def document_lengths(self) -> np.ndarray:
         """Tokens per document, for the whole store (int64)."""
         parts = [np.diff(np.asarray(s.ends), prepend=0) for s in self._shards if s.documents]
@@ -634,7 +714,8 @@ def _fetch_tree(url: str, manifest_bytes: bytes, dest: Path) -> None:
     for shard in manifest["shards"]:
         local = dest / shard["path"]
         local.mkdir(parents=True, exist_ok=True)
-        for name in ("tokens.bin", "offsets.npy"):
+        names = ("tokens.bin", "offsets.npy") + ((DOCUMENT_INDEX,) if DOCUMENT_INDEX in shard.get("xxh3_64", {}) else ())
+        for name in names:
             remote = join(url, shard["path"], name)
             fs, path = url_to_fs(remote)
             try:
@@ -766,7 +847,7 @@ def _stray_files(root: Path, shard_paths: Sequence[str]) -> list[str]:
     """Files in the store that its manifest does not account for: a killed writer's ``.tmp-*`` file, a shard
     directory of another run. A reader that globs the store (or copies it) would pick them up.
     ``validation/`` is checked as a store of its own; ``.next/`` is an unfinished replacement's staging."""
-    expected = {"manifest.json"} | {f"{p}/{name}" for p in shard_paths for name in ("tokens.bin", "offsets.npy", "shard.json")}
+    expected = {"manifest.json"} | {f"{p}/{name}" for p in shard_paths for name in ("tokens.bin", "offsets.npy", "shard.json", DOCUMENT_INDEX)}
     stray = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()

@@ -254,6 +254,19 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def _live_row(cfg: TrainConfig, start: int) -> Any:
+    """A "train" row in the run's live view when one is drawn (`zephyr run` on a terminal), else None."""
+    if not cfg.progress:
+        return None
+    from zephyr.progress import TaskProgress, live_view
+
+    if not live_view().drawing:
+        return None
+    row = TaskProgress("train", cfg.steps, "steps", log_every_s=60.0)
+    row.set(start)
+    return row
+
+
 def _progress(line: str, *, final: bool = False) -> None:
     if sys.stderr.isatty():
         sys.stderr.write("\r" + line.ljust(100) + ("\n" if final else ""))
@@ -346,6 +359,7 @@ def train(config: TrainConfig) -> TrainResult:
     timed_tokens, timed_seconds = 0, 0.0
     window_start, window_steps, paused = time.perf_counter(), 0, 0.0  # paused: eval/checkpoint time in the window
     first_step_done = False
+    live_row = _live_row(cfg, start)
     with open_trackers(
         output_dir=out, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=config_to_dict(cfg)
     ) as trackers:
@@ -375,7 +389,9 @@ def train(config: TrainConfig) -> TrainResult:
                     done,
                     {f"train/{k}": record[k] for k in ("loss", "z_loss", "grad_norm", "lr", "tokens_per_s", "mfu")},
                 )
-                if cfg.progress:
+                if live_row is not None:  # a row in the run's live view (zephyr run on a terminal)
+                    live_row.set(done, note=f"loss {metrics['loss']:.4f} | {tok_s:,.0f} tok/s")
+                elif cfg.progress:
                     eta = (cfg.steps - done) * elapsed / window_steps
                     _progress(
                         f"step {done}/{cfg.steps} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e} gnorm "
@@ -415,6 +431,8 @@ def train(config: TrainConfig) -> TrainResult:
         )
         if evals:
             eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
+    if live_row is not None:
+        live_row.finish()
     tok_s = timed_tokens / timed_seconds if timed_seconds else 0.0
     result = TrainResult(
         steps=int(state.step),
