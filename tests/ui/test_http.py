@@ -213,6 +213,8 @@ def test_live_view_follows_a_running_process(ui_server, ui_root: Path) -> None:
     assert live["run_id"] in [r["run_id"] for r in runs["runs"]]
     assert ui_server.json(f"/api/runs?run={q(live['run_id'])}")["live"]["pid"] == proc.pid
     assert ui_server.get("/api/runs/live?run=20000101T000000-1")[0] == 404
+    body = ui_server.get("/fragments/runs")[1].decode()  # what the Runs page re-fetches every second
+    assert 'id="steps"' in body and "6/6" in body and live["run_id"] in body
 
 
 def test_lineage_of_a_quality_and_dedup_step_matches_the_marks(ui_server, ui_root: Path) -> None:

@@ -16,7 +16,7 @@ from zephyr.ui.filters import parse_filter
 from zephyr.ui.html import bar_chart, esc, fmt, interval_chart, line_chart, link, pre_json, table, url
 from zephyr.ui.source import Root
 
-__all__ = ["PAGES", "live_data", "render_live"]
+__all__ = ["PAGES", "live_data", "render_live", "runs_data", "render_runs"]
 
 _TEXT_PREVIEW = 240
 _PREFERRED_COLUMNS = ("id", "split", "source", "lang", "filter_reason", "dup_cluster", "dup_keep", "quality_score")
@@ -119,10 +119,16 @@ def render_runs(root: Root, data: dict) -> str:
     return (
         f"<section><h2>Steps</h2>{steps_html}</section>"
         f"<section><h2>{'Run ' + esc(live_id) if live_id else 'Live'}</h2>"
-        f'<div id=live data-refresh="{esc(url("/fragments/live", run=live_id))}" data-interval=1000>'
-        f"{render_live({'live': data['live']})}</div></section>"
+        f"<div id=live>{render_live({'live': data['live']})}</div></section>"
         f"<section><h2>Run history</h2>{history_html}</section>"
     )
+
+
+def render_runs_page(root: Root, data: dict) -> str:
+    """The Runs page: steps, live run and history, re-fetched every second (`/fragments/runs`) so a
+    running pipeline's new steps, jobs and counts appear without a reload."""
+    refresh = url("/fragments/runs", run=data.get("run_id"))
+    return f'<div id=runs-body data-refresh="{esc(refresh)}" data-interval=1000>{render_runs(root, data)}</div>'
 
 
 def render_live(data: dict) -> str:
@@ -635,7 +641,7 @@ def render_report(root: Root, data: dict) -> str:
 
 
 PAGES: tuple[tuple[str, Any, Any, str, str], ...] = (
-    ("/", runs_data, render_runs, "Runs", "runs"),
+    ("/", runs_data, render_runs_page, "Runs", "runs"),
     ("/documents", documents_data, render_documents, "Documents", "documents"),
     ("/documents/doc", document_data, render_document, "Document", "documents"),
     ("/removed", removed_data, render_removed, "Removed, and why", "removed"),
