@@ -164,6 +164,9 @@ def test_token_store_and_mixture_pages(ui_server) -> None:
     assert abs(sum(c["weight"] for c in mix["components"]) - 1) < 1e-9
     for c in mix["components"]:
         assert c["epochs"] == pytest.approx(c["weight"] * 1_000_000 / c["tokens"], rel=1e-3)
+    # without a budget: the recipe's training run on this mixture (2 steps x batch 8 x seq_len 128)
+    mix = ui_server.json(f"/api/stores/mixture?path={q(stores['mixtures'][0])}")
+    assert mix["budget"] == 2 * 8 * 128 and mix["budget_from"].startswith("training run train-")
 
 
 def test_training_and_ablation_pages(ui_server) -> None:

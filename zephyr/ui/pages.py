@@ -249,6 +249,11 @@ def documents_data(root: Root, request: Request) -> dict:
 
 
 def _preview(value: Any) -> str:
+    """A table cell: text cut to a preview; nested values summarized (the document view shows them whole)."""
+    if isinstance(value, dict):
+        return f'<span class=muted title="{esc(", ".join(map(str, value)))}">{{{len(value)} fields}}</span>'
+    if isinstance(value, list) and len(value) > 8:
+        return f"<span class=muted>[{len(value)} items]</span>"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return esc(text[:_TEXT_PREVIEW] + ("…" if len(text) > _TEXT_PREVIEW else ""))
 
@@ -546,7 +551,12 @@ def render_store_doc(root: Root, data: dict) -> str:
 
 def mixture_data(root: Root, request: Request) -> dict:
     budget = _int(request, "budget", 0) or None
-    return stores.mixture_view(root, _param(request, "path", True), budget=budget)
+    return stores.mixture_view(
+        root,
+        _param(request, "path", True),
+        budget=budget,
+        runs=training.training_budgets(root) if budget is None else None,
+    )
 
 
 def render_mixture(root: Root, data: dict) -> str:
@@ -567,8 +577,8 @@ def render_mixture(root: Root, data: dict) -> str:
     ]
     chart = bar_chart([(c["name"], c["epochs"] or 0.0) for c in data["components"]], title="epochs per component")
     return (
-        form
-        + f"<p>the stores hold {fmt(data['store_tokens'])} tokens; budget {fmt(data['budget'])}</p>"
+        form + f"<p>the stores hold {fmt(data['store_tokens'])} tokens; budget {fmt(data['budget'])} "
+        f"({esc(data['budget_from'])})</p>"
         + table(["component", "store", "weight", "store tokens", "sampled tokens", "epochs"], rows, id="mixture")
         + chart
     )

@@ -145,8 +145,12 @@ def list_mixtures(root: Root) -> list[str]:
     return [posixpath.dirname(rel) or "." for rel in root.json_files("mixture.json")]
 
 
-def mixture_view(root: Root, path: str, *, budget: int | None = None) -> dict:
-    """A mixture's weights and, for a token budget, the tokens and epochs each component is sampled for."""
+def mixture_view(root: Root, path: str, *, budget: int | None = None, runs: list[dict] | None = None) -> dict:
+    """A mixture's weights and, for a token budget, the tokens and epochs each component is sampled for.
+
+    Without `budget`: the budget of a training run on this mixture's stores (`runs`, from
+    `zephyr.ui.training.training_budgets`), else one pass over the stores.
+    """
     rel = posixpath.join(path, "mixture.json") if path not in ("", ".") else "mixture.json"
     if rel not in root.files():
         raise KeyError(f"no mixture.json in {path!r} under {root.url}")
@@ -170,8 +174,18 @@ def mixture_view(root: Root, path: str, *, budget: int | None = None) -> dict:
             }
         )
     total_tokens = sum(c["tokens"] or 0 for c in components)
-    budget = int(budget) if budget else total_tokens
+    budget_from = "given"
+    if not budget:
+        paths = {str(spec[0]).rstrip("/") for spec in mix.values() if isinstance(spec, (list, tuple))}
+        run = next((r for r in runs or [] if paths and paths <= set(r["stores"])), None)
+        budget, budget_from = (run["tokens"], f"training run {run['path']}") if run else (total_tokens, "one pass")
     for c in components:
         c["sampled_tokens"] = int(round(c["weight"] * budget))
         c["epochs"] = (c["sampled_tokens"] / c["tokens"]) if c["tokens"] else None
-    return {"path": path, "budget": budget, "store_tokens": total_tokens, "components": components}
+    return {
+        "path": path,
+        "budget": budget,
+        "budget_from": budget_from,
+        "store_tokens": total_tokens,
+        "components": components,
+    }
