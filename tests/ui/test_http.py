@@ -294,3 +294,29 @@ def test_zephyr_ui_command_serves_the_root(ui_root: Path) -> None:
         timeout=60,
     )
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_a_memory_root_is_read_through_fsspec(ui_root: Path) -> None:
+    """Everything goes through zephyr.fs: a memory:// root (as gs:// or s3:// would) browses and pairs."""
+    import fsspec
+    from ui_helpers import Server
+
+    fs = fsspec.filesystem("memory")
+    exact = next(ui_root.glob("exact_dedup-*"))
+    normalize = next(ui_root.glob("normalize-*"))
+    for step in (normalize, exact):
+        for path in step.rglob("*"):
+            if path.is_file():
+                fs.pipe(f"/uiroot/{path.relative_to(ui_root)}", path.read_bytes())
+    server = Server("memory://uiroot")
+    try:
+        steps = {s["name"]: s for s in server.json("/api/runs")["steps"]}
+        assert steps["exact_dedup"]["removed"]["exact_duplicate"] > 0
+        page = server.json(f"/api/documents?dataset={exact.name}&filter={q('dup_count >= 2')}")
+        assert page["rows"] and all(r["dup_count"] >= 2 for r in page["rows"])
+        row = server.json(f"/api/removed?step={exact.name}&limit=1")["rows"][0]
+        pair = server.json(f"/api/removed/pair?step={exact.name}&id={q(row['id'])}")
+        assert pair["keeper"]["id"] == row["keeper"] and pair["removed"]["_file"].startswith(normalize.name)
+    finally:
+        server.stop()
+        fs.rm("/uiroot", recursive=True)
