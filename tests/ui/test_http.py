@@ -159,7 +159,11 @@ def test_token_store_and_mixture_pages(ui_server) -> None:
     view = ui_server.json(f"/api/stores/view?path={q(store['path'])}")
     assert view["documents"] == store["documents"] and sum(b["count"] for b in view["histogram"]) == view["documents"]
     doc = ui_server.json(f"/api/stores/doc?path={q(store['path'])}&index=0")
-    assert doc["decoded"] and len(doc["pieces"]) == doc["shown"] and "".join(p["text"] for p in doc["pieces"]).strip()
+    assert doc["decoded"] and len(doc["pieces"]) == doc["shown"] == len(doc["ids"])
+    from zephyr.tokenize.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2")
+    assert "".join(p["text"] for p in doc["pieces"]) == tokenizer.decode(doc["ids"])  # boundaries lose nothing
     mix = ui_server.json(f"/api/stores/mixture?path={q(stores['mixtures'][0])}&budget=1000000")
     assert abs(sum(c["weight"] for c in mix["components"]) - 1) < 1e-9
     for c in mix["components"]:
@@ -320,3 +324,15 @@ def test_a_memory_root_is_read_through_fsspec(ui_root: Path) -> None:
     finally:
         server.stop()
         fs.rm("/uiroot", recursive=True)
+
+
+def test_token_pieces_keep_multibyte_characters_whole() -> None:
+    from zephyr.tokenize.tokenizer import load_tokenizer
+    from zephyr.ui.stores import _token_pieces
+
+    tokenizer = load_tokenizer("smollm2")
+    text = "héllo wörld 日本語 テキスト 🎉 done"
+    ids = tokenizer.hf.encode(text).ids
+    pieces = [p["text"] for p in _token_pieces(tokenizer.decode, ids, context=2)]
+    assert "".join(pieces) == text and "\ufffd" not in "".join(pieces)
+    assert len(pieces) == len(ids) and "" in pieces  # a character split over tokens shows on its last token

@@ -120,15 +120,7 @@ def store_document(root: Root, path: str, index: int, *, max_tokens: int = 2000)
     loaded = _decoder(str(tok.get("source") or tok.get("name")), tok.get("content_hash"))
     pieces: list[dict] = []
     if loaded is not None:
-        previous = ""
-        # incremental decoding: a multi-byte character split across tokens shows on the token completing it
-        for k in range(len(ids)):
-            text = loaded.decode(ids[: k + 1])
-            if text.startswith(previous) and not text.endswith("\ufffd"):
-                pieces.append({"id": ids[k], "text": text[len(previous) :]})
-                previous = text
-            else:
-                pieces.append({"id": ids[k], "text": ""})
+        pieces = _token_pieces(loaded.decode, ids)
     return {
         "path": path,
         "index": index,
@@ -139,6 +131,26 @@ def store_document(root: Root, path: str, index: int, *, max_tokens: int = 2000)
         "pieces": pieces,
         "tokenizer": tok.get("name"),
     }
+
+
+def _token_pieces(decode: Any, ids: list[int], context: int = 8) -> list[dict]:
+    """The text each token adds, decoding a window of `context` tokens before it (linear in the length).
+
+    A character split across tokens (a multi-byte UTF-8 sequence in byte-level BPE) shows on the token
+    that completes it; the tokens before it add "". Concatenated, the pieces are the decoded text.
+    """
+    pieces = []
+    for k in range(len(ids)):
+        start = max(0, k - context)
+        before = decode(ids[start:k]) if k else ""
+        while start > 0 and before.startswith("\ufffd"):  # the window began inside a character: widen it
+            start -= 1
+            before = decode(ids[start:k])
+        window = ids[start:k]
+        before = before.rstrip("\ufffd")
+        after = decode(window + [ids[k]]).rstrip("\ufffd")  # an incomplete character waits for its last byte
+        pieces.append({"id": ids[k], "text": after[len(before) :] if after.startswith(before) else ""})
+    return pieces
 
 
 def list_mixtures(root: Root) -> list[str]:
