@@ -159,11 +159,18 @@ def test_token_store_and_mixture_pages(ui_server) -> None:
     view = ui_server.json(f"/api/stores/view?path={q(store['path'])}")
     assert view["documents"] == store["documents"] and sum(b["count"] for b in view["histogram"]) == view["documents"]
     doc = ui_server.json(f"/api/stores/doc?path={q(store['path'])}&index=0")
-    assert doc["decoded"] and len(doc["pieces"]) == doc["shown"] and "".join(p["text"] for p in doc["pieces"]).strip()
+    assert doc["decoded"] and len(doc["pieces"]) == doc["shown"] == len(doc["ids"])
+    from zephyr.tokenize.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2")
+    assert "".join(p["text"] for p in doc["pieces"]) == tokenizer.decode(doc["ids"])  # boundaries lose nothing
     mix = ui_server.json(f"/api/stores/mixture?path={q(stores['mixtures'][0])}&budget=1000000")
     assert abs(sum(c["weight"] for c in mix["components"]) - 1) < 1e-9
     for c in mix["components"]:
         assert c["epochs"] == pytest.approx(c["weight"] * 1_000_000 / c["tokens"], rel=1e-3)
+    # without a budget: the recipe's training run on this mixture (2 steps x batch 8 x seq_len 128)
+    mix = ui_server.json(f"/api/stores/mixture?path={q(stores['mixtures'][0])}")
+    assert mix["budget"] == 2 * 8 * 128 and mix["budget_from"].startswith("training run train-")
 
 
 def test_training_and_ablation_pages(ui_server) -> None:
@@ -213,6 +220,8 @@ def test_live_view_follows_a_running_process(ui_server, ui_root: Path) -> None:
     assert live["run_id"] in [r["run_id"] for r in runs["runs"]]
     assert ui_server.json(f"/api/runs?run={q(live['run_id'])}")["live"]["pid"] == proc.pid
     assert ui_server.get("/api/runs/live?run=20000101T000000-1")[0] == 404
+    body = ui_server.get("/fragments/runs")[1].decode()  # what the Runs page re-fetches every second
+    assert 'id="steps"' in body and "6/6" in body and live["run_id"] in body
 
 
 def test_lineage_of_a_quality_and_dedup_step_matches_the_marks(ui_server, ui_root: Path) -> None:
@@ -289,3 +298,41 @@ def test_zephyr_ui_command_serves_the_root(ui_root: Path) -> None:
         timeout=60,
     )
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_a_memory_root_is_read_through_fsspec(ui_root: Path) -> None:
+    """Everything goes through zephyr.fs: a memory:// root (as gs:// or s3:// would) browses and pairs."""
+    import fsspec
+    from ui_helpers import Server
+
+    fs = fsspec.filesystem("memory")
+    exact = next(ui_root.glob("exact_dedup-*"))
+    normalize = next(ui_root.glob("normalize-*"))
+    for step in (normalize, exact):
+        for path in step.rglob("*"):
+            if path.is_file():
+                fs.pipe(f"/uiroot/{path.relative_to(ui_root)}", path.read_bytes())
+    server = Server("memory://uiroot")
+    try:
+        steps = {s["name"]: s for s in server.json("/api/runs")["steps"]}
+        assert steps["exact_dedup"]["removed"]["exact_duplicate"] > 0
+        page = server.json(f"/api/documents?dataset={exact.name}&filter={q('dup_count >= 2')}")
+        assert page["rows"] and all(r["dup_count"] >= 2 for r in page["rows"])
+        row = server.json(f"/api/removed?step={exact.name}&limit=1")["rows"][0]
+        pair = server.json(f"/api/removed/pair?step={exact.name}&id={q(row['id'])}")
+        assert pair["keeper"]["id"] == row["keeper"] and pair["removed"]["_file"].startswith(normalize.name)
+    finally:
+        server.stop()
+        fs.rm("/uiroot", recursive=True)
+
+
+def test_token_pieces_keep_multibyte_characters_whole() -> None:
+    from zephyr.tokenize.tokenizer import load_tokenizer
+    from zephyr.ui.stores import _token_pieces
+
+    tokenizer = load_tokenizer("smollm2")
+    text = "héllo wörld 日本語 テキスト 🎉 done"
+    ids = tokenizer.hf.encode(text).ids
+    pieces = [p["text"] for p in _token_pieces(tokenizer.decode, ids, context=2)]
+    assert "".join(pieces) == text and "\ufffd" not in "".join(pieces)
+    assert len(pieces) == len(ids) and "" in pieces  # a character split over tokens shows on its last token

@@ -92,7 +92,7 @@ def _free_port() -> int:
 class Server:
     """A real uvicorn server in a thread; `get` returns (status, body, seconds)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path | str) -> None:
         import uvicorn
 
         from zephyr.ui import create_app

@@ -94,7 +94,16 @@ def create_app(root_url: str) -> Starlette:
     def health(request: Request) -> Response:
         return JSON({"ok": True, "root": root.url})
 
+    def runs_fragment(request: Request) -> Response:
+        try:
+            return HTMLResponse(pages.render_runs(root, pages.runs_data(root, request)))
+        except KeyError as exc:
+            from zephyr.ui.html import esc
+
+            return HTMLResponse(f"<p class=error>{esc(exc.args[0] if exc.args else exc)}</p>", status_code=404)
+
     routes.append(Route("/fragments/live", live_fragment))
+    routes.append(Route("/fragments/runs", runs_fragment))
     routes.append(Route("/api/health", health))
     routes.append(Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"))
     app = Starlette(routes=routes)

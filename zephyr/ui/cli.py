@@ -8,6 +8,14 @@ from typing import Any
 
 __all__ = ["add_cli", "main"]
 
+_EXAMPLES = """examples:
+  zephyr ui out/nemotron_cc                   # after `make run`; then open http://127.0.0.1:8265
+  zephyr ui out/nemotron_cc --port 9000       # another port
+  zephyr ui gs://bucket/out                   # a bucket root, read through the region guard
+  zephyr ui out --host 0.0.0.0                # reachable from other machines (no authentication: trusted networks only)
+
+Every page has a JSON twin under /api (e.g. /api/runs, /api/documents?dataset=...&filter=...)."""
+
 
 def add_cli(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -15,6 +23,7 @@ def add_cli(subparsers: Any) -> None:
         help="a local web UI over a recipe output root or any folder of Zephyr outputs",
         description="Serve Zephyr's web UI: runs (live), documents, removed documents and why, token stores, "
         "ablations. Open http://HOST:PORT in a browser.",
+        epilog=_EXAMPLES,
     )
     parser.add_argument(
         "root", nargs="?", default="out", help="output root: a local folder or gs://, s3:// URL (default: out)"

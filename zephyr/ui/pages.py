@@ -16,7 +16,7 @@ from zephyr.ui.filters import parse_filter
 from zephyr.ui.html import bar_chart, esc, fmt, interval_chart, line_chart, link, pre_json, table, url
 from zephyr.ui.source import Root
 
-__all__ = ["PAGES", "live_data", "render_live"]
+__all__ = ["PAGES", "live_data", "render_live", "runs_data", "render_runs"]
 
 _TEXT_PREVIEW = 240
 _PREFERRED_COLUMNS = ("id", "split", "source", "lang", "filter_reason", "dup_cluster", "dup_keep", "quality_score")
@@ -119,10 +119,16 @@ def render_runs(root: Root, data: dict) -> str:
     return (
         f"<section><h2>Steps</h2>{steps_html}</section>"
         f"<section><h2>{'Run ' + esc(live_id) if live_id else 'Live'}</h2>"
-        f'<div id=live data-refresh="{esc(url("/fragments/live", run=live_id))}" data-interval=1000>'
-        f"{render_live({'live': data['live']})}</div></section>"
+        f"<div id=live>{render_live({'live': data['live']})}</div></section>"
         f"<section><h2>Run history</h2>{history_html}</section>"
     )
+
+
+def render_runs_page(root: Root, data: dict) -> str:
+    """The Runs page: steps, live run and history, re-fetched every second (`/fragments/runs`) so a
+    running pipeline's new steps, jobs and counts appear without a reload."""
+    refresh = url("/fragments/runs", run=data.get("run_id"))
+    return f'<div id=runs-body data-refresh="{esc(refresh)}" data-interval=1000>{render_runs(root, data)}</div>'
 
 
 def render_live(data: dict) -> str:
@@ -243,6 +249,11 @@ def documents_data(root: Root, request: Request) -> dict:
 
 
 def _preview(value: Any) -> str:
+    """A table cell: text cut to a preview; nested values summarized (the document view shows them whole)."""
+    if isinstance(value, dict):
+        return f'<span class=muted title="{esc(", ".join(map(str, value)))}">{{{len(value)} fields}}</span>'
+    if isinstance(value, list) and len(value) > 8:
+        return f"<span class=muted>[{len(value)} items]</span>"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return esc(text[:_TEXT_PREVIEW] + ("…" if len(text) > _TEXT_PREVIEW else ""))
 
@@ -540,7 +551,12 @@ def render_store_doc(root: Root, data: dict) -> str:
 
 def mixture_data(root: Root, request: Request) -> dict:
     budget = _int(request, "budget", 0) or None
-    return stores.mixture_view(root, _param(request, "path", True), budget=budget)
+    return stores.mixture_view(
+        root,
+        _param(request, "path", True),
+        budget=budget,
+        runs=training.training_budgets(root) if budget is None else None,
+    )
 
 
 def render_mixture(root: Root, data: dict) -> str:
@@ -561,8 +577,8 @@ def render_mixture(root: Root, data: dict) -> str:
     ]
     chart = bar_chart([(c["name"], c["epochs"] or 0.0) for c in data["components"]], title="epochs per component")
     return (
-        form
-        + f"<p>the stores hold {fmt(data['store_tokens'])} tokens; budget {fmt(data['budget'])}</p>"
+        form + f"<p>the stores hold {fmt(data['store_tokens'])} tokens; budget {fmt(data['budget'])} "
+        f"({esc(data['budget_from'])})</p>"
         + table(["component", "store", "weight", "store tokens", "sampled tokens", "epochs"], rows, id="mixture")
         + chart
     )
@@ -635,7 +651,7 @@ def render_report(root: Root, data: dict) -> str:
 
 
 PAGES: tuple[tuple[str, Any, Any, str, str], ...] = (
-    ("/", runs_data, render_runs, "Runs", "runs"),
+    ("/", runs_data, render_runs_page, "Runs", "runs"),
     ("/documents", documents_data, render_documents, "Documents", "documents"),
     ("/documents/doc", document_data, render_document, "Document", "documents"),
     ("/removed", removed_data, render_removed, "Removed, and why", "removed"),

@@ -120,15 +120,7 @@ def store_document(root: Root, path: str, index: int, *, max_tokens: int = 2000)
     loaded = _decoder(str(tok.get("source") or tok.get("name")), tok.get("content_hash"))
     pieces: list[dict] = []
     if loaded is not None:
-        previous = ""
-        # incremental decoding: a multi-byte character split across tokens shows on the token completing it
-        for k in range(len(ids)):
-            text = loaded.decode(ids[: k + 1])
-            if text.startswith(previous) and not text.endswith("\ufffd"):
-                pieces.append({"id": ids[k], "text": text[len(previous) :]})
-                previous = text
-            else:
-                pieces.append({"id": ids[k], "text": ""})
+        pieces = _token_pieces(loaded.decode, ids)
     return {
         "path": path,
         "index": index,
@@ -141,12 +133,36 @@ def store_document(root: Root, path: str, index: int, *, max_tokens: int = 2000)
     }
 
 
+def _token_pieces(decode: Any, ids: list[int], context: int = 8) -> list[dict]:
+    """The text each token adds, decoding a window of `context` tokens before it (linear in the length).
+
+    A character split across tokens (a multi-byte UTF-8 sequence in byte-level BPE) shows on the token
+    that completes it; the tokens before it add "". Concatenated, the pieces are the decoded text.
+    """
+    pieces = []
+    for k in range(len(ids)):
+        start = max(0, k - context)
+        before = decode(ids[start:k]) if k else ""
+        while start > 0 and before.startswith("\ufffd"):  # the window began inside a character: widen it
+            start -= 1
+            before = decode(ids[start:k])
+        window = ids[start:k]
+        before = before.rstrip("\ufffd")
+        after = decode(window + [ids[k]]).rstrip("\ufffd")  # an incomplete character waits for its last byte
+        pieces.append({"id": ids[k], "text": after[len(before) :] if after.startswith(before) else ""})
+    return pieces
+
+
 def list_mixtures(root: Root) -> list[str]:
     return [posixpath.dirname(rel) or "." for rel in root.json_files("mixture.json")]
 
 
-def mixture_view(root: Root, path: str, *, budget: int | None = None) -> dict:
-    """A mixture's weights and, for a token budget, the tokens and epochs each component is sampled for."""
+def mixture_view(root: Root, path: str, *, budget: int | None = None, runs: list[dict] | None = None) -> dict:
+    """A mixture's weights and, for a token budget, the tokens and epochs each component is sampled for.
+
+    Without `budget`: the budget of a training run on this mixture's stores (`runs`, from
+    `zephyr.ui.training.training_budgets`), else one pass over the stores.
+    """
     rel = posixpath.join(path, "mixture.json") if path not in ("", ".") else "mixture.json"
     if rel not in root.files():
         raise KeyError(f"no mixture.json in {path!r} under {root.url}")
@@ -170,8 +186,18 @@ def mixture_view(root: Root, path: str, *, budget: int | None = None) -> dict:
             }
         )
     total_tokens = sum(c["tokens"] or 0 for c in components)
-    budget = int(budget) if budget else total_tokens
+    budget_from = "given"
+    if not budget:
+        paths = {str(spec[0]).rstrip("/") for spec in mix.values() if isinstance(spec, (list, tuple))}
+        run = next((r for r in runs or [] if paths and paths <= set(r["stores"])), None)
+        budget, budget_from = (run["tokens"], f"training run {run['path']}") if run else (total_tokens, "one pass")
     for c in components:
         c["sampled_tokens"] = int(round(c["weight"] * budget))
         c["epochs"] = (c["sampled_tokens"] / c["tokens"]) if c["tokens"] else None
-    return {"path": path, "budget": budget, "store_tokens": total_tokens, "components": components}
+    return {
+        "path": path,
+        "budget": budget,
+        "budget_from": budget_from,
+        "store_tokens": total_tokens,
+        "components": components,
+    }

@@ -15,7 +15,7 @@ from typing import Any
 from zephyr.fs import open_url
 from zephyr.ui.source import Root
 
-__all__ = ["list_training", "training_view", "list_reports", "report_view"]
+__all__ = ["list_training", "training_view", "training_budgets", "list_reports", "report_view"]
 
 
 def list_training(root: Root) -> list[str]:
@@ -64,6 +64,26 @@ def training_view(root: Root, path: str) -> dict:
         "end": end,
         "series": {k: [[s, v] for s, v in pts] for k, pts in curves.items()},
     }
+
+
+def training_budgets(root: Root) -> list[dict]:
+    """Token budgets of the training runs under the root: {path, tokens, stores} from each run's start event
+    (steps x batch_size x seq_len, and the store paths it trained on)."""
+    out = []
+    for path in list_training(root):
+        rel = posixpath.join(path, "metrics.jsonl") if path else "metrics.jsonl"
+        with open_url(root.abs(rel), "rb", compression=None) as handle:
+            first = handle.readline()
+        try:
+            start = json.loads(first)
+            config = start["config"]
+            data = config["data"]
+            tokens = int(config["steps"]) * int(data["batch_size"]) * int(data["seq_len"])
+            stores = [str(spec[0]).rstrip("/") for spec in (data.get("train") or {}).values()]
+        except (ValueError, KeyError, TypeError, IndexError):
+            continue  # not a start event of zephyr.train (an ablation's per-run log, a cut line)
+        out.append({"path": path, "tokens": tokens, "stores": stores})
+    return out
 
 
 def list_reports(root: Root) -> list[str]:
