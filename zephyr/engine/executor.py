@@ -32,6 +32,7 @@ from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.outputs import FileSink
 from zephyr.engine.progress import ProgressDisplay
+from zephyr.engine.resources import stage_request
 from zephyr.engine.shuffle import target_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 
@@ -196,6 +197,8 @@ def _run_stage(
         if committed is not None:
             done[shard] = committed
     stats.resumed_shards = len(done)
+    if hasattr(backend, "prepare") and len(done) < stage.num_shards:
+        backend.prepare(stage_request(stage))  # workers of the shape this stage's ops ask for
     progress.start_stage(stage, resumed=len(done))
     started = time.perf_counter()
     pending = [_Pending(shard) for shard in range(stage.num_shards) if shard not in done]

@@ -20,11 +20,11 @@ cluster of several machines.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,28 +32,13 @@ import ray
 import ray.exceptions
 
 from zephyr.engine.backends import Outcome, _portable
+from zephyr.engine.errors import ZephyrError
+from zephyr.engine.resources import Resources, effective
 from zephyr.engine.worker import ShardResult, ShardTask, run_task
 
-__all__ = ["WorkerResources", "RayBackend", "connect"]
+__all__ = ["RayBackend", "connect"]
 
 _MODES = ("actors", "tasks")
-
-
-@dataclass(frozen=True)
-class WorkerResources:
-    """What each Zephyr worker (one shard task at a time) asks Ray for.
-
-    memory None reserves the run's `memory_per_worker`, so Ray never packs more workers on a node than
-    its memory holds (the shuffle's buffers are bounded by that figure).
-    """
-
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
-    memory: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.num_cpus < 0 or self.num_gpus < 0:
-            raise ValueError(f"num_cpus and num_gpus must be >= 0, got {self.num_cpus} and {self.num_gpus}")
 
 
 def connect(address: str | None = None, *, dashboard: bool = False) -> bool:
@@ -139,53 +124,57 @@ class _Actor:
 
 
 class RayBackend:
-    """The executor's backend on Ray: `capacity` shard tasks in flight, outcomes as they finish."""
+    """The executor's backend on Ray: `capacity` shard tasks in flight, outcomes as they finish.
 
-    def __init__(
-        self,
-        config: Any,
-        *,
-        mode: str = "actors",
-        resources: WorkerResources | None = None,
-    ) -> None:
+    The actor pool has one resource shape at a time (`prepare` switches it when a stage asks for GPUs,
+    more memory or a custom resource): the previous shape's actors are killed first, so a stage never
+    holds idle workers of another shape while it waits for its own.
+    """
+
+    def __init__(self, config: Any, *, mode: str = "actors") -> None:
         if mode not in _MODES:
             raise ValueError(f"unknown Ray backend mode {mode!r}: choose one of {', '.join(_MODES)}")
-        connect(config.ray_address, dashboard=bool(getattr(config, "ray_dashboard", False)))
+        connect(config.ray_address, dashboard=config.ray_dashboard)
         self.mode = mode
-        self.resources = resources or WorkerResources(
-            num_cpus=float(getattr(config, "worker_cpus", 1.0)),
-            num_gpus=float(getattr(config, "worker_gpus", 0.0)),
-        )
-        self._memory = self.resources.memory or config.memory_per_worker
-        self.capacity = self._pool_size(config.workers)
+        self._config = config
+        self.keep_warm_s = float(config.ray_pool_idle_s)  # 0: give the CPUs back when the run ends
         self._check_scratch(config.scratch_url)
         self._sys_path = list(sys.path)
         # relative output paths resolve as in the driver on a one-machine cluster; on a remote cluster
         # they have no meaning (use absolute URLs), so workers keep Ray's working directory there
         self._cwd = "" if config.ray_address else os.getcwd()
-        self._options = {
-            "num_cpus": self.resources.num_cpus,
-            "num_gpus": self.resources.num_gpus,
-            "memory": self._memory,
-        }
-        self.reuse_key = self.reuse_key_for(config, mode=mode, resources=resources)
+        self.reuse_key = self.reuse_key_for(config, mode=mode)
         self._running: dict[Any, _Actor | ShardTask] = {}  # ObjectRef -> actor (actors) or task (tasks)
         self._actors: list[_Actor] = []
         self._started = 0
-        if mode == "actors":
+        self._remote = ray.remote(_run_as_task)
+        self.shape: Resources | None = None
+        self.prepare(None)
+
+    @staticmethod
+    def reuse_key_for(config: Any, *, mode: str = "actors") -> tuple:
+        """What must match for the next run to reuse this pool's actors (they hold the driver's sys.path)."""
+        return ("ray", mode, config.ray_address, config.workers, config.memory_per_worker, config.worker_cpus,
+                config.worker_gpus, tuple(sys.path), os.getcwd())
+
+    def prepare(self, request: Resources | None) -> None:
+        """Make the pool fit a stage asking for `request` (None: the run's defaults)."""
+        shape = effective(request, self._config)
+        if shape == self.shape:
+            return
+        if self._running:
+            raise RuntimeError("prepare() called with shard tasks in flight: finish the stage first")
+        self._kill_actors()
+        self.shape = shape
+        self.capacity = self._pool_size(shape, default=request is None)
+        self._options: dict[str, Any] = {"num_cpus": shape.cpus, "num_gpus": shape.gpus, "memory": shape.memory}
+        if shape.custom:
+            self._options["resources"] = dict(shape.custom)
+        if self.mode == "actors":
             self._actor_class = ray.remote(ShardWorker).options(
                 max_restarts=0, max_concurrency=1, scheduling_strategy="SPREAD", **self._options
             )
             self._actors = [self._start_actor() for _ in range(self.capacity)]
-        else:
-            self._remote = ray.remote(_run_as_task)
-
-    @staticmethod
-    def reuse_key_for(config: Any, *, mode: str = "actors", resources: WorkerResources | None = None) -> tuple:
-        """What must match for the next run to reuse this pool's actors (they hold the driver's sys.path)."""
-        return ("ray", mode, resources, config.ray_address, config.workers, config.memory_per_worker,
-                float(getattr(config, "worker_cpus", 1.0)), float(getattr(config, "worker_gpus", 0.0)),
-                tuple(sys.path), os.getcwd())
 
     def healthy(self) -> bool:
         """Every actor idle and answering (a lost actor's replacement counts; a new Ray session does not)."""
@@ -198,36 +187,41 @@ class RayBackend:
         return True
 
     # ----------------------------------------------------------------------------------- sizing
-    def _pool_size(self, workers: int | None) -> int:
-        """`workers` when given (an autoscaling cluster grows to it), else what the cluster holds now."""
-        if workers is not None:
+    def _pool_size(self, shape: Resources, *, default: bool) -> int:
+        """How many workers of `shape` the cluster holds now; `workers` caps it (and, for the default
+        shape, sets it: an autoscaling cluster grows to it)."""
+        workers = self._config.workers
+        if workers is not None and default:
             return workers
         total = ray.cluster_resources()
-        fits = [int(total.get("CPU", 0) // self.resources.num_cpus)] if self.resources.num_cpus else []
-        if self.resources.num_gpus:
-            fits.append(int(total.get("GPU", 0) // self.resources.num_gpus))
-        if self._memory and total.get("memory"):
-            fits.append(int(total["memory"] // self._memory))
-        size = min(fits) if fits else 1
+        wants = {"CPU": shape.cpus, "GPU": shape.gpus, "memory": shape.memory, **dict(shape.custom)}
+        fits = {name: int(total.get(name, 0) // amount) for name, amount in wants.items() if amount}
+        size = min(fits.values()) if fits else (workers or int(total.get("CPU", 1)) or 1)
         if size < 1:
-            raise RuntimeError(
-                f"the Ray cluster cannot hold one Zephyr worker: each asks for {self.resources.num_cpus} CPU, "
-                f"{self.resources.num_gpus} GPU and {self._memory >> 20} MiB of memory, the cluster has "
-                f"{total.get('CPU', 0)} CPU, {total.get('GPU', 0)} GPU and {int(total.get('memory', 0)) >> 20} "
-                "MiB. Lower memory_per_worker, or set workers=N to wait for an autoscaler to add nodes."
+            short = ", ".join(
+                f"{name} {_amount(name, wants[name])} (cluster has {_amount(name, total.get(name, 0))})"
+                for name, fit in fits.items() if fit < 1
             )
-        return size
+            raise RuntimeError(
+                f"the Ray cluster cannot hold one Zephyr worker asking for {shape.describe()}: short of {short}. "
+                "Lower the stage's resources (or memory_per_worker), or add a node that has them."
+            )
+        return min(size, workers) if workers is not None else size
 
     @staticmethod
     def _check_scratch(scratch: str) -> None:
+        """A local scratch path on a cluster of several nodes loses shuffle files between nodes: refuse it,
+        unless the user says it is a shared mount (NFS) with ZEPHYR_SCRATCH_SHARED=1."""
         local = "://" not in scratch or scratch.startswith("file://")
+        if not local or os.environ.get("ZEPHYR_SCRATCH_SHARED") == "1":
+            return
         nodes = [node for node in ray.nodes() if node.get("Alive")]
-        if local and len(nodes) > 1:
-            warnings.warn(
+        if len(nodes) > 1:
+            raise ZephyrError(
                 f"the scratch location {scratch!r} is a local path but the Ray cluster has {len(nodes)} nodes: "
-                "shuffle files written on one node must be readable on every other node. Unless it is a "
-                "shared mount (NFS), pass a bucket: --scratch gs://BUCKET/zephyr-scratch (or s3://...).",
-                stacklevel=3,
+                "shuffle files written on one node must be readable on every other node. Pass a bucket "
+                "(--scratch gs://BUCKET/zephyr-scratch or s3://...), or set ZEPHYR_SCRATCH_SHARED=1 if "
+                "the path is a mount every node shares (NFS)."
             )
 
     # -------------------------------------------------------------------------------- protocol
@@ -254,16 +248,21 @@ class RayBackend:
         return [self._outcome(ref) for ref in ready]
 
     def close(self) -> None:
+        """Kill the actors: their CPUs, GPUs and memory go back to the cluster at once."""
+        self._kill_actors()
+        for ref in list(self._running):
+            if self.mode == "tasks" and ray.is_initialized():
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+        self._running.clear()
+
+    def _kill_actors(self) -> None:
         for actor in self._actors if ray.is_initialized() else ():
             try:
                 ray.kill(actor.handle, no_restart=True)
             except Exception:  # noqa: BLE001 - an actor of an earlier Ray session is already gone
                 pass
         self._actors = []
-        for ref in list(self._running):
-            if self.mode == "tasks":
-                ray.cancel(ref, force=True)
-        self._running.clear()
 
     # --------------------------------------------------------------------------------- helpers
     def _start_actor(self) -> _Actor:
@@ -299,6 +298,10 @@ class RayBackend:
         ray.kill(owner.handle, no_restart=True)
         self._actors[self._actors.index(owner)] = self._start_actor()
         return detail
+
+
+def _amount(name: str, value: float) -> str:
+    return f"{int(value) >> 20} MiB" if name == "memory" else f"{value:g}"
 
 
 def _task_name(task: ShardTask) -> str:
