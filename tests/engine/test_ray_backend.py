@@ -17,9 +17,9 @@ from zephyr import Dataset, UserCodeError, counters, execution  # noqa: E402
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
-    """One real local Ray cluster (2 CPUs, loopback only) for the whole session."""
+    """One real local Ray cluster (2 CPUs, loopback only) for this module."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started = not ray.is_initialized()

@@ -4,7 +4,7 @@ Why actors rather than plain Ray tasks (both are implemented; `mode="tasks"` sel
 - a worker keeps its process, so `worker.load_stage` reads and unpickles a stage (and the tokenizer or
   classifier its functions hold) once per worker, not once per task; Ray may recycle or add task
   workers at will, and every new process pays the load again;
-- the pool has exactly `capacity` processes with declared CPU/GPU/memory, so peak memory is known;
+- the pool has exactly `size` processes with declared CPU/GPU/memory, so peak memory is known;
 - when a worker dies we know its pid and node, and say so in the retry report.
 `benchmarks/engine_groupby.py` measures both (per-task overhead and a warm-cache stage).
 
@@ -96,16 +96,22 @@ class ShardWorker:
         _prepare_process(sys_path, cwd)
 
     def where(self) -> str:
-        return f"pid {os.getpid()} on {socket.gethostname()}"
+        return _where()
 
     def run(self, task: ShardTask) -> tuple[str, Any]:
         return _run(task)
 
 
+def _where() -> str:
+    """This worker process and its node, as a retry report names them."""
+    node = ray.get_runtime_context().get_node_id() or "?"
+    return f"pid {os.getpid()} on {socket.gethostname()}, node {node[:12]}"
+
+
 def _run_as_task(task: ShardTask, sys_path: list[str], cwd: str) -> tuple[str, Any, str]:
     _prepare_process(sys_path, cwd)
     kind, value = _run(task)
-    return kind, value, f"pid {os.getpid()} on {socket.gethostname()}"
+    return kind, value, _where()
 
 
 @dataclass
@@ -114,6 +120,7 @@ class _Actor:
     where_ref: Any  # ObjectRef of ShardWorker.where(): resolved when we need to name a dead worker
     number: int
     task: ShardTask | None = None
+    started: bool = False  # placed on a node and answering (or already dead: a task to it fails fast)
 
     def describe(self) -> str:
         try:
@@ -166,7 +173,7 @@ class RayBackend:
             raise RuntimeError("prepare() called with shard tasks in flight: finish the stage first")
         self._kill_actors()
         self.shape = shape
-        self.capacity = self._pool_size(shape, default=request is None)
+        self.size = self._pool_size(shape, default=request is None)
         self._options: dict[str, Any] = {"num_cpus": shape.cpus, "num_gpus": shape.gpus, "memory": shape.memory}
         if shape.custom:
             self._options["resources"] = dict(shape.custom)
@@ -174,11 +181,25 @@ class RayBackend:
             self._actor_class = ray.remote(ShardWorker).options(
                 max_restarts=0, max_concurrency=1, scheduling_strategy="SPREAD", **self._options
             )
-            self._actors = [self._start_actor() for _ in range(self.capacity)]
+            self._actors = [self._start_actor() for _ in range(self.size)]
+
+    @property
+    def capacity(self) -> int:
+        """Shard tasks to keep in flight: the actors placed so far. An actor still waiting for CPUs (the
+        cluster is busy with other jobs, or a node died and its replacement has nowhere to go) takes
+        no shard, so no shard waits behind it while other workers are free."""
+        if self.mode == "tasks":
+            return self.size
+        waiting = {actor.where_ref: actor for actor in self._actors if not actor.started}
+        if waiting:
+            ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+            for ref in ready:
+                waiting[ref].started = True
+        return sum(actor.started for actor in self._actors)
 
     def healthy(self) -> bool:
         """Every actor idle and answering (a lost actor's replacement counts; a new Ray session does not)."""
-        if not (self.mode == "actors" and ray.is_initialized() and not self._running and len(self._actors) == self.capacity):
+        if not (self.mode == "actors" and ray.is_initialized() and not self._running and len(self._actors) == self.size):
             return False
         try:
             ray.get([actor.handle.where.remote() for actor in self._actors], timeout=10)
@@ -232,7 +253,7 @@ class RayBackend:
             ref = self._remote.options(**options).remote(task, self._sys_path, self._cwd)
             self._running[ref] = task
             return
-        actor = next((a for a in self._actors if a.task is None), None)
+        actor = next((a for a in self._actors if a.task is None and a.started), None)
         if actor is None:
             raise RuntimeError("submit() called with every Ray worker busy: check capacity first")
         actor.task = task
@@ -240,6 +261,9 @@ class RayBackend:
 
     def wait(self, timeout: float) -> list[Outcome]:
         if not self._running:
+            waiting = [actor.where_ref for actor in self._actors if not actor.started]
+            if waiting:  # nothing to collect until an actor is placed
+                ray.wait(waiting, num_returns=1, timeout=timeout)
             return []
         refs = list(self._running)
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
@@ -294,10 +318,23 @@ class RayBackend:
         reason = _reason(error)
         if not isinstance(owner, _Actor):
             return f"ray task worker died: {reason}"
-        detail = f"{owner.describe()} died: {reason}"
+        detail = f"{owner.describe()} died: {reason}{_node_state(owner)}"
         ray.kill(owner.handle, no_restart=True)
         self._actors[self._actors.index(owner)] = self._start_actor()
         return detail
+
+
+def _node_state(actor: _Actor) -> str:
+    """"; node X is dead" when Ray already knows the actor's whole node is gone (raylet or machine)."""
+    try:
+        where = ray.get(actor.where_ref, timeout=0)
+        node = where.rsplit("node ", 1)[1]
+        for info in ray.nodes():
+            if info["NodeID"].startswith(node) and not info.get("Alive"):
+                return f"; its node {node} ({info.get('NodeManagerAddress')}) is dead"
+    except Exception:  # noqa: BLE001 - unknown: say nothing more
+        pass
+    return ""
 
 
 def _amount(name: str, value: float) -> str:

@@ -1,0 +1,200 @@
+"""The Ray backend on a real cluster of three raylets (`ray start` on 127.0.0.1: a head without CPUs and
+worker nodes node_a and node_b, each with its own temp dir, custom resource and working directory),
+with scratch on a real GCS emulator bucket: the same output as the processes backend, and the same
+output again when a worker node's raylet is killed in the middle of a stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from zephyr import Dataset, counters, execution  # noqa: E402
+from zephyr.engine.fs import url_to_fs  # noqa: E402
+from zephyr.engine.ray_local import LocalNodes  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster(gcs_server):
+    """Head + node_a + node_b; every node's workers import this checkout and reach the GCS emulator."""
+    if ray.is_initialized():
+        ray.shutdown()
+    nodes = LocalNodes(env={
+        "PYTHONPATH": str(REPO),  # "the package is installed on every node"
+        "STORAGE_EMULATOR_HOST": gcs_server.endpoint,
+        "GCE_METADATA_HOST": "127.0.0.1:9",
+        "ZEPHYR_METADATA_TIMEOUT": "0.2",
+    })
+    try:
+        nodes.start()
+        nodes.add("node_a")
+        nodes.add("node_b")
+        ray.init(address=nodes.address, log_to_driver=False)
+        yield nodes
+    finally:
+        ray.shutdown()
+        nodes.stop()
+
+
+@pytest.fixture
+def bucket(cluster, gcs_env) -> str:
+    return gcs_env.create_bucket("US")
+
+
+def _run(ds: Dataset, backend: str, scratch: str, cluster: LocalNodes | None = None, **overrides):
+    if backend == "ray":
+        overrides["ray_address"] = cluster.address
+    with execution(backend=backend, workers=2, scratch=scratch, progress=False, summary=False, **overrides):
+        return ds.execute()
+
+
+def _events(num: int = 400) -> list[dict]:
+    return [
+        {"id": i, "user": f"u{(i * 7) % 29:02d}", "ts": (i * 7919) % 1000, "text": f"event {i} " + "x" * (i % 13)}
+        for i in range(num)
+    ]
+
+
+def _with_length(record):
+    counters.increment("chars", len(record["text"]))
+    return {**record, "len": len(record["text"])}
+
+
+def _summary(user, items):
+    items = list(items)
+    return {"user": user, "n": len(items), "ts": [r["ts"] for r in items], "ids": [r["id"] for r in items]}
+
+
+def _grouped(map_fn=_with_length, num: int = 400) -> Dataset:
+    return (
+        Dataset.from_list(_events(num), num_shards=4)
+        .map(map_fn)
+        .group_by(lambda r: r["user"], _summary, sort_by=lambda r: (r["ts"], r["id"]), num_shards=3)
+    )
+
+
+def _cwd(_record):
+    return os.path.basename(os.getcwd())
+
+
+# ------------------------------------------------------------------------------------------ the cluster
+def test_work_spreads_over_both_nodes_in_their_own_directories(cluster, bucket):
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    assert len(alive) == 3 and ray.cluster_resources()["CPU"] == 2
+    ds = Dataset.from_list(list(range(8)), num_shards=8).map(lambda r: (time.sleep(0.3), _cwd(r))[1])
+    dirs = set(_run(ds, "ray", f"gs://{bucket}/scratch", cluster).outputs)
+    assert dirs == {"work-node_a", "work-node_b"}  # both worker nodes ran shards, not the driver's node
+
+
+def test_group_by_and_join_match_processes(cluster, bucket, tmp_path):
+    users = Dataset.from_list([{"user": f"u{i:02d}", "country": ["de", "fr", "us"][i % 3]} for i in range(0, 29, 2)], num_shards=2)
+    joined = Dataset.from_list(_events(), num_shards=3).sorted_merge_join(
+        users, left_key=lambda r: r["user"], right_key=lambda r: r["user"], how="left",
+        combine=lambda e, u: {**e, "country": u["country"] if u else None},
+    )
+    for ds in (_grouped(), joined):
+        reference = _run(ds, "processes", str(tmp_path / "s-processes"))
+        on_ray = _run(ds, "ray", f"gs://{bucket}/scratch", cluster)
+        assert on_ray.outputs == reference.outputs and on_ray.counters == reference.counters
+        assert len(reference.outputs) in (29, 400)
+    fs, path = url_to_fs(f"gs://{bucket}/scratch")
+    fs.invalidate_cache()
+    assert not fs.exists(path) or not fs.find(path), "the run's scratch files were left in the bucket"
+
+
+@pytest.mark.slow  # ~50 s on 2 busy cores: many small group_by stages through the emulator
+def test_fuzzy_dedup_matches_processes(cluster, bucket, tmp_path, shared_data):
+    from zephyr.operators.fuzzy_dedup import FuzzyDedupConfig, fuzzy_dedup
+    from zephyr.operators.minhash_corpus import article_chunks, load_article_bodies, plant_near_duplicates
+
+    articles = load_article_bodies(shared_data / "aeb-dev" / "ground-truth.json")[:12]
+    docs = plant_near_duplicates(article_chunks(articles), seed=0)  # records with id, text, metadata
+    config = FuzzyDedupConfig(num_shards=2)
+    results = {}
+    for backend, scratch, work in (
+        ("processes", str(tmp_path / "s"), str(tmp_path / "work")),
+        ("ray", f"gs://{bucket}/scratch", f"gs://{bucket}/fuzzy-work"),
+    ):
+        overrides = {"ray_address": cluster.address} if backend == "ray" else {}
+        with execution(backend=backend, workers=2, scratch=scratch, progress=False, summary=False, **overrides):
+            ds = fuzzy_dedup(Dataset.from_list(docs, num_shards=3), config=config, work_dir=work)
+            results[backend] = sorted((r["id"], r["dup_cluster"], r["dup_keep"]) for r in ds.collect())
+    assert results["ray"] == results["processes"]
+    assert sum(1 for _, _, keep in results["ray"] if not keep) > 0, "the corpus has planted duplicates"
+
+
+def test_tokenize_into_a_bucket_store_matches_processes(cluster, bucket, tmp_path, shared_data, monkeypatch):
+    import orjson
+    import zstandard
+
+    from zephyr.tokenize import tokenize_dataset
+
+    monkeypatch.setenv("ZEPHYR_STORE_CACHE", str(tmp_path / "cache"))
+    truth = json.loads((shared_data / "aeb-dev" / "ground-truth.json").read_text())
+    docs = [{"id": k, "text": v["articleBody"]} for k, v in sorted(truth.items())[:30]]
+    fs, _ = url_to_fs(f"gs://{bucket}")
+    for k in range(3):  # the input lives in the bucket too: no node reads the driver's disk
+        payload = b"\n".join(orjson.dumps(d) for d in docs[k::3]) + b"\n"
+        fs.pipe(f"{bucket}/in/part-{k}.jsonl.zst", zstandard.ZstdCompressor().compress(payload))
+    with execution(backend="processes", workers=2, scratch=str(tmp_path / "s")):
+        tokenize_dataset(f"gs://{bucket}/in/*.jsonl.zst", f"gs://{bucket}/stores/processes")
+    with execution(backend="ray", ray_address=cluster.address, workers=2, scratch=f"gs://{bucket}/scratch"):
+        result = tokenize_dataset(f"gs://{bucket}/in/*.jsonl.zst", f"gs://{bucket}/stores/ray")
+    assert result.shards_written == 3
+    fs.invalidate_cache()
+    names = sorted(p[len(f"{bucket}/stores/ray/"):] for p in fs.find(f"{bucket}/stores/ray"))
+    assert "manifest.json" in names and any(n.endswith("tokens.bin") for n in names)
+    for name in names:
+        assert fs.cat_file(f"{bucket}/stores/ray/{name}") == fs.cat_file(f"{bucket}/stores/processes/{name}"), name
+
+
+# ------------------------------------------------------------------------------------- a node dies
+def _slow_on_node_a(marker: str):
+    """A map that, on node_a, says so through `marker` and slows down: the test kills node_a meanwhile."""
+
+    def fn(record):
+        if os.path.basename(os.getcwd()) == "work-node_a":
+            if not os.path.exists(marker):
+                with open(marker, "w") as handle:
+                    handle.write(str(os.getpid()))
+            time.sleep(0.05)
+        return _with_length(record)
+
+    return fn
+
+
+def test_killed_worker_node_gives_identical_output_with_retries_reported(cluster, bucket, tmp_path):
+    reference = _run(_grouped(_with_length, 200), "processes", str(tmp_path / "s-processes"))
+    marker = tmp_path / "node_a-started"
+    killed: list[float] = []
+
+    def kill_when_node_a_works():
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if marker.exists():
+            cluster.kill_raylet("node_a")
+            killed.append(time.perf_counter())
+
+    killer = threading.Thread(target=kill_when_node_a_works, daemon=True)
+    killer.start()
+    started = time.perf_counter()
+    result = _run(_grouped(_slow_on_node_a(str(marker)), 200), "ray", f"gs://{bucket}/scratch", cluster)
+    seconds = time.perf_counter() - started
+    killer.join(timeout=5)
+    assert killed, "node_a never ran a shard: the test did not exercise a lost node"
+    assert result.outputs == reference.outputs
+    assert result.counters == reference.counters  # the lost attempts' counts are not added
+    retries = [reason for stage in result.stages for reason in stage.retries]
+    assert retries and all("lost worker" in reason and "died" in reason for reason in retries), retries
+    assert any(f"pid {marker.read_text()}" in reason for reason in retries), retries
+    print(f"\nrun with node_a killed {killed[0] - started:.1f} s in: {seconds:.1f} s; retries: {retries}")
