@@ -157,6 +157,85 @@ def test_tokenize_into_a_bucket_store_matches_processes(cluster, bucket, tmp_pat
         assert fs.cat_file(f"{bucket}/stores/ray/{name}") == fs.cat_file(f"{bucket}/stores/processes/{name}"), name
 
 
+# ----------------------------------------------------------------------------- per-stage resources
+def _cwd_slow(record):
+    time.sleep(0.2)
+    return {"x": record, "dir": os.path.basename(os.getcwd())}
+
+
+def _tag_dir(record):
+    time.sleep(0.2)
+    return {**record, "dir2": os.path.basename(os.getcwd())}
+
+
+def test_a_stage_asking_for_a_custom_resource_runs_only_where_it_is(cluster, bucket):
+    ds = (
+        Dataset.from_list(list(range(6)), num_shards=6)
+        .map(_cwd_slow, resources={"node_b": 1})  # only node_b has it: a pool of 1
+        .reshard(6)
+        .map(_tag_dir)  # the default shape again: both nodes
+    )
+    records = _run(ds, "ray", f"gs://{bucket}/scratch", cluster).outputs
+    assert sorted(r["x"] for r in records) == list(range(6))
+    assert {r["dir"] for r in records} == {"work-node_b"}
+    assert {r["dir2"] for r in records} == {"work-node_a", "work-node_b"}
+
+
+def test_a_stage_asking_for_what_no_node_has_is_one_clear_error(cluster, bucket):
+    from zephyr.engine.backends import ClusterError  # noqa: F401  (the same family of errors)
+
+    ds = Dataset.from_list(list(range(4)), num_shards=2).map(_cwd_slow, resources={"gpus": 1})
+    with pytest.raises(RuntimeError, match=r"cannot hold one Zephyr worker asking for .*gpus=1.0.*short of GPU 1 \(cluster has 0\)"):
+        _run(ds, "ray", f"gs://{bucket}/scratch", cluster)
+
+
+# --------------------------------------------------------------------------- configuration errors
+def test_a_local_scratch_path_on_several_nodes_is_refused(cluster, tmp_path):
+    from zephyr.engine.backends import ClusterError
+
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match="is a local path but the Ray cluster has 3 nodes") as raised:
+        _run(Dataset.from_list([1, 2]), "ray", str(tmp_path / "scratch"), cluster)
+    assert "gs://" in str(raised.value) and "\n" not in str(raised.value)
+    assert time.monotonic() - started < 10
+
+
+_HIDE_ZEPHYR = """
+# This node's Python cannot import zephyr, as on a machine where it was never installed.
+import sys
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name == "zephyr" or name.startswith("zephyr."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def test_a_node_without_the_package_is_one_clear_error(cluster, bucket, tmp_path):
+    from zephyr.engine.backends import ClusterError
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_HIDE_ZEPHYR)
+    saved = dict(cluster.env)
+    cluster.env.update(PYTHONPATH=str(site))
+    try:
+        cluster.add("node_c")
+    finally:
+        cluster.env.clear()
+        cluster.env.update(saved)
+    try:
+        started = time.monotonic()
+        ds = Dataset.from_list(list(range(2)), num_shards=2).map(_cwd_slow, resources={"node_c": 1})
+        with pytest.raises(ClusterError, match="cannot import 'zephyr'") as raised:
+            _run(ds, "ray", f"gs://{bucket}/scratch", cluster)
+        assert "every node of the Ray cluster needs the same Zephyr" in str(raised.value)
+        assert time.monotonic() - started < 60
+    finally:
+        os.kill(cluster.raylet("node_c").pid, 9)
+
+
 # ------------------------------------------------------------------------------------- a node dies
 def _slow_on_node_a(marker: str):
     """A map that, on node_a, says so through `marker` and slows down: the test kills node_a meanwhile."""

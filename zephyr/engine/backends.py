@@ -26,10 +26,17 @@ from typing import Any, Protocol
 
 import cloudpickle
 
-from zephyr.engine.errors import UserCodeError
+from zephyr.engine.errors import UserCodeError, ZephyrError
 from zephyr.engine.worker import ShardResult, ShardTask, run_task
 
-__all__ = ["Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
+__all__ = ["ClusterError", "Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
+
+
+class ClusterError(ZephyrError):
+    """The cluster cannot run the job: unreachable, gone, misconfigured (scratch, packages on a node).
+
+    Not retried: every shard would fail the same way. The CLI prints it as one line.
+    """
 
 
 @dataclass

@@ -25,51 +25,21 @@ import os
 import re
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 import ray.exceptions
 
-from zephyr.engine.backends import Outcome, _portable
-from zephyr.engine.errors import ZephyrError
+from zephyr.engine.backends import ClusterError, Outcome, _portable
+from zephyr.engine.ray_cluster import ClusterWatch, connect, missing_package
 from zephyr.engine.resources import Resources, effective
 from zephyr.engine.worker import ShardResult, ShardTask, run_task
 
 __all__ = ["RayBackend", "connect"]
 
 _MODES = ("actors", "tasks")
-
-
-def connect(address: str | None = None, *, dashboard: bool = False) -> bool:
-    """Connect to the Ray cluster at `address` ("auto", "ray://host:10001", "host:6379"), or start a
-    local one on 127.0.0.1 when None; returns True when this call started or joined Ray.
-
-    Reuses an already initialised Ray (e.g. a notebook's own `ray.init`). A local cluster has usage
-    statistics off and no dashboard unless `dashboard=True` (then on http://127.0.0.1:8265).
-    """
-    if ray.is_initialized():
-        return False
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address:
-        ray.init(address=address, log_to_driver=True)
-        return True
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    try:
-        ray.init(
-            _node_ip_address="127.0.0.1",
-            include_dashboard=dashboard,
-            dashboard_host="127.0.0.1",
-            log_to_driver=True,
-        )
-    except Exception as error:
-        if dashboard and "dashboard" in str(error).lower():
-            raise RuntimeError(
-                f"the Ray dashboard could not start ({error}): it needs Ray's optional packages, "
-                "pip install 'ray[default]'; or run without the dashboard"
-            ) from error
-        raise
-    return True
 
 
 def _prepare_process(sys_path: list[str], cwd: str) -> None:
@@ -156,6 +126,9 @@ class RayBackend:
         self._started = 0
         self._remote = ray.remote(_run_as_task)
         self.shape: Resources | None = None
+        self._watch = ClusterWatch()
+        self._next_check = 0.0
+        self._cluster_lost = False
         self.prepare(None)
 
     @staticmethod
@@ -238,7 +211,7 @@ class RayBackend:
             return
         nodes = [node for node in ray.nodes() if node.get("Alive")]
         if len(nodes) > 1:
-            raise ZephyrError(
+            raise ClusterError(
                 f"the scratch location {scratch!r} is a local path but the Ray cluster has {len(nodes)} nodes: "
                 "shuffle files written on one node must be readable on every other node. Pass a bucket "
                 "(--scratch gs://BUCKET/zephyr-scratch or s3://...), or set ZEPHYR_SCRATCH_SHARED=1 if "
@@ -260,6 +233,14 @@ class RayBackend:
         self._running[actor.handle.run.options(**options).remote(task)] = actor
 
     def wait(self, timeout: float) -> list[Outcome]:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + 0.5
+            try:
+                self._watch.check()
+            except ClusterError:
+                self._cluster_lost = True  # close() must not wait on a cluster that is gone
+                raise
         if not self._running:
             waiting = [actor.where_ref for actor in self._actors if not actor.started]
             if waiting:  # nothing to collect until an actor is placed
@@ -275,13 +256,13 @@ class RayBackend:
         """Kill the actors: their CPUs, GPUs and memory go back to the cluster at once."""
         self._kill_actors()
         for ref in list(self._running):
-            if self.mode == "tasks" and ray.is_initialized():
+            if self.mode == "tasks" and ray.is_initialized() and not self._cluster_lost:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
         self._running.clear()
 
     def _kill_actors(self) -> None:
-        for actor in self._actors if ray.is_initialized() else ():
+        for actor in self._actors if ray.is_initialized() and not self._cluster_lost else ():
             try:
                 ray.kill(actor.handle, no_restart=True)
             except Exception:  # noqa: BLE001 - an actor of an earlier Ray session is already gone
@@ -299,20 +280,31 @@ class RayBackend:
         task = owner if isinstance(owner, ShardTask) else owner.task
         try:
             value = ray.get(ref)
-        except ray.exceptions.RayTaskError as error:
+        except ray.exceptions.RayError as error:
+            if missing_package(error):
+                self._raise_missing(owner, error)
+            if not isinstance(error, ray.exceptions.RayTaskError):
+                return Outcome(task, lost=True, detail=self._lost(owner, error))
             # raised outside our guarded call (e.g. the task arguments failed to unpickle)
             if isinstance(owner, _Actor):
                 owner.task = None
             cause = getattr(error, "cause", None)
             return Outcome(task, error=cause if isinstance(cause, Exception) else error)
-        except ray.exceptions.RayError as error:
-            return Outcome(task, lost=True, detail=self._lost(owner, error))
         if isinstance(owner, _Actor):
             owner.task = None
         kind, result = value[0], value[1]
         if kind == "ok":
             return Outcome(task, result=result)
         return Outcome(task, error=result)
+
+    def _raise_missing(self, owner: _Actor | ShardTask, error: Exception) -> None:
+        name = missing_package(error)
+        where = owner.describe() if isinstance(owner, _Actor) else "a ray task worker"
+        raise ClusterError(
+            f"{where} cannot import {name!r} (ModuleNotFoundError): every node of the Ray cluster needs the "
+            f"same Zephyr and the packages your pipeline imports. Install them on each node (or start the nodes "
+            f"from an image that has them), then run again."
+        )
 
     def _lost(self, owner: _Actor | ShardTask, error: Exception) -> str:
         reason = _reason(error)
