@@ -15,8 +15,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from zephyr import Dataset, counters, execution  # noqa: E402
-from zephyr.engine.fs import url_to_fs  # noqa: E402
+from zephyr import Dataset, UserCodeError, counters, execution  # noqa: E402
+from zephyr.fs import url_to_fs  # noqa: E402
 from zephyr.engine.ray_local import LocalNodes  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -33,6 +33,7 @@ def cluster(gcs_server):
         "STORAGE_EMULATOR_HOST": gcs_server.endpoint,
         "GCE_METADATA_HOST": "127.0.0.1:9",
         "ZEPHYR_METADATA_TIMEOUT": "0.2",
+        "ZEPHYR_REGION": "us-central1",  # the nodes' region: "US" buckets are near, EUROPE-WEST4 far
     })
     try:
         nodes.start()
@@ -234,6 +235,28 @@ def test_a_node_without_the_package_is_one_clear_error(cluster, bucket, tmp_path
         assert time.monotonic() - started < 60
     finally:
         os.kill(cluster.raylet("node_c").pid, 9)
+
+
+# ------------------------------------------------------------------------------- run-wide budget
+def test_workers_on_two_nodes_share_one_cross_region_budget(cluster, gcs_env, monkeypatch):
+    from test_run_budget import FILE_BYTES, assert_run_refusal, write_far_files
+
+    from zephyr.fs.transfer_budget import CrossRegionBudgetExceeded
+
+    monkeypatch.setenv("ZEPHYR_REGION", "us-central1")
+    far = gcs_env.create_bucket("EUROPE-WEST4")
+    near = gcs_env.create_bucket("US")
+    urls = write_far_files(far)
+    scratch = f"gs://{near}/scratch"
+    ds = Dataset.from_files(urls).map(lambda r: {"n": len(r["text"]), "dir": os.path.basename(os.getcwd())})
+    monkeypatch.setenv("ZEPHYR_CROSS_REGION_BUDGET", "2500000")  # the driver's setting is the run's
+    fits = _run(ds, "ray", scratch, cluster)
+    assert {r["dir"] for r in fits.outputs} == {"work-node_a", "work-node_b"}
+    assert 6 * FILE_BYTES * 0.95 < fits.counters["fs/cross_region_bytes"] <= 2_500_000
+    monkeypatch.setenv("ZEPHYR_CROSS_REGION_BUDGET", "1000000")  # ~0.9 MB per worker, 1.8 MB for the run
+    with pytest.raises((CrossRegionBudgetExceeded, UserCodeError)) as raised:
+        _run(ds, "ray", scratch, cluster, max_user_retries=0)
+    assert_run_refusal(raised.value, far, 1_000_000)
 
 
 # ------------------------------------------------------------------------------------- a node dies

@@ -27,7 +27,9 @@ from typing import Any, Protocol
 import cloudpickle
 
 from zephyr.engine.errors import UserCodeError, ZephyrError
+from zephyr.engine.ledger import SharedLedger, run_limit
 from zephyr.engine.worker import ShardResult, ShardTask, run_task
+from zephyr.fs.transfer_budget import set_run_ledger
 
 __all__ = ["ClusterError", "Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
 
@@ -83,8 +85,10 @@ class LocalBackend:
         pass
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str]) -> None:
+def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str], used: Any = None, limit: Any = None) -> None:
     sys.path[:] = sys_path
+    if used is not None:  # the pool's run-wide cross-region ledger, in shared memory
+        set_run_ledger(SharedLedger(used, limit))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
     while True:
         try:
@@ -172,15 +176,23 @@ class ProcessBackend:
         self._devices: list[list[str]] = []  # per worker slot: the GPU ids it sees (a GPU stage)
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["zephyr.engine.worker"])
+        self._ledger_values = (self._ctx.Value("q", 0), self._ctx.Value("q", -1))
+        self.ledger = SharedLedger(*self._ledger_values)
         self._workers = [self._start() for _ in range(workers)]
 
     def _start(self) -> _Worker:
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=_worker_main, args=(child, list(sys.path)), daemon=True)
+        process = self._ctx.Process(target=_worker_main, args=(child, list(sys.path), *self._ledger_values), daemon=True)
         with _main_not_reimported():
             process.start()
         child.close()
         return _Worker(process, parent)
+
+    def new_run(self) -> None:
+        """A run starts: its cross-region budget (the driver's setting) is shared by every worker and
+        by this process, from zero."""
+        self.ledger.start_run(run_limit())
+        set_run_ledger(self.ledger)
 
     def prepare(self, request: Any) -> None:
         """Fit a stage's resource request (zephyr.engine.resources.Resources or None) on one machine.
@@ -332,11 +344,12 @@ def make_backend(config: Any) -> Backend:
     with _warm_lock:
         _cancel_timer()
         pool, _warm_pool = _warm_pool, None
-    if pool is not None and pool.reuse_key == key and pool.healthy():
-        return pool
-    if pool is not None:
-        pool.close()
-    return ProcessBackend(config.num_workers) if config.backend == "processes" else RayBackend(config)
+    if pool is None or pool.reuse_key != key or not pool.healthy():
+        if pool is not None:
+            pool.close()
+        pool = ProcessBackend(config.num_workers) if config.backend == "processes" else RayBackend(config)
+    pool.new_run()
+    return pool
 
 
 def release_backend(backend: Backend, *, idle: bool) -> None:
@@ -347,6 +360,10 @@ def release_backend(backend: Backend, *, idle: bool) -> None:
     another run.
     """
     global _warm_pool, _warm_timer
+    end_run = getattr(backend, "end_run", None)
+    if end_run is not None:
+        end_run()
+    set_run_ledger(None)  # this process's own budget again, until the next run
     keep = getattr(backend, "keep_warm_s", None)  # None: until the next run or exit
     if idle and keep != 0 and hasattr(backend, "reuse_key") and backend.healthy():
         with _warm_lock:

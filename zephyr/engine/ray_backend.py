@@ -31,11 +31,14 @@ from typing import Any
 
 import ray
 import ray.exceptions
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from zephyr.engine.backends import ClusterError, Outcome, _portable
+from zephyr.engine.ledger import LedgerActor, RayLedger, run_limit
 from zephyr.engine.ray_cluster import ClusterWatch, connect, missing_package
 from zephyr.engine.resources import Resources, effective
 from zephyr.engine.worker import ShardResult, ShardTask, run_task
+from zephyr.fs.transfer_budget import run_ledger, set_run_ledger
 
 __all__ = ["RayBackend", "connect"]
 
@@ -52,11 +55,30 @@ def _prepare_process(sys_path: list[str], cwd: str) -> None:
         os.chdir(cwd)
 
 
-def _run(task: ShardTask) -> tuple[str, Any]:
+def _run(task: ShardTask, ledger: tuple[Any, int | None] | None = None) -> tuple[str, Any]:
+    client = _use_ledger(ledger)
     try:
         return "ok", run_task(task)
     except Exception as error:  # noqa: BLE001 - returned as a value: Ray would wrap it otherwise
         return "error", _portable(error)
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):  # the ledger's bytes were counted here either way
+                client.flush()
+
+
+def _use_ledger(ledger: tuple[Any, int | None] | None) -> RayLedger | None:
+    """Charge this run's ledger actor from this worker process (one client per run, reused by its tasks)."""
+    if ledger is None:
+        set_run_ledger(None)
+        return None
+    handle, limit = ledger
+    current = run_ledger()
+    if isinstance(current, RayLedger) and current.handle == handle:
+        return current
+    client = RayLedger(handle, limit)
+    set_run_ledger(client)
+    return client
 
 
 class ShardWorker:
@@ -68,8 +90,8 @@ class ShardWorker:
     def where(self) -> str:
         return _where()
 
-    def run(self, task: ShardTask) -> tuple[str, Any]:
-        return _run(task)
+    def run(self, task: ShardTask, ledger: tuple[Any, int | None] | None = None) -> tuple[str, Any]:
+        return _run(task, ledger)
 
 
 def _where() -> str:
@@ -78,9 +100,9 @@ def _where() -> str:
     return f"pid {os.getpid()} on {socket.gethostname()}, node {node[:12]}"
 
 
-def _run_as_task(task: ShardTask, sys_path: list[str], cwd: str) -> tuple[str, Any, str]:
+def _run_as_task(task: ShardTask, sys_path: list[str], cwd: str, ledger: Any = None) -> tuple[str, Any, str]:
     _prepare_process(sys_path, cwd)
-    kind, value = _run(task)
+    kind, value = _run(task, ledger)
     return kind, value, _where()
 
 
@@ -125,6 +147,7 @@ class RayBackend:
         self._actors: list[_Actor] = []
         self._started = 0
         self._remote = ray.remote(_run_as_task)
+        self._ledger: tuple[Any, int | None] | None = None  # this run's (LedgerActor handle, limit)
         self.shape: Resources | None = None
         self._watch = ClusterWatch()
         self._next_check = 0.0
@@ -223,14 +246,14 @@ class RayBackend:
         options = {"name": _task_name(task)}
         if self.mode == "tasks":
             options.update(self._options, max_retries=0, retry_exceptions=False)
-            ref = self._remote.options(**options).remote(task, self._sys_path, self._cwd)
+            ref = self._remote.options(**options).remote(task, self._sys_path, self._cwd, self._ledger)
             self._running[ref] = task
             return
         actor = next((a for a in self._actors if a.task is None and a.started), None)
         if actor is None:
             raise RuntimeError("submit() called with every Ray worker busy: check capacity first")
         actor.task = task
-        self._running[actor.handle.run.options(**options).remote(task)] = actor
+        self._running[actor.handle.run.options(**options).remote(task, self._ledger)] = actor
 
     def wait(self, timeout: float) -> list[Outcome]:
         now = time.monotonic()
@@ -252,8 +275,32 @@ class RayBackend:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         return [self._outcome(ref) for ref in ready]
 
+    def new_run(self) -> None:
+        """A run starts: one cross-region ledger for all its workers (an actor without CPUs, on the
+        driver's node when it has one), the limit fixed from the driver's settings."""
+        self.end_run()
+        limit = run_limit()
+        options: dict[str, Any] = {"num_cpus": 0}
+        node = ray.get_runtime_context().get_node_id()
+        if node:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+        handle = ray.remote(LedgerActor).options(**options).remote(limit)
+        self._ledger = (handle, limit)
+        set_run_ledger(RayLedger(handle, limit))
+
+    def end_run(self) -> None:
+        if self._ledger is not None and not self._cluster_lost and ray.is_initialized():
+            client = run_ledger()
+            if isinstance(client, RayLedger):
+                with contextlib.suppress(Exception):
+                    client.flush()
+            with contextlib.suppress(Exception):
+                ray.kill(self._ledger[0], no_restart=True)
+        self._ledger = None
+
     def close(self) -> None:
         """Kill the actors: their CPUs, GPUs and memory go back to the cluster at once."""
+        self.end_run()
         self._kill_actors()
         for ref in list(self._running):
             if self.mode == "tasks" and ray.is_initialized() and not self._cluster_lost:

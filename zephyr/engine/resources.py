@@ -99,8 +99,9 @@ def effective(request: Resources | None, config: Any) -> Resources:
 
 
 def stage_request(stage: Any) -> Resources | None:
-    """The merged request of a stage's ops (`resources` on map/flat_map/map_batches/map_shard)."""
-    return merge_requests(getattr(op, "resources", None) for op in getattr(stage, "ops", ()))
+    """The merged request of a stage's ops (`resources` on map/flat_map/map_batches/map_shard), which the
+    planner carries in `Stage.resources` in op order."""
+    return merge_requests(stage.resources)
 
 
 def _max(a: Any, b: Any) -> Any:
