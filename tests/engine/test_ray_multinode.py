@@ -133,6 +133,7 @@ def test_fuzzy_dedup_matches_processes(cluster, bucket, tmp_path, shared_data):
     assert sum(1 for _, _, keep in results["ray"] if not keep) > 0, "the corpus has planted duplicates"
 
 
+@pytest.mark.slow  # ~15 s: keeps the default multi-node module near 2 minutes
 def test_tokenize_into_a_bucket_store_matches_processes(cluster, bucket, tmp_path, shared_data, monkeypatch):
     import orjson
     import zstandard
@@ -213,6 +214,7 @@ sys.meta_path.insert(0, _NotInstalled())
 """
 
 
+@pytest.mark.slow  # ~15 s: starts a fourth raylet
 def test_a_node_without_the_package_is_one_clear_error(cluster, bucket, tmp_path):
     from zephyr.engine.backends import ClusterError
 

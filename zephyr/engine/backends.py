@@ -103,7 +103,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str
         try:
             message = ("ok", run_task(task))
         except Exception as error:  # noqa: BLE001
-            message = ("error", _portable(error))
+            message = ("error", portable_error(error))
         try:
             conn.send_bytes(cloudpickle.dumps(message))
         except (BrokenPipeError, OSError):
@@ -122,7 +122,7 @@ def _follow_environ(environ: dict[str, str]) -> None:
     os.environ.update(environ)
 
 
-def _portable(error: Exception) -> Exception:
+def portable_error(error: Exception) -> Exception:
     """The error itself when it survives pickling, else a UserCodeError with its text and traceback."""
     try:
         cloudpickle.loads(cloudpickle.dumps(error))

@@ -33,7 +33,7 @@ import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from zephyr.engine.backends import ClusterError, Outcome, _portable
+from zephyr.engine.backends import ClusterError, Outcome, portable_error
 from zephyr.engine.ledger import LedgerActor, RayLedger, run_limit
 from zephyr.engine.ray_cluster import ClusterWatch, connect, missing_package
 from zephyr.engine.resources import Resources, effective
@@ -60,7 +60,7 @@ def _run(task: ShardTask, ledger: tuple[Any, int | None] | None = None) -> tuple
     try:
         return "ok", run_task(task)
     except Exception as error:  # noqa: BLE001 - returned as a value: Ray would wrap it otherwise
-        return "error", _portable(error)
+        return "error", portable_error(error)
     finally:
         if client is not None:
             with contextlib.suppress(Exception):  # the ledger's bytes were counted here either way

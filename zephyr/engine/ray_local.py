@@ -27,10 +27,10 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["LocalNodes", "Node"]
+__all__ = ["LocalNodes", "Node", "free_port"]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -72,7 +72,7 @@ class LocalNodes:
         return node
 
     def start(self, *, head_cpus: int = 0) -> LocalNodes:
-        self.port = _free_port()
+        self.port = free_port()
         node = self._node("head", head=True)
         self._ray(["--head", "--port", str(self.port), "--num-cpus", str(head_cpus), "--include-dashboard", "false",
                    "--resources", json.dumps({"head": 1})], node)
