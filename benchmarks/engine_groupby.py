@@ -430,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         figures[f"{name}_peak_rss_total_mb"] = round(r["peak_total"] / (1 << 20))
     if "zephyr_processes" in results and "ray_data" in results:
         figures["zephyr_vs_ray_data"] = round(results["zephyr_processes"]["records_s"] / results["ray_data"]["records_s"], 2)
+    if "zephyr_ray" in results and "ray_data" in results:
+        figures["zephyr_ray_vs_ray_data"] = round(results["zephyr_ray"]["records_s"] / results["ray_data"]["records_s"], 2)
     for name, seconds in overhead.items():
         figures[f"task_overhead_ms_{name}"] = round(seconds * 1000, 2)
     for mode, (seconds, loads) in cache.items():

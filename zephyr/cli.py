@@ -64,8 +64,9 @@ Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).
   zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
 }
 
-_ENGINE_VALUE_FLAGS = ("--backend", "--workers", "--memory-per-worker", "--scratch", "--address")
-_ENGINE_SWITCHES = ("--dry-run", "-q", "--quiet", "-v", "--verbose", "-h", "--help")
+_ENGINE_VALUE_FLAGS = ("--backend", "--workers", "--memory-per-worker", "--scratch", "--address", "--worker-cpus",
+                       "--worker-gpus", "--ray-pool-idle")
+_ENGINE_SWITCHES = ("--dry-run", "-q", "--quiet", "-v", "--verbose", "-h", "--help", "--ray-dashboard")
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -139,6 +140,16 @@ def _scratch(text: str) -> str:
     return str(path)
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
 def add_engine_options(parser: argparse.ArgumentParser, *, with_cluster: bool = True) -> None:
     """The engine options, with the same names, meaning and checks wherever they appear."""
     parser.add_argument("--backend", choices=("local", "processes", "ray"),
@@ -153,15 +164,26 @@ def add_engine_options(parser: argparse.ArgumentParser, *, with_cluster: bool = 
                             help="shuffle files and checkpoints; on a Ray cluster a path every node can reach "
                                  "(default: $ZEPHYR_SCRATCH, else ./.zephyr/scratch)")
         parser.add_argument("--address", metavar="ADDRESS",
-                            help="Ray cluster address (ray://host:10001 or auto); implies --backend ray "
+                            help="Ray cluster address (ray://host:10001, host:6379 or auto); implies --backend ray "
                                  "(default: a local Ray)")
+        parser.add_argument("--worker-cpus", type=_non_negative, metavar="N",
+                            help="CPUs each worker asks of the cluster; a stage may ask for more (default: 1)")
+        parser.add_argument("--worker-gpus", type=_non_negative, metavar="N",
+                            help="GPUs each worker asks of the cluster (default: 0)")
+        parser.add_argument("--ray-pool-idle", type=_non_negative, metavar="SECONDS",
+                            help="keep Ray workers up this long after a run for the next one; they hold their CPUs "
+                                 "meanwhile (default: 0, give them back when the run ends)")
+        parser.add_argument("--ray-dashboard", action="store_true", default=None,
+                            help="a local Ray serves its dashboard on http://127.0.0.1:8265")
 
 
 def engine_overrides(args: argparse.Namespace) -> dict:
     """execution(...) overrides from the engine options that were given."""
     overrides: dict = {}
     for name, key in (("backend", "backend"), ("workers", "workers"), ("memory_per_worker", "memory_per_worker"),
-                      ("scratch", "scratch"), ("address", "ray_address")):
+                      ("scratch", "scratch"), ("address", "ray_address"), ("worker_cpus", "worker_cpus"),
+                      ("worker_gpus", "worker_gpus"), ("ray_pool_idle", "ray_pool_idle_s"),
+                      ("ray_dashboard", "ray_dashboard")):
         value = getattr(args, name, None)
         if value is not None:
             overrides[key] = value

@@ -17,9 +17,9 @@ from zephyr import Dataset, UserCodeError, counters, execution  # noqa: E402
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
-    """One real local Ray cluster (2 CPUs, loopback only) for the whole session."""
+    """One real local Ray cluster (2 CPUs, loopback only) for this module."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started = not ray.is_initialized()
@@ -215,9 +215,9 @@ def test_stage_objects_load_once_per_worker(ray_cluster, tmp_path):
     assert len(loads) == len(set(loads)) <= 2, f"12 shards on 2 workers unpickled the model {len(loads)} times"
 
 
-def test_actor_pool_stays_warm_across_runs(ray_cluster, tmp_path):
-    """A second run with the same settings reuses the first run's actors (no 1-2 s restart per run);
-    other settings get a pool of their own."""
+def test_actor_pool_stays_warm_across_runs_only_when_asked(ray_cluster, tmp_path):
+    """With ray_pool_idle_s, a second run with the same settings reuses the first run's actors (no 1-2 s
+    restart per run); other settings get a pool of their own; after the idle time the CPUs go back."""
     import time
 
     def pid(x):
@@ -226,11 +226,69 @@ def test_actor_pool_stays_warm_across_runs(ray_cluster, tmp_path):
 
     ds = Dataset.from_list(range(8), num_shards=8).map(pid)
 
-    def pids(run_dir: str, workers: int) -> set[int]:
-        with execution(backend="ray", workers=workers, scratch=str(tmp_path / run_dir), progress=False, summary=False):
+    def pids(run_dir: str, workers: int, idle: float) -> set[int]:
+        with execution(backend="ray", workers=workers, scratch=str(tmp_path / run_dir), progress=False,
+                       summary=False, ray_pool_idle_s=idle):
             return set(ds.collect())
 
-    first, second = pids("a", 2), pids("b", 2)
+    first, second = pids("a", 2, 30), pids("b", 2, 30)
     assert len(first) == 2 and second == first
-    single = pids("c", 1)
+    single = pids("c", 1, 1.0)
     assert len(single) == 1 and not single & first  # a new pool; the old actors were closed
+    time.sleep(2.0)  # past the idle time: the pool is gone, the next run starts new actors
+    again = pids("d", 1, 0)
+    assert len(again) == 1 and not again & single
+
+
+@ray.remote(num_cpus=1)
+def _plain_task(x):
+    return x + 1
+
+
+def test_cluster_cpus_come_back_when_a_run_ends(ray_cluster, tmp_path):
+    """Other Ray work in the same driver runs right after a Zephyr run (the pool held every CPU before)."""
+    import time
+
+    result = _run(_grouped(_with_length), "ray", tmp_path / "scratch")
+    assert len(result.outputs) == 37
+    started = time.perf_counter()
+    assert ray.get([_plain_task.remote(i) for i in range(2)], timeout=30) == [1, 2]
+    assert time.perf_counter() - started < 10
+
+
+_SECOND_DRIVER = """
+import os, sys, time
+from zephyr import Dataset, execution
+def slow(x):
+    time.sleep(0.2)
+    return x * 3
+with execution(backend="ray", ray_address=sys.argv[1], workers=2, scratch=sys.argv[2], progress=False, summary=False):
+    out = Dataset.from_list(range(12), num_shards=6).map(slow).collect()
+assert out == [x * 3 for x in range(12)], out
+print("second driver done")
+"""
+
+
+def test_two_drivers_on_one_cluster_both_finish(ray_cluster, tmp_path):
+    """A second driver (another process) shares the 2-CPU cluster: its pool waits for CPUs, then runs."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "second_driver.py"
+    script.write_text(_SECOND_DRIVER)
+    address = ray.get_runtime_context().gcs_address
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    second = subprocess.Popen([sys.executable, str(script), address, str(tmp_path / "s2")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def slow(x):
+            time.sleep(0.2)
+            return x * 2
+
+        with execution(backend="ray", workers=2, scratch=str(tmp_path / "s1"), progress=False, summary=False):
+            assert Dataset.from_list(range(12), num_shards=6).map(slow).collect() == [x * 2 for x in range(12)]
+        output, _ = second.communicate(timeout=120)
+    finally:
+        second.kill()
+    assert second.returncode == 0 and "second driver done" in output, output[-3000:]

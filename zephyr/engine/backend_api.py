@@ -13,10 +13,17 @@ from typing import Protocol
 
 import cloudpickle
 
-from zephyr.engine.errors import UserCodeError
+from zephyr.engine.errors import UserCodeError, ZephyrError
 from zephyr.engine.worker import ShardResult, ShardTask
 
-__all__ = ["Backend", "Outcome", "portable_error"]
+__all__ = ["Backend", "ClusterError", "Outcome", "portable_error"]
+
+
+class ClusterError(ZephyrError):
+    """The cluster cannot run the job: unreachable, gone, misconfigured (scratch, packages on a node).
+
+    Not retried: every shard would fail the same way. The CLI prints it as one line.
+    """
 
 
 @dataclass

@@ -14,7 +14,10 @@ import multiprocessing.connection
 import os
 import signal
 import socket
+import subprocess
 import sys
+import threading
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,10 +25,13 @@ from typing import Any
 
 import cloudpickle
 
-from zephyr.engine.backend_api import Backend, Outcome, portable_error
+from zephyr.engine.backend_api import Backend, ClusterError, Outcome, portable_error
+from zephyr.engine.ledger import SharedLedger, run_limit
 from zephyr.engine.worker import ShardTask, run_task
+from zephyr.fs.transfer_budget import set_run_ledger
 
-__all__ = ["Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
+__all__ = ["ClusterError", "Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
+
 
 
 class LocalBackend:
@@ -51,8 +57,10 @@ class LocalBackend:
         pass
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str]) -> None:
+def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str], used: Any = None, limit: Any = None) -> None:
     sys.path[:] = sys_path
+    if used is not None:  # the pool's run-wide cross-region ledger, in shared memory
+        set_run_ledger(SharedLedger(used, limit))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
     while True:
         try:
@@ -126,25 +134,79 @@ class ProcessBackend:
 
     def __init__(self, workers: int) -> None:
         self.capacity = workers
+        self.workers = workers
         self.reuse_key = self.reuse_key_for(workers)
+        self._devices: list[list[str]] = []  # per worker slot: the GPU ids it sees (a GPU stage)
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["zephyr.engine.worker"])
+        self._ledger_values = (self._ctx.Value("q", 0), self._ctx.Value("q", -1))
+        self.ledger = SharedLedger(*self._ledger_values)
         self._workers = [self._start() for _ in range(workers)]
 
     def _start(self) -> _Worker:
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=_worker_main, args=(child, list(sys.path)), daemon=True)
+        process = self._ctx.Process(target=_worker_main, args=(child, list(sys.path), *self._ledger_values), daemon=True)
         with _main_not_reimported():
             process.start()
         child.close()
         return _Worker(process, parent)
 
+    def new_run(self) -> None:
+        """A run starts: its cross-region budget (the driver's setting) is shared by every worker and
+        by this process, from zero."""
+        self.ledger.start_run(run_limit())
+        set_run_ledger(self.ledger)
+
+    def prepare(self, request: Any) -> None:
+        """Fit a stage's resource request (zephyr.engine.resources.Resources or None) on one machine.
+
+        CPUs: `workers // cpus` tasks at a time. GPUs: one task per device (each sees only its own through
+        CUDA_VISIBLE_DEVICES); with no device visible, one task at a time on the CPU. Memory and custom
+        resources mean nothing here: a warning says so, and the stage runs as if they were not asked for.
+        """
+        self.capacity, self._devices = self.workers, []
+        if request is None:
+            return
+        if request.cpus and request.cpus > 1:
+            self.capacity = max(1, int(self.workers // request.cpus))
+        if request.gpus:
+            devices = visible_gpus()
+            per_task = max(1, int(request.gpus)) if request.gpus >= 1 else 1
+            slots = len(devices) // per_task if request.gpus >= 1 else int(len(devices) / request.gpus)
+            if slots < 1:
+                warnings.warn(
+                    f"a stage asks for {request.gpus:g} GPU(s) per task but this machine shows "
+                    f"{len(devices)} (CUDA_VISIBLE_DEVICES / nvidia-smi): the processes backend runs it "
+                    "one task at a time without a GPU",
+                    stacklevel=2,
+                )
+                self.capacity = 1
+            else:
+                self.capacity = min(self.capacity, slots)
+                self._devices = [
+                    devices[i * per_task : (i + 1) * per_task] if request.gpus >= 1 else [devices[i % len(devices)]]
+                    for i in range(self.capacity)
+                ]
+        ignored = [f"memory={request.memory >> 20} MiB"] if request.memory else []
+        ignored += [f"{name}={amount:g}" for name, amount in request.custom]
+        if ignored:
+            warnings.warn(
+                f"the processes backend ignores a stage's {', '.join(ignored)}: it runs {self.capacity} task(s) "
+                "at a time on this machine whatever they ask (memory_per_worker still bounds the shuffle); "
+                "these requests take effect on the ray backend",
+                stacklevel=2,
+            )
+
     def submit(self, task: ShardTask) -> None:
-        worker = next((w for w in self._workers if w.task is None), None)
-        if worker is None:
+        index = next((i for i, w in enumerate(self._workers[: self.capacity]) if w.task is None), None)
+        if index is None:
             raise RuntimeError("submit() called with every worker busy: check capacity first")
+        worker = self._workers[index]
         worker.task = task
-        worker.conn.send_bytes(cloudpickle.dumps((list(sys.path), dict(os.environ), task)))
+        environ = dict(os.environ)
+        if self._devices:
+            environ["CUDA_VISIBLE_DEVICES"] = ",".join(self._devices[index])
+        worker.conn.send_bytes(cloudpickle.dumps((list(sys.path), environ, task)))
 
     def wait(self, timeout: float) -> list[Outcome]:
         busy = [w for w in self._workers if w.task is not None]
@@ -195,6 +257,18 @@ class ProcessBackend:
                 worker.process.join(timeout=2)
 
 
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else what `nvidia-smi -L` lists."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
 def _signal_name(code: int | None) -> str:
     if code is not None and code < 0:
         try:
@@ -204,9 +278,13 @@ def _signal_name(code: int | None) -> str:
     return ""
 
 
-# One warm process pool per driver, reused by every run with the same worker count: starting workers
-# costs about a second, which a recipe of many small steps would otherwise pay at every step.
+# One warm worker pool per driver, reused by the next run built the same way: starting workers costs about
+# a second, which a recipe of many small steps would otherwise pay at every step. A process pool stays
+# until the next run or exit (it holds no shared resources); a Ray pool holds CPUs of a cluster that
+# other jobs share, so it is closed when the run ends, or `ray_pool_idle_s` later (`keep_warm_s`).
 _warm_pool: Any = None  # the last run's idle worker pool (processes or Ray actors), for the next run
+_warm_timer: threading.Timer | None = None
+_warm_lock = threading.Lock()
 
 
 def make_backend(config: Any) -> Backend:
@@ -226,31 +304,65 @@ def make_backend(config: Any) -> Backend:
         key = RayBackend.reuse_key_for(config)
     else:
         raise ValueError(f"unknown backend {config.backend!r}")
-    pool, _warm_pool = _warm_pool, None
-    if pool is not None and pool.reuse_key == key and pool.healthy():
-        return pool
-    if pool is not None:
-        pool.close()
-    return ProcessBackend(config.num_workers) if config.backend == "processes" else RayBackend(config)
+    with _warm_lock:
+        _cancel_timer()
+        pool, _warm_pool = _warm_pool, None
+    if pool is None or pool.reuse_key != key or not pool.healthy():
+        if pool is not None:
+            pool.close()
+        pool = ProcessBackend(config.num_workers) if config.backend == "processes" else RayBackend(config)
+    pool.new_run()
+    return pool
 
 
 def release_backend(backend: Backend, *, idle: bool) -> None:
-    """Done with `backend`: keep an idle worker pool warm for the next run, close anything else.
+    """Done with `backend`: keep an idle worker pool warm for the next run (for `keep_warm_s` seconds
+    when it says so, 0: not at all), close anything else.
 
     A pool with tasks still running (a run that failed) is closed: its late results must never reach
     another run.
     """
-    global _warm_pool
-    if idle and hasattr(backend, "reuse_key") and backend.healthy():
-        if _warm_pool is not None and _warm_pool is not backend:
-            _warm_pool.close()
-        _warm_pool = backend
+    global _warm_pool, _warm_timer
+    end_run = getattr(backend, "end_run", None)
+    if end_run is not None:
+        end_run()
+    set_run_ledger(None)  # this process's own budget again, until the next run
+    keep = getattr(backend, "keep_warm_s", None)  # None: until the next run or exit
+    if idle and keep != 0 and hasattr(backend, "reuse_key") and backend.healthy():
+        with _warm_lock:
+            previous, _warm_pool = _warm_pool, backend
+            _cancel_timer()
+            if keep is not None:
+                _warm_timer = threading.Timer(keep, _expire, args=(backend,))
+                _warm_timer.daemon = True
+                _warm_timer.start()
+        if previous is not None and previous is not backend:
+            previous.close()
         return
+    backend.close()
+
+
+def _cancel_timer() -> None:
+    global _warm_timer
+    if _warm_timer is not None:
+        _warm_timer.cancel()
+        _warm_timer = None
+
+
+def _expire(backend: Backend) -> None:
+    """The idle time is up: give the pool's resources back unless a new run took it meanwhile."""
+    global _warm_pool
+    with _warm_lock:
+        if _warm_pool is not backend:
+            return
+        _warm_pool = None
     backend.close()
 
 
 @atexit.register
 def _close_warm_pool() -> None:
+    with _warm_lock:
+        _cancel_timer()
     if _warm_pool is not None:
         _warm_pool.close()
 

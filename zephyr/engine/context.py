@@ -47,6 +47,13 @@ class ExecutionConfig:
     ray_address: str | None = None
     summary: bool = True
     on_bad_record: str = "raise"  # for file sources that do not set it: "raise" or "skip" (count and skip)
+    # what one worker asks for by default (a stage may ask for more: `map(fn, resources={...})`)
+    worker_cpus: float = 1.0
+    worker_gpus: float = 0.0
+    ray_dashboard: bool = False  # a local Ray cluster serves its dashboard on http://127.0.0.1:8265
+    # seconds the Ray actor pool stays up after a run for the next run to reuse; 0 (the default) gives
+    # its CPUs back to the cluster the moment the run ends, as a job sharing a cluster must
+    ray_pool_idle_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -57,6 +64,11 @@ class ExecutionConfig:
             raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {self.on_bad_record!r}")
         if self.memory_per_worker < 16 << 20:
             raise ValueError(f"memory_per_worker must be at least 16MB, got {self.memory_per_worker} bytes")
+        if self.worker_cpus < 0 or self.worker_gpus < 0 or self.ray_pool_idle_s < 0:
+            raise ValueError(
+                f"worker_cpus, worker_gpus and ray_pool_idle_s must be >= 0, got {self.worker_cpus}, "
+                f"{self.worker_gpus} and {self.ray_pool_idle_s}"
+            )
 
     @property
     def num_workers(self) -> int:

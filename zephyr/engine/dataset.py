@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from zephyr.engine import ops as O
+from zephyr.engine.resources import Resources
 
 if TYPE_CHECKING:
     from zephyr.engine.executor import RunResult
@@ -84,13 +85,14 @@ class Dataset:
     def _then(self, op: Any) -> Dataset:
         return replace(self, ops=(*self.ops, op))
 
-    def map(self, fn: Callable[[Any], Any]) -> Dataset:
-        """Apply `fn` to every record."""
-        return self._then(O.Map(fn))
+    def map(self, fn: Callable[[Any], Any], *, resources: Any = None) -> Dataset:
+        """Apply `fn` to every record. `resources` (e.g. {"gpus": 1, "memory": "8GB", "my_res": 1}) is
+        what a worker running this stage needs; see zephyr.engine.resources."""
+        return self._then(O.Map(fn, Resources.of(resources)))
 
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, resources: Any = None) -> Dataset:
         """Replace every record by the records `fn` returns or yields (zero or more)."""
-        return self._then(O.FlatMap(fn))
+        return self._then(O.FlatMap(fn, Resources.of(resources)))
 
     def filter(self, predicate: Any) -> Dataset:
         """Keep records for which `predicate` is true: a callable, or an expression like
@@ -104,11 +106,12 @@ class Dataset:
         return self._then(O.Select(tuple(columns)))
 
     def map_batches(self, fn: Callable[[Any], Any], *, batch_size: int = 1024,
-                    batch_format: str = "pyarrow") -> Dataset:
+                    batch_format: str = "pyarrow", resources: Any = None) -> Dataset:
         """Apply `fn` to batches of up to `batch_size` records (the fast columnar path).
 
         batch_format: "pyarrow" (a RecordBatch, no conversion), "pandas" (a DataFrame) or "polars" (a
         DataFrame); `fn` returns a batch of the same kind (or a pyarrow Table/RecordBatch).
+        resources: what a worker running this stage needs, e.g. {"gpus": 1} (see `map`).
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -116,11 +119,12 @@ class Dataset:
             raise ValueError(f"batch_format must be one of {', '.join(_BATCH_FORMATS)}, got {batch_format!r}")
         if batch_format != "pyarrow":
             fn = _FormattedBatches(fn, batch_format)
-        return self._then(O.MapBatches(fn, batch_size))
+        return self._then(O.MapBatches(fn, batch_size, Resources.of(resources)))
 
-    def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]]) -> Dataset:
-        """`fn(records)` gets a whole shard's iterator and yields its output: for per-shard state."""
-        return self._then(O.MapShard(fn))
+    def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]], *, resources: Any = None) -> Dataset:
+        """`fn(records)` gets a whole shard's iterator and yields its output: for per-shard state (a model
+        loaded once per shard; `resources={"gpus": 1}` runs it on a worker holding a GPU)."""
+        return self._then(O.MapShard(fn, Resources.of(resources)))
 
     def take_per_shard(self, n: int) -> Dataset:
         """The first `n` records of every shard."""

@@ -33,8 +33,9 @@ from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.outputs import FileSink, PartitionedSink
 from zephyr.engine.progress import ProgressDisplay
-from zephyr.engine.shuffle import RunFile, target_bytes
+from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
+from zephyr.engine.shuffle import RunFile, target_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 from zephyr.versioning import read_marker, write_marker
 
@@ -241,6 +242,8 @@ def _run_stage(
         if committed is not None:
             done[shard] = committed
     stats.resumed_shards = len(done)
+    if hasattr(backend, "prepare") and len(done) < stage.num_shards:
+        backend.prepare(stage_request(stage))  # workers of the shape this stage's ops ask for
     progress.start_stage(stage, resumed=len(done))
     started = time.perf_counter()
     pending = [_Pending(shard) for shard in range(stage.num_shards) if shard not in done]

@@ -88,6 +88,7 @@ Source = ListSource | IterableSource | FilesSource
 @dataclass(frozen=True)
 class Map:
     fn: Callable[[Any], Any]
+    resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
 
     @property
     def name(self) -> str:
@@ -97,6 +98,7 @@ class Map:
 @dataclass(frozen=True)
 class FlatMap:
     fn: Callable[[Any], Iterable[Any]]
+    resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
 
     @property
     def name(self) -> str:
@@ -125,6 +127,7 @@ class Select:
 class MapBatches:
     fn: Callable[[Any], Any]  # pyarrow.RecordBatch -> pyarrow.RecordBatch | pyarrow.Table
     batch_size: int = 1024
+    resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
 
     @property
     def name(self) -> str:
@@ -134,6 +137,7 @@ class MapBatches:
 @dataclass(frozen=True)
 class MapShard:
     fn: Callable[[Iterable[Any]], Iterable[Any]]
+    resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
 
     @property
     def name(self) -> str:

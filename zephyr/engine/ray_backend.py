@@ -4,7 +4,7 @@ Why actors rather than plain Ray tasks (both are implemented; `mode="tasks"` sel
 - a worker keeps its process, so `worker.load_stage` reads and unpickles a stage (and the tokenizer or
   classifier its functions hold) once per worker, not once per task; Ray may recycle or add task
   workers at will, and every new process pays the load again;
-- the pool has exactly `capacity` processes with declared CPU/GPU/memory, so peak memory is known;
+- the pool has exactly `size` processes with declared CPU/GPU/memory, so peak memory is known;
 - when a worker dies we know its pid and node, and say so in the retry report.
 `benchmarks/engine_groupby.py` measures both (per-task overhead and a warm-cache stage).
 
@@ -20,71 +20,29 @@ cluster of several machines.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import sys
-import warnings
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 import ray.exceptions
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from zephyr.engine.backend_api import Outcome, portable_error
-from zephyr.engine.worker import ShardResult, ShardTask, run_task
+from zephyr.engine.backend_api import ClusterError, Outcome, portable_error
+from zephyr.engine.ledger import LedgerActor, RayLedger, run_limit
+from zephyr.engine.ray_cluster import ClusterWatch, connect, missing_package
+from zephyr.engine.resources import Resources, effective
+from zephyr.engine.worker import ShardTask, run_task
+from zephyr.fs.transfer_budget import run_ledger, set_run_ledger
 
-__all__ = ["WorkerResources", "RayBackend", "connect"]
+__all__ = ["RayBackend", "connect"]
 
 _MODES = ("actors", "tasks")
-
-
-@dataclass(frozen=True)
-class WorkerResources:
-    """What each Zephyr worker (one shard task at a time) asks Ray for.
-
-    memory None reserves the run's `memory_per_worker`, so Ray never packs more workers on a node than
-    its memory holds (the shuffle's buffers are bounded by that figure).
-    """
-
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
-    memory: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.num_cpus < 0 or self.num_gpus < 0:
-            raise ValueError(f"num_cpus and num_gpus must be >= 0, got {self.num_cpus} and {self.num_gpus}")
-
-
-def connect(address: str | None = None, *, dashboard: bool = False) -> bool:
-    """Connect to the Ray cluster at `address` ("auto", "ray://host:10001", "host:6379"), or start a
-    local one on 127.0.0.1 when None; returns True when this call started or joined Ray.
-
-    Reuses an already initialised Ray (e.g. a notebook's own `ray.init`). A local cluster has usage
-    statistics off and no dashboard unless `dashboard=True` (then on http://127.0.0.1:8265).
-    """
-    if ray.is_initialized():
-        return False
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address:
-        ray.init(address=address, log_to_driver=True)
-        return True
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    try:
-        ray.init(
-            _node_ip_address="127.0.0.1",
-            include_dashboard=dashboard,
-            dashboard_host="127.0.0.1",
-            log_to_driver=True,
-        )
-    except Exception as error:
-        if dashboard and "dashboard" in str(error).lower():
-            raise RuntimeError(
-                f"the Ray dashboard could not start ({error}): it needs Ray's optional packages, "
-                "pip install 'ray[default]'; or run without the dashboard"
-            ) from error
-        raise
-    return True
 
 
 def _prepare_process(sys_path: list[str], cwd: str) -> None:
@@ -97,11 +55,30 @@ def _prepare_process(sys_path: list[str], cwd: str) -> None:
         os.chdir(cwd)
 
 
-def _run(task: ShardTask) -> tuple[str, Any]:
+def _run(task: ShardTask, ledger: tuple[Any, int | None] | None = None) -> tuple[str, Any]:
+    client = _use_ledger(ledger)
     try:
         return "ok", run_task(task)
     except Exception as error:  # noqa: BLE001 - returned as a value: Ray would wrap it otherwise
         return "error", portable_error(error)
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):  # the ledger's bytes were counted here either way
+                client.flush()
+
+
+def _use_ledger(ledger: tuple[Any, int | None] | None) -> RayLedger | None:
+    """Charge this run's ledger actor from this worker process (one client per run, reused by its tasks)."""
+    if ledger is None:
+        set_run_ledger(None)
+        return None
+    handle, limit = ledger
+    current = run_ledger()
+    if isinstance(current, RayLedger) and current.handle == handle:
+        return current
+    client = RayLedger(handle, limit)
+    set_run_ledger(client)
+    return client
 
 
 class ShardWorker:
@@ -111,16 +88,22 @@ class ShardWorker:
         _prepare_process(sys_path, cwd)
 
     def where(self) -> str:
-        return f"pid {os.getpid()} on {socket.gethostname()}"
+        return _where()
 
-    def run(self, task: ShardTask) -> tuple[str, Any]:
-        return _run(task)
+    def run(self, task: ShardTask, ledger: tuple[Any, int | None] | None = None) -> tuple[str, Any]:
+        return _run(task, ledger)
 
 
-def _run_as_task(task: ShardTask, sys_path: list[str], cwd: str) -> tuple[str, Any, str]:
+def _where() -> str:
+    """This worker process and its node, as a retry report names them."""
+    node = ray.get_runtime_context().get_node_id() or "?"
+    return f"pid {os.getpid()} on {socket.gethostname()}, node {node[:12]}"
+
+
+def _run_as_task(task: ShardTask, sys_path: list[str], cwd: str, ledger: Any = None) -> tuple[str, Any, str]:
     _prepare_process(sys_path, cwd)
-    kind, value = _run(task)
-    return kind, value, f"pid {os.getpid()} on {socket.gethostname()}"
+    kind, value = _run(task, ledger)
+    return kind, value, _where()
 
 
 @dataclass
@@ -129,6 +112,7 @@ class _Actor:
     where_ref: Any  # ObjectRef of ShardWorker.where(): resolved when we need to name a dead worker
     number: int
     task: ShardTask | None = None
+    started: bool = False  # placed on a node and answering (or already dead: a task to it fails fast)
 
     def describe(self) -> str:
         try:
@@ -139,57 +123,79 @@ class _Actor:
 
 
 class RayBackend:
-    """The executor's backend on Ray: `capacity` shard tasks in flight, outcomes as they finish."""
+    """The executor's backend on Ray: `capacity` shard tasks in flight, outcomes as they finish.
 
-    def __init__(
-        self,
-        config: Any,
-        *,
-        mode: str = "actors",
-        resources: WorkerResources | None = None,
-    ) -> None:
+    The actor pool has one resource shape at a time (`prepare` switches it when a stage asks for GPUs,
+    more memory or a custom resource): the previous shape's actors are killed first, so a stage never
+    holds idle workers of another shape while it waits for its own.
+    """
+
+    def __init__(self, config: Any, *, mode: str = "actors") -> None:
         if mode not in _MODES:
             raise ValueError(f"unknown Ray backend mode {mode!r}: choose one of {', '.join(_MODES)}")
-        connect(config.ray_address, dashboard=bool(getattr(config, "ray_dashboard", False)))
+        connect(config.ray_address, dashboard=config.ray_dashboard)
         self.mode = mode
-        self.resources = resources or WorkerResources(
-            num_cpus=float(getattr(config, "worker_cpus", 1.0)),
-            num_gpus=float(getattr(config, "worker_gpus", 0.0)),
-        )
-        self._memory = self.resources.memory or config.memory_per_worker
-        self.capacity = self._pool_size(config.workers)
+        self._config = config
+        self.keep_warm_s = float(config.ray_pool_idle_s)  # 0: give the CPUs back when the run ends
         self._check_scratch(config.scratch_url)
         self._sys_path = list(sys.path)
         # relative output paths resolve as in the driver on a one-machine cluster; on a remote cluster
         # they have no meaning (use absolute URLs), so workers keep Ray's working directory there
         self._cwd = "" if config.ray_address else os.getcwd()
-        self._options = {
-            "num_cpus": self.resources.num_cpus,
-            "num_gpus": self.resources.num_gpus,
-            "memory": self._memory,
-        }
-        self.reuse_key = self.reuse_key_for(config, mode=mode, resources=resources)
+        self.reuse_key = self.reuse_key_for(config, mode=mode)
         self._running: dict[Any, _Actor | ShardTask] = {}  # ObjectRef -> actor (actors) or task (tasks)
         self._actors: list[_Actor] = []
         self._started = 0
-        if mode == "actors":
+        self._remote = ray.remote(_run_as_task)
+        self._ledger: tuple[Any, int | None] | None = None  # this run's (LedgerActor handle, limit)
+        self.shape: Resources | None = None
+        self._watch = ClusterWatch()
+        self._next_check = 0.0
+        self._cluster_lost = False
+        self.prepare(None)
+
+    @staticmethod
+    def reuse_key_for(config: Any, *, mode: str = "actors") -> tuple:
+        """What must match for the next run to reuse this pool's actors (they hold the driver's sys.path)."""
+        return ("ray", mode, config.ray_address, config.workers, config.memory_per_worker, config.worker_cpus,
+                config.worker_gpus, tuple(sys.path), os.getcwd())
+
+    def prepare(self, request: Resources | None) -> None:
+        """Make the pool fit a stage asking for `request` (None: the run's defaults)."""
+        shape = effective(request, self._config)
+        if shape == self.shape:
+            return
+        if self._running:
+            raise RuntimeError("prepare() called with shard tasks in flight: finish the stage first")
+        self._kill_actors()
+        self.shape = shape
+        self.size = self._pool_size(shape, default=request is None)
+        self._options: dict[str, Any] = {"num_cpus": shape.cpus, "num_gpus": shape.gpus, "memory": shape.memory}
+        if shape.custom:
+            self._options["resources"] = dict(shape.custom)
+        if self.mode == "actors":
             self._actor_class = ray.remote(ShardWorker).options(
                 max_restarts=0, max_concurrency=1, scheduling_strategy="SPREAD", **self._options
             )
-            self._actors = [self._start_actor() for _ in range(self.capacity)]
-        else:
-            self._remote = ray.remote(_run_as_task)
+            self._actors = [self._start_actor() for _ in range(self.size)]
 
-    @staticmethod
-    def reuse_key_for(config: Any, *, mode: str = "actors", resources: WorkerResources | None = None) -> tuple:
-        """What must match for the next run to reuse this pool's actors (they hold the driver's sys.path)."""
-        return ("ray", mode, resources, config.ray_address, config.workers, config.memory_per_worker,
-                float(getattr(config, "worker_cpus", 1.0)), float(getattr(config, "worker_gpus", 0.0)),
-                tuple(sys.path), os.getcwd())
+    @property
+    def capacity(self) -> int:
+        """Shard tasks to keep in flight: the actors placed so far. An actor still waiting for CPUs (the
+        cluster is busy with other jobs, or a node died and its replacement has nowhere to go) takes
+        no shard, so no shard waits behind it while other workers are free."""
+        if self.mode == "tasks":
+            return self.size
+        waiting = {actor.where_ref: actor for actor in self._actors if not actor.started}
+        if waiting:
+            ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+            for ref in ready:
+                waiting[ref].started = True
+        return sum(actor.started for actor in self._actors)
 
     def healthy(self) -> bool:
         """Every actor idle and answering (a lost actor's replacement counts; a new Ray session does not)."""
-        if not (self.mode == "actors" and ray.is_initialized() and not self._running and len(self._actors) == self.capacity):
+        if not (self.mode == "actors" and ray.is_initialized() and not self._running and len(self._actors) == self.size):
             return False
         try:
             ray.get([actor.handle.where.remote() for actor in self._actors], timeout=10)
@@ -198,36 +204,41 @@ class RayBackend:
         return True
 
     # ----------------------------------------------------------------------------------- sizing
-    def _pool_size(self, workers: int | None) -> int:
-        """`workers` when given (an autoscaling cluster grows to it), else what the cluster holds now."""
-        if workers is not None:
+    def _pool_size(self, shape: Resources, *, default: bool) -> int:
+        """How many workers of `shape` the cluster holds now; `workers` caps it (and, for the default
+        shape, sets it: an autoscaling cluster grows to it)."""
+        workers = self._config.workers
+        if workers is not None and default:
             return workers
         total = ray.cluster_resources()
-        fits = [int(total.get("CPU", 0) // self.resources.num_cpus)] if self.resources.num_cpus else []
-        if self.resources.num_gpus:
-            fits.append(int(total.get("GPU", 0) // self.resources.num_gpus))
-        if self._memory and total.get("memory"):
-            fits.append(int(total["memory"] // self._memory))
-        size = min(fits) if fits else 1
+        wants = {"CPU": shape.cpus, "GPU": shape.gpus, "memory": shape.memory, **dict(shape.custom)}
+        fits = {name: int(total.get(name, 0) // amount) for name, amount in wants.items() if amount}
+        size = min(fits.values()) if fits else (workers or int(total.get("CPU", 1)) or 1)
         if size < 1:
-            raise RuntimeError(
-                f"the Ray cluster cannot hold one Zephyr worker: each asks for {self.resources.num_cpus} CPU, "
-                f"{self.resources.num_gpus} GPU and {self._memory >> 20} MiB of memory, the cluster has "
-                f"{total.get('CPU', 0)} CPU, {total.get('GPU', 0)} GPU and {int(total.get('memory', 0)) >> 20} "
-                "MiB. Lower memory_per_worker, or set workers=N to wait for an autoscaler to add nodes."
+            short = ", ".join(
+                f"{name} {_amount(name, wants[name])} (cluster has {_amount(name, total.get(name, 0))})"
+                for name, fit in fits.items() if fit < 1
             )
-        return size
+            raise RuntimeError(
+                f"the Ray cluster cannot hold one Zephyr worker asking for {shape.describe()}: short of {short}. "
+                "Lower the stage's resources (or memory_per_worker), or add a node that has them."
+            )
+        return min(size, workers) if workers is not None else size
 
     @staticmethod
     def _check_scratch(scratch: str) -> None:
+        """A local scratch path on a cluster of several nodes loses shuffle files between nodes: refuse it,
+        unless the user says it is a shared mount (NFS) with ZEPHYR_SCRATCH_SHARED=1."""
         local = "://" not in scratch or scratch.startswith("file://")
+        if not local or os.environ.get("ZEPHYR_SCRATCH_SHARED") == "1":
+            return
         nodes = [node for node in ray.nodes() if node.get("Alive")]
-        if local and len(nodes) > 1:
-            warnings.warn(
+        if len(nodes) > 1:
+            raise ClusterError(
                 f"the scratch location {scratch!r} is a local path but the Ray cluster has {len(nodes)} nodes: "
-                "shuffle files written on one node must be readable on every other node. Unless it is a "
-                "shared mount (NFS), pass a bucket: --scratch gs://BUCKET/zephyr-scratch (or s3://...).",
-                stacklevel=3,
+                "shuffle files written on one node must be readable on every other node. Pass a bucket "
+                "(--scratch gs://BUCKET/zephyr-scratch or s3://...), or set ZEPHYR_SCRATCH_SHARED=1 if "
+                "the path is a mount every node shares (NFS)."
             )
 
     # -------------------------------------------------------------------------------- protocol
@@ -235,17 +246,28 @@ class RayBackend:
         options = {"name": _task_name(task)}
         if self.mode == "tasks":
             options.update(self._options, max_retries=0, retry_exceptions=False)
-            ref = self._remote.options(**options).remote(task, self._sys_path, self._cwd)
+            ref = self._remote.options(**options).remote(task, self._sys_path, self._cwd, self._ledger)
             self._running[ref] = task
             return
-        actor = next((a for a in self._actors if a.task is None), None)
+        actor = next((a for a in self._actors if a.task is None and a.started), None)
         if actor is None:
             raise RuntimeError("submit() called with every Ray worker busy: check capacity first")
         actor.task = task
-        self._running[actor.handle.run.options(**options).remote(task)] = actor
+        self._running[actor.handle.run.options(**options).remote(task, self._ledger)] = actor
 
     def wait(self, timeout: float) -> list[Outcome]:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + 0.5
+            try:
+                self._watch.check()
+            except ClusterError:
+                self._cluster_lost = True  # close() must not wait on a cluster that is gone
+                raise
         if not self._running:
+            waiting = [actor.where_ref for actor in self._actors if not actor.started]
+            if waiting:  # nothing to collect until an actor is placed
+                ray.wait(waiting, num_returns=1, timeout=timeout)
             return []
         refs = list(self._running)
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
@@ -253,17 +275,46 @@ class RayBackend:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         return [self._outcome(ref) for ref in ready]
 
+    def new_run(self) -> None:
+        """A run starts: one cross-region ledger for all its workers (an actor without CPUs, on the
+        driver's node when it has one), the limit fixed from the driver's settings."""
+        self.end_run()
+        limit = run_limit()
+        options: dict[str, Any] = {"num_cpus": 0}
+        node = ray.get_runtime_context().get_node_id()
+        if node:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+        handle = ray.remote(LedgerActor).options(**options).remote(limit)
+        self._ledger = (handle, limit)
+        set_run_ledger(RayLedger(handle, limit))
+
+    def end_run(self) -> None:
+        if self._ledger is not None and not self._cluster_lost and ray.is_initialized():
+            client = run_ledger()
+            if isinstance(client, RayLedger):
+                with contextlib.suppress(Exception):
+                    client.flush()
+            with contextlib.suppress(Exception):
+                ray.kill(self._ledger[0], no_restart=True)
+        self._ledger = None
+
     def close(self) -> None:
-        for actor in self._actors if ray.is_initialized() else ():
+        """Kill the actors: their CPUs, GPUs and memory go back to the cluster at once."""
+        self.end_run()
+        self._kill_actors()
+        for ref in list(self._running):
+            if self.mode == "tasks" and ray.is_initialized() and not self._cluster_lost:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+        self._running.clear()
+
+    def _kill_actors(self) -> None:
+        for actor in self._actors if ray.is_initialized() and not self._cluster_lost else ():
             try:
                 ray.kill(actor.handle, no_restart=True)
             except Exception:  # noqa: BLE001 - an actor of an earlier Ray session is already gone
                 pass
         self._actors = []
-        for ref in list(self._running):
-            if self.mode == "tasks":
-                ray.cancel(ref, force=True)
-        self._running.clear()
 
     # --------------------------------------------------------------------------------- helpers
     def _start_actor(self) -> _Actor:
@@ -276,14 +327,16 @@ class RayBackend:
         task = owner if isinstance(owner, ShardTask) else owner.task
         try:
             value = ray.get(ref)
-        except ray.exceptions.RayTaskError as error:
+        except ray.exceptions.RayError as error:
+            if missing_package(error):
+                self._raise_missing(owner, error)
+            if not isinstance(error, ray.exceptions.RayTaskError):
+                return Outcome(task, lost=True, detail=self._lost(owner, error))
             # raised outside our guarded call (e.g. the task arguments failed to unpickle)
             if isinstance(owner, _Actor):
                 owner.task = None
             cause = getattr(error, "cause", None)
             return Outcome(task, error=cause if isinstance(cause, Exception) else error)
-        except ray.exceptions.RayError as error:
-            return Outcome(task, lost=True, detail=self._lost(owner, error))
         if isinstance(owner, _Actor):
             owner.task = None
         kind, result = value[0], value[1]
@@ -291,14 +344,40 @@ class RayBackend:
             return Outcome(task, result=result)
         return Outcome(task, error=result)
 
+    def _raise_missing(self, owner: _Actor | ShardTask, error: Exception) -> None:
+        name = missing_package(error)
+        where = owner.describe() if isinstance(owner, _Actor) else "a ray task worker"
+        raise ClusterError(
+            f"{where} cannot import {name!r} (ModuleNotFoundError): every node of the Ray cluster needs the "
+            f"same Zephyr and the packages your pipeline imports. Install them on each node (or start the nodes "
+            f"from an image that has them), then run again."
+        )
+
     def _lost(self, owner: _Actor | ShardTask, error: Exception) -> str:
         reason = _reason(error)
         if not isinstance(owner, _Actor):
             return f"ray task worker died: {reason}"
-        detail = f"{owner.describe()} died: {reason}"
+        detail = f"{owner.describe()} died: {reason}{_node_state(owner)}"
         ray.kill(owner.handle, no_restart=True)
         self._actors[self._actors.index(owner)] = self._start_actor()
         return detail
+
+
+def _node_state(actor: _Actor) -> str:
+    """"; node X is dead" when Ray already knows the actor's whole node is gone (raylet or machine)."""
+    try:
+        where = ray.get(actor.where_ref, timeout=0)
+        node = where.rsplit("node ", 1)[1]
+        for info in ray.nodes():
+            if info["NodeID"].startswith(node) and not info.get("Alive"):
+                return f"; its node {node} ({info.get('NodeManagerAddress')}) is dead"
+    except Exception:  # noqa: BLE001 - unknown: say nothing more
+        pass
+    return ""
+
+
+def _amount(name: str, value: float) -> str:
+    return f"{int(value) >> 20} MiB" if name == "memory" else f"{value:g}"
 
 
 def _task_name(task: ShardTask) -> str:

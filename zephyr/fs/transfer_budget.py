@@ -11,7 +11,12 @@ Configuration, read at every charge so a change applies at once:
   ``ZEPHYR_ALLOW_CROSS_REGION=1`` lift the limit (bytes are still counted and logged).
 In code: `set_cross_region_budget(nbytes)` and the `allow_cross_region()` context manager.
 
-The budget is per process: a job with N worker processes may move up to N budgets in total.
+Without a run, the budget is per process. During an engine run on the processes or Ray backend the
+budget is the run's: every worker charges one run-wide ledger (`set_run_ledger`; shared memory on the
+processes backend, a Ray actor on Ray, see zephyr.engine.ledger), whose limit the driver fixed from its
+own settings when the run started, so 512 workers share one budget instead of having 512. A ledger may
+be stale by what the other workers have not yet reported (each reports at least every 1% of the
+budget); before refusing a read, a worker asks the ledger for the exact total.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
+from typing import Protocol
 
 from zephyr import counters
 from zephyr.errors import ZephyrError
@@ -38,6 +44,9 @@ __all__ = [
     "set_cross_region_budget",
     "allow_cross_region",
     "reset_transfer_budget",
+    "RunLedger",
+    "set_run_ledger",
+    "run_ledger",
     "parse_bytes",
     "format_bytes",
 ]
@@ -60,6 +69,36 @@ _lock = threading.Lock()
 _used_bytes = 0
 _programmatic_limit: int | None | str = "unset"  # "unset": fall back to the environment
 _allow_depth = 0
+_run_ledger: RunLedger | None = None
+
+
+class RunLedger(Protocol):
+    """Bytes read across regions by every process of one run, and the run's limit (None: unlimited)."""
+
+    limit: int | None
+
+    def estimate(self) -> int:
+        """The run's total as this process knows it (may lag what other processes have not reported)."""
+        ...
+
+    def exact(self) -> int:
+        """The run's total now (asks the ledger; used before refusing a read)."""
+        ...
+
+    def add(self, nbytes: int) -> None:
+        """Count `nbytes` more (reported at once or soon after)."""
+        ...
+
+
+def set_run_ledger(ledger: RunLedger | None) -> None:
+    """Charge `ledger` (one run's, shared by all its workers) instead of this process's own budget."""
+    global _run_ledger
+    with _lock:
+        _run_ledger = ledger
+
+
+def run_ledger() -> RunLedger | None:
+    return _run_ledger
 
 
 class CrossRegionBudgetExceeded(ZephyrError):
@@ -127,15 +166,23 @@ def allow_cross_region() -> Iterator[None]:
 
 def reset_transfer_budget() -> None:
     """Zero the counter and drop any limit set in code (tests; a long-lived process between jobs)."""
-    global _used_bytes, _programmatic_limit, _allow_depth
+    global _used_bytes, _programmatic_limit, _allow_depth, _run_ledger
     with _lock:
         _used_bytes = 0
+        _run_ledger = None
         _programmatic_limit = "unset"
         _allow_depth = 0
 
 
 def check_budget_left(url: str, *, source: str, destination: str) -> None:
     """Raise before a transfer of unknown size when the budget is already spent."""
+    ledger = _run_ledger
+    if ledger is not None and _allow_depth == 0:
+        if ledger.limit is not None and ledger.estimate() >= ledger.limit:
+            used = ledger.exact()
+            if used >= ledger.limit:
+                raise CrossRegionBudgetExceeded(_run_message(url, 0, used, ledger.limit, source, destination))
+        return
     limit = cross_region_budget()
     with _lock:
         used = _used_bytes
@@ -153,6 +200,9 @@ def charge_cross_region(url: str, nbytes: int, *, source: str, destination: str,
     global _used_bytes
     if nbytes < 0:
         raise ValueError(f"cannot charge a negative byte count ({nbytes}) for {url}")
+    ledger = _run_ledger
+    if ledger is not None and _allow_depth == 0:
+        return _charge_run(ledger, url, nbytes, source=source, destination=destination, transferred=transferred)
     limit = cross_region_budget()
     with _lock:
         new_total = _used_bytes + nbytes
@@ -166,6 +216,39 @@ def charge_cross_region(url: str, nbytes: int, *, source: str, destination: str,
     if limit is None and nbytes:
         _log.info("zephyr: read %s across regions from %s (%s -> %s), no limit", format_bytes(nbytes), url, source, destination)
     return new_total
+
+
+def _charge_run(ledger: RunLedger, url: str, nbytes: int, *, source: str, destination: str, transferred: bool) -> int:
+    """`charge_cross_region` against the run's ledger; returns the run's total as known here."""
+    global _used_bytes
+    limit = ledger.limit
+    used = ledger.estimate()
+    over = limit is not None and used + nbytes > limit
+    if over:
+        used = ledger.exact()  # refuse only on the exact figure
+        over = used + nbytes > limit
+    if transferred or not over:
+        ledger.add(nbytes)
+        with _lock:
+            _used_bytes += nbytes
+        counters.increment(COUNTER_NAME, nbytes)
+    if over:
+        raise CrossRegionBudgetExceeded(_run_message(url, nbytes, used, limit, source, destination))
+    return used + nbytes
+
+
+def _run_message(url: str, nbytes: int, used: int, limit: int, source: str, destination: str) -> str:
+    wanted = used + nbytes
+    suggestion = max(2 * limit, wanted + 1)
+    return (
+        f"cross-region read refused: {url} is stored in {source!r} but this worker's machine is in "
+        f"{destination!r}; reading {format_bytes(nbytes)} more would bring this run's cross-region transfer "
+        f"(all workers together) to {format_bytes(wanted)}, over the run's budget of {format_bytes(limit)} "
+        f"(the run has read {format_bytes(used)} across regions so far). Cross-region reads are billed as "
+        f"egress. Fix: read from a bucket in {destination!r} (e.g. through mirror://), or raise the run's budget "
+        f"with {BUDGET_ENV}={_round_up_gb(suggestion)} (or {ALLOW_ENV}=1 to lift it) in the environment of the "
+        f"driver, the command that starts the run."
+    )
 
 
 def _message(url: str, nbytes: int, used: int, limit: int, source: str, destination: str) -> str:
