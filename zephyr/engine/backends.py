@@ -72,6 +72,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str
             sys.path[:] = task_sys_path
         if task_environ != os.environ:
             _follow_environ(task_environ)
+        message: tuple[str, Any]
         try:
             message = ("ok", run_task(task))
         except Exception as error:  # noqa: BLE001
@@ -328,7 +329,8 @@ def release_backend(backend: Backend, *, idle: bool) -> None:
         end_run()
     set_run_ledger(None)  # this process's own budget again, until the next run
     keep = getattr(backend, "keep_warm_s", None)  # None: until the next run or exit
-    if idle and keep != 0 and hasattr(backend, "reuse_key") and backend.healthy():
+    healthy = getattr(backend, "healthy", None)  # pools that can be kept warm say whether they still work
+    if idle and keep != 0 and hasattr(backend, "reuse_key") and healthy is not None and healthy():
         with _warm_lock:
             previous, _warm_pool = _warm_pool, backend
             _cancel_timer()

@@ -163,8 +163,9 @@ def _check_process_local_urls(physical: Plan, config: ExecutionConfig) -> None:
     for stage in physical.stages:
         source = getattr(stage.input, "source", None)
         urls += [("input", p) for p in getattr(source, "patterns", ())]
-        if isinstance(getattr(stage.output, "pattern", None), str):
-            urls.append(("output", stage.output.pattern))
+        pattern = getattr(stage.output, "pattern", None)
+        if isinstance(pattern, str):
+            urls.append(("output", pattern))
     for role, url in urls:
         if str(url).startswith(_PROCESS_LOCAL):
             raise PlanError(

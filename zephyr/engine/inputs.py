@@ -88,15 +88,17 @@ class FileInput:
         shard, source = self.shards[task.shard], self.source
         result.bytes_in = shard.size
         assert shard.path is not None  # file shards always have a path
+        policy = source.on_bad_record
+        assert policy is not None  # plan._lower_source resolves None to the run's setting
         if self.batch_rows is not None:
             batches = read_batches(
                 shard.path, format=source.format, columns=source.columns, filter=source.filter,
-                batch_size=self.batch_rows, on_bad_record=source.on_bad_record,
+                batch_size=self.batch_rows, on_bad_record=policy,
             )
             return _counted_batches(batches, result)
         records = read_records(
             shard.path, format=source.format, columns=source.columns, filter=source.filter,
-            on_bad_record=source.on_bad_record,
+            on_bad_record=policy,
         )
         return _counted(records, result)
 

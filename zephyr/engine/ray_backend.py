@@ -211,8 +211,9 @@ class RayBackend:
         if workers is not None and default:
             return workers
         total = ray.cluster_resources()
-        wants = {"CPU": shape.cpus, "GPU": shape.gpus, "memory": shape.memory, **dict(shape.custom)}
-        fits = {name: int(total.get(name, 0) // amount) for name, amount in wants.items() if amount}
+        asked = {"CPU": shape.cpus, "GPU": shape.gpus, "memory": shape.memory, **dict(shape.custom)}
+        wants: dict[str, float] = {name: amount for name, amount in asked.items() if amount}
+        fits = {name: int(total.get(name, 0) // amount) for name, amount in wants.items()}
         size = min(fits.values()) if fits else (workers or int(total.get("CPU", 1)) or 1)
         if size < 1:
             short = ", ".join(
@@ -243,7 +244,7 @@ class RayBackend:
 
     # -------------------------------------------------------------------------------- protocol
     def submit(self, task: ShardTask) -> None:
-        options = {"name": _task_name(task)}
+        options: dict[str, Any] = {"name": _task_name(task)}
         if self.mode == "tasks":
             options.update(self._options, max_retries=0, retry_exceptions=False)
             ref = self._remote.options(**options).remote(task, self._sys_path, self._cwd, self._ledger)
@@ -319,12 +320,13 @@ class RayBackend:
     # --------------------------------------------------------------------------------- helpers
     def _start_actor(self) -> _Actor:
         self._started += 1
-        handle = self._actor_class.remote(self._sys_path, self._cwd)
+        handle: Any = self._actor_class.remote(self._sys_path, self._cwd)
         return _Actor(handle, handle.where.remote(), self._started)
 
     def _outcome(self, ref: Any) -> Outcome:
         owner = self._running.pop(ref)
         task = owner if isinstance(owner, ShardTask) else owner.task
+        assert task is not None  # an actor with a result in flight holds its task
         try:
             value = ray.get(ref)
         except ray.exceptions.RayError as error:

@@ -75,7 +75,10 @@ _run_ledger: RunLedger | None = None
 class RunLedger(Protocol):
     """Bytes read across regions by every process of one run, and the run's limit (None: unlimited)."""
 
-    limit: int | None
+    @property
+    def limit(self) -> int | None:
+        """The run's limit in bytes (None: unlimited)."""
+        ...
 
     def estimate(self) -> int:
         """The run's total as this process knows it (may lag what other processes have not reported)."""
