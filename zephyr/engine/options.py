@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import NoReturn
 
 __all__ = ["ZephyrArgumentParser", "add_engine_options", "engine_overrides", "positive_int"]
 
@@ -39,7 +40,7 @@ class ZephyrArgumentParser(argparse.ArgumentParser):
         kwargs["formatter_class"] = _Formatter
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
@@ -97,38 +98,71 @@ def _non_negative(text: str) -> float:
 
 def add_engine_options(parser: argparse.ArgumentParser, *, with_cluster: bool = True) -> None:
     """The engine options, with the same names, meaning and checks wherever they appear."""
-    parser.add_argument("--backend", choices=("local", "processes", "ray"),
-                        help="where shards run: local (in-process, for debugging), processes (all cores of this "
-                             "machine) or ray (default: $ZEPHYR_BACKEND, else processes)")
-    parser.add_argument("--workers", type=positive_int, metavar="N",
-                        help="worker processes (default: all cores)")
+    parser.add_argument(
+        "--backend",
+        choices=("local", "processes", "ray"),
+        help="where shards run: local (in-process, for debugging), processes (all cores of this "
+        "machine) or ray (default: $ZEPHYR_BACKEND, else processes)",
+    )
+    parser.add_argument("--workers", type=positive_int, metavar="N", help="worker processes (default: all cores)")
     if with_cluster:
-        parser.add_argument("--memory-per-worker", type=_size, metavar="SIZE",
-                            help="shuffle memory budget per worker, e.g. 512MB (default: 1GB)")
-        parser.add_argument("--scratch", type=_scratch, metavar="URL",
-                            help="shuffle files and checkpoints; on a Ray cluster a path every node can reach "
-                                 "(default: $ZEPHYR_SCRATCH, else ./.zephyr/scratch)")
-        parser.add_argument("--address", metavar="ADDRESS",
-                            help="Ray cluster address (ray://host:10001, host:6379 or auto); implies --backend ray "
-                                 "(default: a local Ray)")
-        parser.add_argument("--worker-cpus", type=_non_negative, metavar="N",
-                            help="CPUs each worker asks of the cluster; a stage may ask for more (default: 1)")
-        parser.add_argument("--worker-gpus", type=_non_negative, metavar="N",
-                            help="GPUs each worker asks of the cluster (default: 0)")
-        parser.add_argument("--ray-pool-idle", type=_non_negative, metavar="SECONDS",
-                            help="keep Ray workers up this long after a run for the next one; they hold their CPUs "
-                                 "meanwhile (default: 0, give them back when the run ends)")
-        parser.add_argument("--ray-dashboard", action="store_true", default=None,
-                            help="a local Ray serves its dashboard on http://127.0.0.1:8265")
+        parser.add_argument(
+            "--memory-per-worker",
+            type=_size,
+            metavar="SIZE",
+            help="shuffle memory budget per worker, e.g. 512MB (default: 1GB)",
+        )
+        parser.add_argument(
+            "--scratch",
+            type=_scratch,
+            metavar="URL",
+            help="shuffle files and checkpoints; on a Ray cluster a path every node can reach "
+            "(default: $ZEPHYR_SCRATCH, else ./.zephyr/scratch)",
+        )
+        parser.add_argument(
+            "--address",
+            metavar="ADDRESS",
+            help="Ray cluster address (ray://host:10001, host:6379 or auto); implies --backend ray "
+            "(default: a local Ray)",
+        )
+        parser.add_argument(
+            "--worker-cpus",
+            type=_non_negative,
+            metavar="N",
+            help="CPUs each worker asks of the cluster; a stage may ask for more (default: 1)",
+        )
+        parser.add_argument(
+            "--worker-gpus", type=_non_negative, metavar="N", help="GPUs each worker asks of the cluster (default: 0)"
+        )
+        parser.add_argument(
+            "--ray-pool-idle",
+            type=_non_negative,
+            metavar="SECONDS",
+            help="keep Ray workers up this long after a run for the next one; they hold their CPUs "
+            "meanwhile (default: 0, give them back when the run ends)",
+        )
+        parser.add_argument(
+            "--ray-dashboard",
+            action="store_true",
+            default=None,
+            help="a local Ray serves its dashboard on http://127.0.0.1:8265",
+        )
 
 
 def engine_overrides(args: argparse.Namespace) -> dict:
     """execution(...) overrides from the engine options that were given."""
     overrides: dict = {}
-    for name, key in (("backend", "backend"), ("workers", "workers"), ("memory_per_worker", "memory_per_worker"),
-                      ("scratch", "scratch"), ("address", "ray_address"), ("worker_cpus", "worker_cpus"),
-                      ("worker_gpus", "worker_gpus"), ("ray_pool_idle", "ray_pool_idle_s"),
-                      ("ray_dashboard", "ray_dashboard")):
+    for name, key in (
+        ("backend", "backend"),
+        ("workers", "workers"),
+        ("memory_per_worker", "memory_per_worker"),
+        ("scratch", "scratch"),
+        ("address", "ray_address"),
+        ("worker_cpus", "worker_cpus"),
+        ("worker_gpus", "worker_gpus"),
+        ("ray_pool_idle", "ray_pool_idle_s"),
+        ("ray_dashboard", "ray_dashboard"),
+    ):
         value = getattr(args, name, None)
         if value is not None:
             overrides[key] = value
