@@ -23,7 +23,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("config", metavar="CONFIG.yaml", help="YAML config (see zephyr/datashop/config.py for the keys)")
     parser.add_argument("--output-dir", help="override the config's output_dir (default: the config's)")
-    from zephyr.cli import add_engine_options
+    from zephyr.engine.options import add_engine_options
 
     add_engine_options(parser, with_cluster=False)  # --backend/--workers override engine_backend/workers
     parser.add_argument("--engine-backend", dest="backend", choices=("local", "processes", "ray"),

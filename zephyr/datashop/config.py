@@ -269,7 +269,11 @@ class DatashopConfig:
         if self.output_format not in ("jsonl", "parquet"):
             fail(owner, f"output_format must be 'jsonl' or 'parquet', got {self.output_format!r}")
         if self.engine_backend not in (None, "local", "processes", "ray"):
-            fail(owner, f"engine_backend must be local, processes or ray (or unset: the current execution's), got {self.engine_backend!r}")
+            fail(
+                owner,
+                "engine_backend must be local, processes or ray (or unset: the current execution's), "
+                f"got {self.engine_backend!r}",
+            )
 
 
 def config_from_dict(data: dict[str, Any], *, where: str = "config") -> DatashopConfig:

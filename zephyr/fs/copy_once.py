@@ -60,7 +60,8 @@ class LockRecord:
         return self.host == socket.gethostname() and not _pid_alive(self.pid)
 
     def describe(self) -> str:
-        return f"held by pid {self.pid} on {self.host} since {time.ctime(self.created)}, expires {time.ctime(self.expires)}"
+        since, expires = time.ctime(self.created), time.ctime(self.expires)
+        return f"held by pid {self.pid} on {self.host} since {since}, expires {expires}"
 
 
 def run_once(

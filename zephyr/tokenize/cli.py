@@ -36,7 +36,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
     p.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
                    help="skip (and count) unreadable records and files instead of failing (default: raise)")
-    from zephyr.cli import add_engine_options
+    from zephyr.engine.options import add_engine_options
 
     add_engine_options(p)
     p.set_defaults(func=_run_tokenize)
@@ -59,11 +59,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 def _run_tokenize(args: argparse.Namespace) -> int:
     from zephyr.engine.context import execution
     from zephyr.engine.errors import ZephyrError
+    from zephyr.engine.options import engine_overrides
 
     from .pipeline import tokenize_dataset
     from .tokenizer import TokenizerSpec
-
-    from zephyr.cli import engine_overrides
 
     overrides = engine_overrides(args)
     spec = TokenizerSpec(source=args.tokenizer, parse_special=args.parse_special, engine=args.encoder)
