@@ -122,6 +122,9 @@ class PartitionedSink:
             format=self.format,
         )
         result.paths = [stats.path for stats in written]
+        for path in result.paths:  # its own temporary file is renamed by now: any left is a dead attempt's
+            if remove_dead_temps(path):
+                counters.increment("sink/dead_temp_files_removed")
         result.bytes_out = sum(stats.bytes for stats in written)
 
 
