@@ -175,3 +175,20 @@ def test_ascii_fast_path_normalizes_like_the_unicode_path():
     samples += ["".join(chr(rng.randrange(128)) for _ in range(rng.randrange(60))) for _ in range(3000)]
     for text in samples:
         assert _normalized_bytes(text) == normalize_for_hash(text).encode("utf-8"), repr(text)
+
+
+def test_document_dedup_hashes_each_document_once_and_leaves_no_files(articles, tmp_path, monkeypatch):
+    """The annotation pass reuses the decision pass's hashes (a file per shard, removed once read)."""
+    from pathlib import Path
+
+    from zephyr.operators import exact_dedup
+
+    calls = []
+    original = exact_dedup.text_hash
+    monkeypatch.setattr(exact_dedup, "text_hash", lambda text: calls.append(1) or original(text))
+    docs = _tied_corpus(articles)
+    scratch = tmp_path / "scratch"
+    with execution(backend="local", scratch=str(scratch), summary=False):
+        out = dedup_documents(Dataset.from_list(docs, num_shards=3)).collect()
+    assert len(out) == len(docs) and len(calls) == len(docs)
+    assert not list(Path(scratch).rglob("hashes-*")) and not list(Path(scratch).rglob("exact-dedup-*/*"))
