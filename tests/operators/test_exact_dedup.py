@@ -192,3 +192,13 @@ def test_document_dedup_hashes_each_document_once_and_leaves_no_files(articles, 
         out = dedup_documents(Dataset.from_list(docs, num_shards=3)).collect()
     assert len(out) == len(docs) and len(calls) == len(docs)
     assert not list(Path(scratch).rglob("hashes-*")) and not list(Path(scratch).rglob("exact-dedup-*/*"))
+
+
+def test_document_dedup_under_dry_run_prints_plans_and_writes_nothing(articles, tmp_path, capsys):
+    from pathlib import Path
+
+    docs = _tied_corpus(articles)
+    with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False, dry_run=True):
+        run = dedup_documents(Dataset.from_list(docs, num_shards=3)).execute()
+    assert run.outputs == [] and "map_shard(_HashRank)" in capsys.readouterr().out
+    assert not [p for p in Path(tmp_path).rglob("*") if p.is_file()]
