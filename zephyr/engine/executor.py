@@ -85,6 +85,10 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
     _check_process_local_urls(physical, config)
     if config.dry_run:
         print(physical.describe())
+        if config.estimate:
+            from zephyr.engine.estimate import estimate_plan, format_estimate
+
+            print(format_estimate(estimate_plan(physical, config), config.num_workers))
         return RunResult([], {}, [], plan=physical)
     started = time.perf_counter()
     run_url = join(config.scratch_url, physical.fingerprint[:16])
