@@ -32,13 +32,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from zephyr.fs import join, url_to_fs
 from zephyr.engine.expr import Column
 from zephyr.engine.sortkey import binary_array, decode, encode, encode_array
+from zephyr.fs import join, url_to_fs
 
 __all__ = [
-    "ShuffleSpec", "RunFile", "ScatterWriter", "merged_blocks", "iter_groups", "iter_group_batches", "iter_values",
-    "scatters_batches", "column_keyed", "target_bytes", "ReducePiece", "plan_pieces",
+    "ReducePiece",
+    "RunFile",
+    "ScatterWriter",
+    "ShuffleSpec",
+    "column_keyed",
+    "iter_group_batches",
+    "iter_groups",
+    "iter_values",
+    "merged_blocks",
+    "plan_pieces",
+    "scatters_batches",
+    "target_bytes",
 ]
 
 _SCHEMA = pa.schema(
@@ -55,7 +65,6 @@ _COLUMNAR_ROW_OVERHEAD = 16  # a columnar row's share of the sort indices and th
 _BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
 _CHUNK_ROWS = 1024  # a gather walks groups over at least this many merged rows at once
 _CHUNK_BYTES = 4 * _BATCH_BYTES  # ... and at most about this many bytes
-_ADD_BATCH_ROWS = 4096  # rows of an Arrow batch scattered at once
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)  # a run batch is small: threads cost more than they save
 # Arrow memory of the gather comes from the system allocator: mimalloc (Arrow's default) keeps freed pages
@@ -770,8 +779,8 @@ def iter_groups(blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = N
 
 def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, list[Any], bool]]) -> Iterator[Any]:
     yield from map(pickle.loads, values) if pickled else values
-    for _, values, pickled in more:
-        yield from map(pickle.loads, values) if pickled else values
+    for _, piece, piece_pickled in more:
+        yield from map(pickle.loads, piece) if piece_pickled else piece
 
 
 def iter_group_batches(

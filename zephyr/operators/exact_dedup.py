@@ -39,7 +39,7 @@ from zephyr.engine.io import read_batches
 from zephyr.engine.worker import current_shard
 from zephyr.fs import atomic_write, join, url_to_fs
 
-__all__ = ["normalize_for_hash", "text_hash", "dedup_documents", "dedup_paragraphs"]
+__all__ = ["dedup_documents", "dedup_paragraphs", "normalize_for_hash", "text_hash"]
 
 @functools.lru_cache(maxsize=1)
 def _punctuation_re() -> re.Pattern:
