@@ -177,6 +177,21 @@ def test_ascii_fast_path_normalizes_like_the_unicode_path():
         assert _normalized_bytes(text) == normalize_for_hash(text).encode("utf-8"), repr(text)
 
 
+def test_unicode_fast_path_normalizes_like_the_regex_path():
+    """Non-ASCII text takes a numpy path over code points: NFKC compositions, casefold expansions,
+    Unicode punctuation and whitespace, characters beyond the BMP must come out as the regex path's."""
+    import random
+
+    from zephyr.operators.exact_dedup import _normalized_bytes
+
+    rng = random.Random(1)
+    pool = [chr(c) for c in range(128)] + list("éÉßẞﬁ½²Ⅻ\u0301\u00a0\u2003\u3000\u2028\x85«»—–…¿¡、。「」ǅΣσς😀𝐀𝟘İıK")
+    pool += ["e\u0301", "A\u030a"]
+    for _ in range(5000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randrange(1, 40)))
+        assert _normalized_bytes(text) == normalize_for_hash(text).encode("utf-8"), repr(text)
+
+
 def test_document_dedup_hashes_each_document_once_and_leaves_no_files(articles, tmp_path, monkeypatch):
     """The annotation pass reuses the decision pass's hashes (a file per shard, removed once read)."""
     from pathlib import Path
