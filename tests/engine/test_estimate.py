@@ -37,3 +37,37 @@ def test_estimate_scales_a_sample_run_and_writes_nothing(tmp_path, capsys):
     assert first.records_in == 8 * 500  # 2 of 8 equal files sampled, scaled by 4
     assert first.scratch_bytes > 0 and second.scratch_bytes == 0
     assert second.records_out == 4 * 50  # groups are per sample: the estimate scales them too
+
+
+ESTIMATE_SCRIPT = '''
+import sys
+from zephyr import Dataset
+
+def main():
+    inputs, out = sys.argv[1], sys.argv[2]
+    Dataset.from_files(inputs).group_by(lambda r: r["k"], lambda k, items: {"k": k, "n": sum(1 for _ in items)},
+                                        num_shards=2).write(out + "/part-{shard:05d}.jsonl").execute()
+'''
+
+
+def test_zephyr_run_dry_run_estimate_prints_full_size_figures(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _write_inputs(tmp_path / "in")
+    script = tmp_path / "pipeline.py"
+    script.write_text(ESTIMATE_SCRIPT)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", "run", "--backend", "local", "--scratch", str(tmp_path / "scratch"),
+         "--dry-run", "--estimate", str(script), str(tmp_path / "in" / "*.jsonl"), str(out)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "estimate at full size on 1 worker(s)" in done.stdout
+    first_stage = next(line for line in done.stdout.splitlines() if line.strip().startswith("0 "))
+    assert "4,000" in first_stage  # 8 files x 500 records, from a 2-file sample
+    assert not out.exists()
