@@ -385,3 +385,21 @@ def test_split_targets_give_the_same_groups_in_the_same_order(tmp_path, monkeypa
     assert len(whole_run.outputs) == 2 and len(split_run.outputs) > 2
     giant = next(g for g in split if g["k"] == 0)
     assert giant["ids"] == [r["i"] for r in sorted((r for r in records if r["k"] == 0), key=lambda r: r["s"])] or columnar
+
+
+def test_run_files_survive_the_done_marker_round_trip():
+    """A resumed stage reads its upstream RunFiles back from JSON done markers: segments, the value type
+    and the per-batch key-hash starts (int targets) must come back as they were written."""
+    from zephyr.engine import executor
+    from zephyr.engine.shuffle import RunFile
+    from zephyr.engine.task import ShardResult
+
+    run = RunFile("file:///x/run-00000.arrow", {3: (0, 2, 10, 999)}, "struct<a: int64>", {3: (5, 2**63 + 7)})
+    back = executor._result_from_json(json_round_trip(executor._result_to_json(ShardResult(0, 0, runs=[run]))))
+    assert back.runs == [run]
+
+
+def json_round_trip(data):
+    import json
+
+    return json.loads(json.dumps(data))

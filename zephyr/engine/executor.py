@@ -370,7 +370,13 @@ def _result_to_json(result: ShardResult) -> dict[str, Any]:
 
 def _result_from_json(data: dict[str, Any]) -> ShardResult:
     runs = [
-        RunFile(**{**run, "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]}}) for run in data["runs"]
+        RunFile(**{
+            **run,
+            "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]},
+            # JSON keys are strings: back to target ints (a split reduce task finds its batches by them)
+            "khash_starts": {int(target): tuple(starts) for target, starts in run.get("khash_starts", {}).items()},
+        })
+        for run in data["runs"]
     ]
     return ShardResult(**{**data, "runs": runs})
 
