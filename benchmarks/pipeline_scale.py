@@ -45,11 +45,11 @@ import zstandard
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from zephyr import Dataset, execution  # noqa: E402
-from zephyr.engine import executor  # noqa: E402
+import nemotron_cc
+from nemotron_sample import SPLITS, _package_texts, _stdlib_texts
 
-import nemotron_cc  # noqa: E402
-from nemotron_sample import SPLITS, _package_texts, _stdlib_texts  # noqa: E402
+from zephyr import Dataset, execution
+from zephyr.engine import executor
 
 TARGET_TOKENS = 2e12
 FILE_TEXT_BYTES = 64 << 20
@@ -183,7 +183,7 @@ class _Captured:
         executor.execute_plan = capture
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         executor.execute_plan = self._original
 
     @property

@@ -68,7 +68,7 @@ Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).
 
 _ENGINE_VALUE_FLAGS = ("--backend", "--workers", "--memory-per-worker", "--scratch", "--address", "--worker-cpus",
                        "--worker-gpus", "--ray-pool-idle")
-_ENGINE_SWITCHES = ("--dry-run", "-q", "--quiet", "-v", "--verbose", "-h", "--help", "--ray-dashboard")
+_ENGINE_SWITCHES = ("--dry-run", "--estimate", "-q", "--quiet", "-v", "--verbose", "-h", "--help", "--ray-dashboard")
 
 
 # ------------------------------------------------------------------------------------ zephyr run
@@ -230,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_options(run)
     run.add_argument("--dry-run", action="store_true",
                      help="print the plan of every pipeline instead of running it")
+    run.add_argument("--estimate", action="store_true",
+                     help="with --dry-run: run each plan on a sample of its input shards and print per stage the "
+                          "records, bytes, scratch and wall time expected at full size")
     run.add_argument("script", metavar="SCRIPT", help="a Python file: defines main(), or runs a pipeline at top level")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
                      help="arguments for the script (everything after SCRIPT)")

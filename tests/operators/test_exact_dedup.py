@@ -175,3 +175,45 @@ def test_ascii_fast_path_normalizes_like_the_unicode_path():
     samples += ["".join(chr(rng.randrange(128)) for _ in range(rng.randrange(60))) for _ in range(3000)]
     for text in samples:
         assert _normalized_bytes(text) == normalize_for_hash(text).encode("utf-8"), repr(text)
+
+
+def test_unicode_fast_path_normalizes_like_the_regex_path():
+    """Non-ASCII text takes a numpy path over code points: NFKC compositions, casefold expansions,
+    Unicode punctuation and whitespace, characters beyond the BMP must come out as the regex path's."""
+    import random
+
+    from zephyr.operators.exact_dedup import _normalized_bytes
+
+    rng = random.Random(1)
+    pool = [chr(c) for c in range(128)] + list("éÉßẞﬁ½²Ⅻ\u0301\u00a0\u2003\u3000\u2028\x85«»—–…¿¡、。「」ǅΣσς😀𝐀𝟘İıK")
+    pool += ["e\u0301", "A\u030a"]
+    for _ in range(5000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randrange(1, 40)))
+        assert _normalized_bytes(text) == normalize_for_hash(text).encode("utf-8"), repr(text)
+
+
+def test_document_dedup_hashes_each_document_once_and_leaves_no_files(articles, tmp_path, monkeypatch):
+    """The annotation pass reuses the decision pass's hashes (a file per shard, removed once read)."""
+    from pathlib import Path
+
+    from zephyr.operators import exact_dedup
+
+    calls = []
+    original = exact_dedup.text_hash
+    monkeypatch.setattr(exact_dedup, "text_hash", lambda text: calls.append(1) or original(text))
+    docs = _tied_corpus(articles)
+    scratch = tmp_path / "scratch"
+    with execution(backend="local", scratch=str(scratch), summary=False):
+        out = dedup_documents(Dataset.from_list(docs, num_shards=3)).collect()
+    assert len(out) == len(docs) and len(calls) == len(docs)
+    assert not list(Path(scratch).rglob("hashes-*")) and not list(Path(scratch).rglob("exact-dedup-*/*"))
+
+
+def test_document_dedup_under_dry_run_prints_plans_and_writes_nothing(articles, tmp_path, capsys):
+    from pathlib import Path
+
+    docs = _tied_corpus(articles)
+    with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False, dry_run=True):
+        run = dedup_documents(Dataset.from_list(docs, num_shards=3)).execute()
+    assert run.outputs == [] and "HashRank)" in capsys.readouterr().out
+    assert not [p for p in Path(tmp_path).rglob("*") if p.is_file()]

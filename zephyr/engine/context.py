@@ -39,6 +39,7 @@ class ExecutionConfig:
     memory_per_worker: int = 1 << 30
     scratch: str | None = None  # None: $ZEPHYR_SCRATCH or ./.zephyr/scratch
     dry_run: bool = False
+    estimate: bool = False  # with dry_run: run a sample of the input shards, print full-size estimates
     max_user_retries: int = 1
     max_infra_retries: int = 3
     retry_backoff_s: float = 0.5

@@ -35,7 +35,7 @@ from zephyr.engine.outputs import FileSink, PartitionedSink
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
-from zephyr.engine.shuffle import RunFile, target_bytes
+from zephyr.engine.shuffle import RunFile, plan_pieces, target_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 from zephyr.versioning import read_marker, write_marker
 
@@ -85,6 +85,10 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
     _check_process_local_urls(physical, config)
     if config.dry_run:
         print(physical.describe())
+        if config.estimate:
+            from zephyr.engine.estimate import estimate_plan, format_estimate
+
+            print(format_estimate(estimate_plan(physical, config), config.num_workers))
         return RunResult([], {}, [], plan=physical)
     started = time.perf_counter()
     run_url = join(config.scratch_url, physical.fingerprint[:16])
@@ -237,20 +241,24 @@ def _run_stage(
         tuple(run for result in stage_results[i] for run in result.runs)
         for i in stage.upstream
     )
+    # reduce tasks from the scatter sidecars' bytes per target: a large target is split into key-hash
+    # ranges (plan_pieces); tasks start largest first, so a skewed one does not start last and straggle
+    sizes = target_bytes(upstream_runs, stage.num_shards)
+    pieces = plan_pieces(sizes, config.num_workers) if getattr(stage.input, "splittable", False) else None
+    num_tasks = len(pieces) if pieces else stage.num_shards
+    task_bytes = [sizes[p.target] * (p.hi - p.lo) >> 64 for p in pieces] if pieces else sizes
     done: dict[int, ShardResult] = {}
-    for shard in range(stage.num_shards):
+    for shard in range(num_tasks):
         committed = _load_done(stage_url, shard, stage.fingerprint)
         if committed is not None:
             done[shard] = committed
     stats.resumed_shards = len(done)
-    if hasattr(backend, "prepare") and len(done) < stage.num_shards:
+    if hasattr(backend, "prepare") and len(done) < num_tasks:
         backend.prepare(stage_request(stage))  # workers of the shape this stage's ops ask for
     progress.start_stage(stage, resumed=len(done))
     started = time.perf_counter()
-    pending = [_Pending(shard) for shard in range(stage.num_shards) if shard not in done]
-    # largest shuffle targets first (sidecar bytes): a skewed target does not start last and straggle
-    sizes = target_bytes(upstream_runs, stage.num_shards)
-    pending.sort(key=lambda p: -sizes[p.shard])
+    pending = [_Pending(shard) for shard in range(num_tasks) if shard not in done]
+    pending.sort(key=lambda p: -task_bytes[p.shard])
     in_flight: dict[int, _Pending] = {}
     make_task: Callable[[_Pending], ShardTask] = lambda p: ShardTask(  # noqa: E731
         stage_pickle,
@@ -261,6 +269,7 @@ def _run_stage(
         upstream_runs,
         config.memory_per_worker,
         stage.name,
+        pieces[p.shard] if pieces else None,
     )
     try:
         while pending or in_flight:
@@ -296,7 +305,7 @@ def _run_stage(
         raise
     stats.seconds = time.perf_counter() - started
     progress.stop_stage(stage, failed=False)
-    return [done[shard] for shard in range(stage.num_shards)]
+    return [done[shard] for shard in range(num_tasks)]
 
 
 def _retry_or_raise(
@@ -362,7 +371,13 @@ def _result_to_json(result: ShardResult) -> dict[str, Any]:
 
 def _result_from_json(data: dict[str, Any]) -> ShardResult:
     runs = [
-        RunFile(**{**run, "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]}}) for run in data["runs"]
+        RunFile(**{
+            **run,
+            "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]},
+            # JSON keys are strings: back to target ints (a split reduce task finds its batches by them)
+            "khash_starts": {int(target): tuple(starts) for target, starts in run.get("khash_starts", {}).items()},
+        })
+        for run in data["runs"]
     ]
     return ShardResult(**{**data, "runs": runs})
 

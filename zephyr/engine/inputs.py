@@ -14,7 +14,7 @@ import pickle
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import xxhash
@@ -158,6 +158,8 @@ class IterableInput:
 class GroupInput:
     """Target i of a keyed shuffle, grouped by key: `reducer(key, items)`'s records, key after key."""
 
+    splittable: ClassVar[bool] = True  # whole groups per key-hash range: a large target may be split
+
     upstream: tuple[int, ...]
     reducer: Callable[[Any, Iterator[Any]], Any]
     batch: bool = False  # the reducer takes (key, iterator of pyarrow.RecordBatch): group_by(batch=True)
@@ -193,6 +195,8 @@ class GroupInput:
 @dataclass(frozen=True)
 class JoinInput:
     """Target i of two shuffles keyed alike (left side tagged 0, right 1): matching pairs, combined."""
+
+    splittable: ClassVar[bool] = True
 
     upstream: tuple[int, ...]  # (left stage, right stage)
     how: str
@@ -252,10 +256,14 @@ StageInput = FileInput | ListInput | IterableInput | GroupInput | JoinInput | Re
 def _merged(task: ShardTask, result: ShardResult, *, ordered: bool) -> Iterator[pa.RecordBatch]:
     """The rows of this task's target across all upstream runs, merged by key when `ordered`."""
     runs = [run for stage_runs in task.upstream_runs for run in stage_runs]
-    result.bytes_in = sum(run.segments[task.shard][3] for run in runs if task.shard in run.segments)
+    target = task.shard if task.piece is None else task.piece.target
+    khash_range = None if task.piece is None else task.piece.khash_range
+    result.bytes_in = sum(run.segments[target][3] for run in runs if target in run.segments)
+    if task.piece is not None:  # its share of the target (key hashes are uniform)
+        result.bytes_in = result.bytes_in * (task.piece.hi - task.piece.lo) >> 64
     blocks = merged_blocks(
-        runs, task.shard, memory_budget=task.memory_per_worker // 2, spill_dir=join(task.out_dir, "spill"),
-        ordered=ordered,
+        runs, target, memory_budget=task.memory_per_worker // 2, spill_dir=join(task.out_dir, "spill"),
+        ordered=ordered, khash_range=khash_range,
     )
     return _counted_batches(blocks, result)
 

@@ -32,13 +32,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from zephyr.fs import join, url_to_fs
 from zephyr.engine.expr import Column
 from zephyr.engine.sortkey import binary_array, decode, encode, encode_array
+from zephyr.fs import join, url_to_fs
 
 __all__ = [
-    "ShuffleSpec", "RunFile", "ScatterWriter", "merged_blocks", "iter_groups", "iter_group_batches", "iter_values",
-    "scatters_batches", "column_keyed", "target_bytes",
+    "ReducePiece",
+    "RunFile",
+    "ScatterWriter",
+    "ShuffleSpec",
+    "column_keyed",
+    "iter_group_batches",
+    "iter_groups",
+    "iter_values",
+    "merged_blocks",
+    "plan_pieces",
+    "scatters_batches",
+    "target_bytes",
 ]
 
 _SCHEMA = pa.schema(
@@ -55,7 +65,6 @@ _COLUMNAR_ROW_OVERHEAD = 16  # a columnar row's share of the sort indices and th
 _BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
 _CHUNK_ROWS = 1024  # a gather walks groups over at least this many merged rows at once
 _CHUNK_BYTES = 4 * _BATCH_BYTES  # ... and at most about this many bytes
-_ADD_BATCH_ROWS = 4096  # rows of an Arrow batch scattered at once
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)  # a run batch is small: threads cost more than they save
 # Arrow memory of the gather comes from the system allocator: mimalloc (Arrow's default) keeps freed pages
@@ -91,6 +100,9 @@ class RunFile:
     # "" when the value column holds pickled records; else the Arrow struct type (as text) of a columnar
     # run, whose value column holds the records' own fields (one run has one type)
     value_type: str = ""
+    # per target, the key hash of the first row of each of its batches: a reducer given a key-hash range
+    # of the target (a split of a large target) reads only the batches that overlap it
+    khash_starts: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -262,6 +274,43 @@ def target_bytes(upstream_runs: Iterable[Iterable[RunFile]], num_targets: int) -
     return sizes
 
 
+@dataclass(frozen=True)
+class ReducePiece:
+    """What one reduce task gathers: the rows of `target` whose key hash is in [lo, hi). A key's rows all
+    share one key hash, so a piece holds whole groups, and the pieces of a target in khash order give
+    the target's groups in the order one task would have."""
+
+    target: int
+    lo: int = 0
+    hi: int = 1 << 64
+
+    @property
+    def khash_range(self) -> tuple[int, int] | None:
+        return None if (self.lo, self.hi) == (0, 1 << 64) else (self.lo, self.hi)
+
+
+_SPLIT_MIN_BYTES = 64 << 20  # a target is split only above this
+_MAX_PIECES = 64
+
+
+def plan_pieces(sizes: list[int], workers: int) -> list[ReducePiece] | None:
+    """Reduce tasks from the sidecars' bytes per target: a target of more than max(3/4 of total / workers,
+    64 MB) bytes, a straggler in the making, is split into key-hash ranges of about that size (key hashes
+    are uniform, so the ranges share its bytes evenly, except for a giant key, which lands whole in one
+    piece). None when no target is that large: one task per target, as planned."""
+    total = sum(sizes)
+    if not sizes or not total:
+        return None
+    limit = max(3 * total // (4 * max(1, workers)), _SPLIT_MIN_BYTES)
+    if max(sizes) <= limit:
+        return None
+    pieces = []
+    for target, size in enumerate(sizes):
+        k = max(1, min(_MAX_PIECES, -(-size // limit)))
+        pieces += [ReducePiece(target, (i << 64) // k, ((i + 1) << 64) // k) for i in range(k)]
+    return pieces
+
+
 def column_keyed(spec: ShuffleSpec) -> bool:
     """A group_by on fields (`col(...)` key and sort key, no combiner): batches can be scattered whole."""
     return (
@@ -324,6 +373,8 @@ def _write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
     if order is None:
         order = np.arange(table.num_rows)
     segments: dict[int, tuple[int, int, int, int]] = {}
+    starts_of: dict[int, tuple[int, ...]] = {}
+    khashes = table.column("khash").to_numpy()[order]
     targets = table.column("target").to_numpy()[order]
     sizes = _row_bytes(table)[order]
     bounds = np.flatnonzero(np.diff(targets)) + 1
@@ -334,12 +385,13 @@ def _write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
         for start, end in zip(starts.tolist(), ends.tolist()):
             edges = _batch_edges(sizes[start:end])
             first = batch_index
+            starts_of[int(targets[start])] = tuple(khashes[start + np.array(edges[:-1], np.int64)].tolist())
             for lo, hi in zip(edges[:-1], edges[1:]):
                 batch = table.take(pa.array(order[start + lo : start + hi])).combine_chunks()
                 writer.write_batch(batch.to_batches()[0])
                 batch_index += 1
             segments[int(targets[start])] = (first, batch_index, end - start, int(sizes[start:end].sum()))
-    return RunFile(url, segments, _value_type(table.schema))
+    return RunFile(url, segments, _value_type(table.schema), starts_of)
 
 
 def _value_type(schema: pa.Schema) -> str:
@@ -406,20 +458,45 @@ def _batch_edges(sizes: np.ndarray, limit: int | None = None) -> list[int]:
     return sorted({0, *cuts.tolist(), len(sizes)})
 
 
-def _segment_batches(run: RunFile, target: int, pickled: bool = False) -> Iterator[pa.RecordBatch]:
+def _segment_batches(
+    run: RunFile, target: int, pickled: bool = False, khash_range: tuple[int, int] | None = None
+) -> Iterator[pa.RecordBatch]:
     """The record batches of `target` in `run` (sorted within the run), one in memory at a time; with
-    `pickled`, a columnar run's values are pickled (runs of different value types meet in one merge)."""
+    `pickled`, a columnar run's values are pickled (runs of different value types meet in one merge).
+    With `khash_range` (lo, hi): only the rows whose key hash is in [lo, hi), reading only the batches
+    that can hold some (the run's khash_starts)."""
     segment = run.segments.get(target)
     if segment is None:
         return
     first, end, _, _ = segment
+    if khash_range is not None:
+        lo, hi = khash_range
+        starts = run.khash_starts.get(target)
+        if starts is not None and len(starts) == end - first:
+            # batch i holds key hashes in [starts[i], starts[i + 1]] (a key may straddle a boundary)
+            begin = max(0, bisect.bisect_left(starts, lo) - 1)
+            stop = bisect.bisect_left(starts, hi)
+            first, end = first + begin, first + max(begin, stop)
     fs, path = url_to_fs(run.url)
     convert = pickled and run.value_type != ""
     with fs.open(path, "rb") as handle:
         reader = pa.ipc.open_file(handle, options=_IPC_READ, memory_pool=_POOL)
         for i in range(first, end):
             batch = reader.get_batch(i)
+            if khash_range is not None:
+                batch = _in_range(batch, khash_range)
+                if not batch.num_rows:
+                    continue
             yield _pickle_values(batch) if convert else batch
+
+
+def _in_range(batch: pa.RecordBatch, khash_range: tuple[int, int]) -> pa.RecordBatch:
+    """The rows of a batch sorted by key hash whose key hash lies in [lo, hi)."""
+    khash = batch.column(1).to_numpy()
+    lo, hi = khash_range
+    begin = int(np.searchsorted(khash, np.uint64(lo), side="left"))
+    stop = len(khash) if hi >= 1 << 64 else int(np.searchsorted(khash, np.uint64(hi), side="left"))
+    return batch.slice(begin, max(0, stop - begin))
 
 
 def _pickle_values(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -428,13 +505,15 @@ def _pickle_values(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def merged_blocks(
-    runs: list[RunFile], target: int, *, memory_budget: int, spill_dir: str, ordered: bool = True
+    runs: list[RunFile], target: int, *, memory_budget: int, spill_dir: str, ordered: bool = True,
+    khash_range: tuple[int, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """All rows of `target` across `runs` as record batches (columns of _SCHEMA), in the order of
     (key hash, key, sort key); ties keep run order, then each run's own order. A group may span batches.
 
     With ordered=False (reshard) the runs are concatenated. Merges at most `fan_in` runs at once, where
     fan_in is what fits in `memory_budget`; more runs are first merged into intermediate runs on disk.
+    `khash_range` (lo, hi) keeps only the rows whose key hash is in [lo, hi): a piece of a split target.
     """
     runs = [r for r in runs if target in r.segments]
     pa.default_memory_pool().release_unused()  # see _POOL
@@ -443,7 +522,7 @@ def merged_blocks(
     pickled = len({run.value_type for run in runs}) > 1
     if not ordered:
         for run in runs:
-            yield from _segment_batches(run, target, pickled)
+            yield from _segment_batches(run, target, pickled, khash_range)
         return
     fan_in = max(2, memory_budget // (4 * _BATCH_BYTES))
     level = 0
@@ -455,10 +534,11 @@ def merged_blocks(
                 merged_level.append(group[0])
                 continue
             url = join(spill_dir, f"merge-{target}-{level}-{i // fan_in}-{uuid.uuid4().hex[:8]}.arrow")
-            merged_level.append(_spill(_merge(group, target, pickled), target, url))
+            merged_level.append(_spill(_merge(group, target, pickled, khash_range), target, url))
         runs = merged_level
         level += 1
-    yield from _merge(runs, target, pickled)
+        khash_range = None  # the intermediate runs hold only rows of the range already
+    yield from _merge(runs, target, pickled, khash_range)
 
 
 _SORT_KEYS = [("khash", "ascending"), ("key", "ascending"), ("sort", "ascending")]
@@ -467,9 +547,11 @@ _SORT_KEYS = [("khash", "ascending"), ("key", "ascending"), ("sort", "ascending"
 class _Cursor:
     """One run's rows of a target during a merge: its current batch and the first row not yet merged."""
 
-    def __init__(self, run: RunFile, target: int, index: int, pickled: bool) -> None:
+    def __init__(
+        self, run: RunFile, target: int, index: int, pickled: bool, khash_range: tuple[int, int] | None = None
+    ) -> None:
         self.index = index
-        self._batches = _segment_batches(run, target, pickled)
+        self._batches = _segment_batches(run, target, pickled, khash_range)
         self.batch: pa.RecordBatch | None = None
         self.pos = 0
         self.khash: list[int] = []  # the batch's key hashes (a list: bisect on it beats numpy per call)
@@ -506,7 +588,9 @@ class _Cursor:
         return rows
 
 
-def _merge(runs: list[RunFile], target: int, pickled: bool = False) -> Iterator[pa.RecordBatch]:
+def _merge(
+    runs: list[RunFile], target: int, pickled: bool = False, khash_range: tuple[int, int] | None = None
+) -> Iterator[pa.RecordBatch]:
     """k-way merge of sorted runs, a block of rows at a time, with one batch per run in memory.
 
     Rows order by (key hash, key, sort key, run index, row). Each round takes the smallest last row among
@@ -514,7 +598,9 @@ def _merge(runs: list[RunFile], target: int, pickled: bool = False) -> Iterator[
     up to B can be emitted, sorted together in Arrow (a stable sort of the runs' prefixes concatenated in
     run order keeps the tie order). The run that holds B empties its batch, so each round makes progress.
     """
-    cursors = [c for c in (_Cursor(run, target, i, pickled) for i, run in enumerate(runs)) if c.batch is not None]
+    cursors = [
+        c for c in (_Cursor(run, target, i, pickled, khash_range) for i, run in enumerate(runs)) if c.batch is not None
+    ]
     while len(cursors) > 1:
         lowest = min(cursors, key=lambda c: (c.last, c.index))
         taken = (c.take_through(lowest.last, inclusive=c.index <= lowest.index) for c in cursors)
@@ -693,8 +779,8 @@ def iter_groups(blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = N
 
 def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, list[Any], bool]]) -> Iterator[Any]:
     yield from map(pickle.loads, values) if pickled else values
-    for _, values, pickled in more:
-        yield from map(pickle.loads, values) if pickled else values
+    for _, piece, piece_pickled in more:
+        yield from map(pickle.loads, piece) if piece_pickled else piece
 
 
 def iter_group_batches(

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["encode", "encode_column", "encode_array", "decode"]
+__all__ = ["decode", "encode", "encode_array", "encode_column"]
 
 _NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE, _BIGINT = range(1, 10)
 _INT_OFFSET = 1 << 63
@@ -76,7 +76,7 @@ def encode_array(values: pa.Array) -> pa.Array:
         return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(rows)])
     if values.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raw = pc.replace_substring(values.cast(pa.large_binary()), b"\x00", b"\x00\xff")
-        bind = lambda b: pa.scalar(b, pa.large_binary())  # noqa: E731
+        bind = lambda b: pa.scalar(b, pa.large_binary())
         return pc.binary_join_element_wise(bind(b"\x05"), raw, bind(_END), bind(b""))
     return binary_array([encode(v) for v in values.to_pylist()])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zephyr.engine.shuffle import RunFile
+from zephyr.engine.shuffle import ReducePiece, RunFile
 
 __all__ = ["ShardTask", "ShardResult"]
 
@@ -23,6 +23,7 @@ class ShardTask:
     upstream_runs: tuple[tuple[RunFile, ...], ...] = ()  # per upstream stage, all of its run files
     memory_per_worker: int = 1 << 30
     stage_name: str = ""  # for dashboards and logs
+    piece: ReducePiece | None = None  # a reduce task of a split plan: the target and key-hash range it gathers
 
 
 @dataclass
