@@ -59,6 +59,12 @@ Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).
   zephyr ablate ablation.yaml
   zephyr ablate ablation.yaml seeds=[0,1] train.tokens=100000 --plan
   zephyr ablate ablation.yaml --train-backend ray""",
+    "ui": """examples:
+  zephyr ui out                      # every run, document and store under out/, on http://127.0.0.1:8265
+  zephyr ui out/nemotron_cc --port 8080""",
+    "install-models": """examples:
+  zephyr install-models
+  zephyr install-models --check""",
     "export": """examples:
   zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
   zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
