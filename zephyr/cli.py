@@ -61,6 +61,12 @@ Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).
   zephyr ablate ablation.yaml
   zephyr ablate ablation.yaml seeds=[0,1] train.tokens=100000 --plan
   zephyr ablate ablation.yaml --train-backend ray""",
+    "ui": """examples:
+  zephyr ui out                      # every run, document and store under out/, on http://127.0.0.1:8265
+  zephyr ui out/nemotron_cc --port 8080""",
+    "install-models": """examples:
+  zephyr install-models
+  zephyr install-models --check""",
     "export": """examples:
   zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
   zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
@@ -287,7 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_verbosity(1 if verbose else -1 if quiet else 0)
     prog = f"zephyr {args.command}"
     try:
-        return int(args.func(args) or 0)
+        if args.command == "run":
+            return int(args.func(args) or 0)
+        return _run_subcommand(args, argv)
     except _UsageError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
@@ -296,6 +304,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as error:  # noqa: BLE001
         return _report(prog, error, verbose=verbose)
+
+
+def _run_subcommand(args: argparse.Namespace, argv: list[str]) -> int:
+    """A subcommand as one run: its engine jobs share one record and one summary table at the end."""
+    from zephyr.engine.progress import print_run_summary
+    from zephyr.engine.run_record import RunRecorder, open_run
+
+    recorder = RunRecorder(command=["zephyr", *argv], write_empty=False)
+    try:
+        with open_run(recorder):
+            return int(args.func(args) or 0)
+    finally:
+        if recorder.record["jobs"]:
+            print_run_summary(recorder.record)
 
 
 def _report(prog: str, error: Exception, *, verbose: bool) -> int:

@@ -14,9 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(600)
 def test_nemotron_recipe_prints_one_summary_not_a_table_per_engine_job(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ZEPHYR_SCRATCH": str(tmp_path / "scratch")}
     result = subprocess.run(
-        [sys.executable, "-m", "zephyr.cli", "run", "--scratch", str(tmp_path / "scratch"),
+        [sys.executable, "-m", "zephyr.cli", "run",
          str(REPO / "recipes" / "nemotron_cc.py"), "--no-train", "--output", str(tmp_path / "out"),
          "--sample-docs-per-split", "30"],
         env=env, check=False, capture_output=True, text=True, timeout=600, cwd=tmp_path,

@@ -306,7 +306,9 @@ def print_run_summary(record: dict[str, Any]) -> None:
     width = None if terminal() else 160
     console = Console(stderr=True, width=width)
     status = record.get("status", "?")
-    title = f"zephyr run {status} in {format_duration(record.get('seconds'))}"
+    command = record.get("command") or []
+    what = " ".join(command[:2]) if len(command) >= 2 and command[0] == "zephyr" else "zephyr run"
+    title = f"{what} {status} in {format_duration(record.get('seconds'))}"
     if record.get("steps"):
         table = Table(title=title, title_justify="left")
         for column in ("step", "status", "time", "docs in", "docs out", "removed", "tokens"):

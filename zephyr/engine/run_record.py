@@ -81,8 +81,10 @@ class RunRecorder:
         record_dir: str | None = None,
         backend: str | None = None,
         workers: int | None = None,
+        write_empty: bool = True,
     ) -> None:
         self.run_id = run_id_now()
+        self.write_empty = write_empty  # False: a run without jobs or steps leaves no record (e.g. `zephyr inspect`)
         self.record_dir = record_dir
         self._started = time.monotonic()
         self._last_write = 0.0
@@ -156,6 +158,8 @@ class RunRecorder:
         self.record["finished_at"] = _now()
         if error is not None:
             self.record["error"] = {"type": type(error).__name__, "message": one_line(error)}
+        if not self.write_empty and not self.record["jobs"] and not self.record["steps"]:
+            return
         if self.record_dir is None:
             self.record_dir = fallback_dir or default_record_dir()
         self.write(force=True)
