@@ -104,6 +104,13 @@ def test_filter_documents_by_filter_reason(page, ui_server) -> None:
     reasons = {row.locator("td").nth(column).inner_text() for row in page.locator("#docs tbody tr").all()}
     assert reasons == {"exact_duplicate"}
     page.screenshot(path=str(SHOTS / "documents-filtered.png"), full_page=True)
+    keeper = page.locator("#docs a.dup_keeper").first
+    keeper_id = keeper.inner_text()
+    keeper.click()  # the copy kept for this duplicate, in the same folder
+    page.wait_for_selector("#docs tbody tr")
+    assert page.locator("#docs tbody tr").count() == 1
+    assert keeper_id in page.locator("#docs tbody tr").first.inner_text() and page.locator("#filter").input_value()
+    page.go_back()
     page.locator("#docs a.open").first.click()
     page.wait_for_selector("#doctext")
     assert "exact_duplicate" in page.locator("#fields").inner_text()

@@ -336,3 +336,16 @@ def test_token_pieces_keep_multibyte_characters_whole() -> None:
     pieces = [p["text"] for p in _token_pieces(tokenizer.decode, ids, context=2)]
     assert "".join(pieces) == text and "\ufffd" not in "".join(pieces)
     assert len(pieces) == len(ids) and "" in pieces  # a character split over tokens shows on its last token
+
+
+def test_values_from_files_are_escaped(ui_server, ui_root: Path) -> None:
+    """Documents and records are data: markup in them is shown, never run."""
+    import zstandard
+
+    folder = ui_root / "hostile"
+    folder.mkdir(exist_ok=True)
+    doc = {"id": "<script>alert(1)</script>", "text": "<img src=x onerror=alert(2)>", "split": "<b>x</b>"}
+    (folder / "part-00000.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(json.dumps(doc).encode() + b"\n"))
+    for path in ("/documents?dataset=hostile", "/documents/doc?file=hostile/part-00000.jsonl.zst&row=0"):
+        body = ui_server.get(path)[1].decode()
+        assert "<script>alert" not in body and "<img src=x" not in body and "&lt;script&gt;alert(1)" in body

@@ -42,6 +42,7 @@ def link(href: str, text: Any, **attrs: str) -> str:
 
 
 def fmt(value: Any, digits: int = 3) -> str:
+    """A value for an HTML cell: numbers with separators, everything else escaped."""
     if value is None:
         return "–"
     if isinstance(value, bool):
@@ -54,7 +55,7 @@ def fmt(value: Any, digits: int = 3) -> str:
         if math.isinf(value):
             return "∞" if value > 0 else "-∞"
         return f"{value:,.{digits}f}" if abs(value) < 1e6 else f"{value:,.0f}"
-    return str(value)
+    return esc(value)  # anything else (a string in a run record, ...) is data: escaped
 
 
 def page(title: str, active: str, body: str, *, root: str = "") -> str:

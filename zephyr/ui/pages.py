@@ -258,6 +258,17 @@ def _preview(value: Any) -> str:
     return esc(text[:_TEXT_PREVIEW] + ("…" if len(text) > _TEXT_PREVIEW else ""))
 
 
+_LINKED = {"dup_keeper": "id", "dup_cluster": "dup_cluster"}  # field -> the field a click filters on
+
+
+def _cell(dataset: str, key: str, value: Any) -> str:
+    """A table cell; a duplicate's keeper id and cluster link to those documents in the same folder."""
+    if key in _LINKED and isinstance(value, (str, int)) and not isinstance(value, bool):
+        href = url("/documents", dataset=dataset, filter=f"{_LINKED[key]} == {json.dumps(value)}")
+        return f'<a class="{esc(key)}" href="{esc(href)}">{_preview(value)}</a>'
+    return _preview(value)
+
+
 def render_documents(root: Root, data: dict) -> str:
     if "datasets" in data:
         rows = [
@@ -289,7 +300,7 @@ def render_documents(root: Root, data: dict) -> str:
     for r in rows:
         href = url("/documents/doc", file=r["_file"], row=r["_row"], filter=data.get("filter_text"), q=data.get("q"))
         cells = [link(href, f"{r['_file'].rsplit('/', 1)[-1]}#{r['_row']}", cls="open")]
-        cells += [_preview(r.get(k)) for k in keys]
+        cells += [_cell(dataset, k, r.get(k)) for k in keys]
         cells.append(f"<span class=text>{_preview(r.get('text'))}</span>")
         body.append(cells)
     off, lim = data["offset"], data["limit"]

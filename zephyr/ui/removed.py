@@ -120,8 +120,9 @@ def _lineage_row(root: Root, step: str, doc_id: str) -> dict | None:
     return None
 
 
-def input_folders(root: Root, step: str, steps_in_order: list[str]) -> list[str]:
-    """Dataset folders to search for a step's removed documents: the previous step's, then all others."""
+def input_folders(root: Root, step: str, steps_in_order: list[str], split: str | None = None) -> list[str]:
+    """Dataset folders to search for a step's removed documents: the previous step's (its folder named
+    after the document's split first, e.g. normalize-*/medium/), then all others."""
     folders = [d["path"] for d in root.datasets() if not d["lineage"]]
     top = step.split("/")[0]
     preferred: list[str] = []
@@ -132,6 +133,8 @@ def input_folders(root: Root, step: str, steps_in_order: list[str]) -> list[str]
             preferred = [f for f in folders if f == previous or f.startswith(previous + "/")]
     own = [f for f in folders if f == top or f.startswith(top + "/")]
     rest = [f for f in folders if f not in preferred and f not in own and "/work/" not in f + "/"]
+    if split:
+        preferred.sort(key=lambda f: f.rsplit("/", 1)[-1] != split)
     return preferred + rest + own
 
 
@@ -147,7 +150,7 @@ def removed_pair(root: Root, step: str, doc_id: str, steps_in_order: list[str]) 
     row = _lineage_row(root, step, doc_id)
     if row is None:
         raise KeyError(f"document {doc_id!r} is not in the lineage of step {step!r}")
-    inputs = input_folders(root, step, steps_in_order)
+    inputs = input_folders(root, step, steps_in_order, row.get("split"))
     removed_doc = find_document(root, doc_id, inputs)
     keeper_doc = None
     if row.get("keeper"):
