@@ -1,6 +1,6 @@
 """LM labeling behind one interface: prompts in, scores out, cached so an interrupted run resumes.
 
-Every backend (local `transformers`, an OpenAI-compatible server, in-process vLLM) implements
+Every backend (llama.cpp or `transformers` in process, an OpenAI-compatible server, in-process vLLM) implements
 `LabelBackend`: next-token probabilities of the label strings, and greedy generation. The scoring is
 shared: in `logprobs` mode the score is the expected label value under the next-token distribution
 renormalised over the labels (small models rarely answer with a clean digit, but their distribution
@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -38,6 +39,7 @@ __all__ = [
     "score_from_probs",
     "score_from_text",
     "label_documents",
+    "progress_printer",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,10 @@ class LabelBackend(Protocol):
 
 def make_backend(config: LabelerConfig) -> LabelBackend:
     """Build the backend `config.backend` names (imports its heavy dependencies only then)."""
+    if config.backend == "llamacpp":
+        from zephyr.datashop.backend_llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(config)
     if config.backend == "transformers":
         from zephyr.datashop.backend_transformers import TransformersBackend
 
@@ -75,7 +81,7 @@ def make_backend(config: LabelerConfig) -> LabelBackend:
         from zephyr.datashop.backend_vllm import VLLMBackend
 
         return VLLMBackend(config)
-    raise ValueError(f"Unknown labeler backend {config.backend!r}; expected transformers, openai or vllm")
+    raise ValueError(f"Unknown labeler backend {config.backend!r}; expected llamacpp, transformers, openai or vllm")
 
 
 @dataclass(frozen=True)
@@ -284,3 +290,26 @@ def label_documents(
         model_id=backend.model_id,
         cache_path=str(cache_path) if cache_path is not None else None,
     )
+
+
+def progress_printer(what: str, *, stream: Any = None, every_s: float = 2.0) -> Callable[[int, int], None]:
+    """An `on_batch` callback printing `what: done/total docs, rate, time left` (at most every `every_s` s).
+
+    Labeling a pool is the slow part of a run; a line every few seconds tells the user it moves and how
+    long it will take. Writes to stderr by default, so a run's stdout (its summary) stays clean.
+    """
+    start = time.perf_counter()
+    last = [float("-inf")]
+
+    def report(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done < total and now - last[0] < every_s:
+            return
+        last[0] = now
+        elapsed = now - start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        left = (total - done) / rate if rate > 0 else float("nan")
+        tail = f", ~{left:.0f} s left" if done < total and math.isfinite(left) else f" in {elapsed:.1f} s"
+        print(f"{what}: {done}/{total} docs, {rate:.1f} docs/s{tail}", file=stream or sys.stderr, flush=True)
+
+    return report
