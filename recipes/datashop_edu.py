@@ -312,14 +312,13 @@ def label_step(path: str, *, config: LabelStep, pool: str) -> dict[str, Any]:
     expected score, `score` the training label (its pool quantile on the 0-5 scale when calibrating)."""
     from zephyr.datashop import label_documents, make_backend
     from zephyr.datashop.classifiers import nearest_bin
-    from zephyr.datashop.labeling import progress_printer
     from zephyr.datashop.quality import measure_label_quality, rank_calibrate
 
     docs = _read_jsonl(Path(pool) / "pool.jsonl")
     backend = make_backend(config.labeler)
     try:
         run = label_documents(docs, config.prompt, config.labeler, cache_path=Path(path) / "labels.jsonl",
-                              backend=backend, on_batch=progress_printer("label"))
+                              backend=backend, progress="datashop label")
         quality = measure_label_quality(docs, run.results, config.prompt, config.labeler, backend,
                                         cache_path=Path(path) / "quality")
     finally:

@@ -13,13 +13,13 @@ settings, document id, text), flushed after every batch, so a rerun skips what i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
 import re
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -39,7 +39,6 @@ __all__ = [
     "score_from_probs",
     "score_from_text",
     "label_documents",
-    "progress_printer",
 ]
 
 log = logging.getLogger(__name__)
@@ -221,13 +220,15 @@ def label_documents(
     text_field: str = "text",
     id_field: str = "id",
     on_batch: Callable[[int, int], None] | None = None,
+    progress: str | None = None,
 ) -> LabelingRun:
     """Label every document (or reuse its cached label) and return results in input order.
 
     `backend` lets callers share one loaded model across calls; by default one is built from
     `config` (and closed afterwards). Documents are rendered, sorted by prompt length (less
     padding), labeled `config.batch_size` at a time, and each batch is appended to the cache before
-    the next starts. `on_batch(done, total)` reports progress.
+    the next starts. `on_batch(done, total)` reports progress; `progress` names a progress row (a bar with
+    rate and ETA on a terminal, a line every 10 s otherwise: `zephyr.progress.task_progress`).
     """
     docs = list(docs)
     for i, doc in enumerate(docs):
@@ -253,28 +254,15 @@ def label_documents(
             for i in pending
         }
         pending.sort(key=lambda i: len(rendered[i].text))
-        done = 0
-        for b in range(0, len(pending), config.batch_size):
-            batch = pending[b : b + config.batch_size]
-            texts = [rendered[i].text for i in batch]
-            new: list[LabelResult] = []
-            if config.mode == "logprobs":
-                for i, probs in zip(batch, backend.label_probs(texts, prompt.labels), strict=True):
-                    score, label, mass, norm, error = score_from_probs(probs, prompt)
-                    new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
-                                           label_mass=mass, probs=norm or None, error=error,
-                                           truncated=rendered[i].truncated))
-            else:
-                for i, text in zip(batch, backend.generate(texts, config.max_new_tokens), strict=True):
-                    score, label, error = score_from_text(text, prompt)
-                    new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
-                                           generated=text, error=error, truncated=rendered[i].truncated))
-            if cache is not None:
-                cache.append(new)
-            by_key.update((r.key, r) for r in new)
-            done += len(batch)
-            if on_batch is not None:
-                on_batch(done, len(pending))
+        tracker = contextlib.ExitStack()
+        if progress is not None and pending:
+            from zephyr.progress import task_progress
+
+            row = tracker.enter_context(task_progress(progress, total=len(pending), unit="docs"))
+            on_batch = _both(on_batch, lambda done, total: row.set(done))
+        with tracker:
+            _label_pending(pending, docs, keys, rendered, prompt, config, backend, cache, by_key, text_field,
+                           id_field, on_batch)
         seconds = time.perf_counter() - start
     finally:
         if own_backend:
@@ -292,24 +280,41 @@ def label_documents(
     )
 
 
-def progress_printer(what: str, *, stream: Any = None, every_s: float = 2.0) -> Callable[[int, int], None]:
-    """An `on_batch` callback printing `what: done/total docs, rate, time left` (at most every `every_s` s).
+def _both(first: Callable[[int, int], None] | None, second: Callable[[int, int], None]) -> Callable[[int, int], None]:
+    def call(done: int, total: int) -> None:
+        if first is not None:
+            first(done, total)
+        second(done, total)
 
-    Labeling a pool is the slow part of a run; a line every few seconds tells the user it moves and how
-    long it will take. Writes to stderr by default, so a run's stdout (its summary) stays clean.
-    """
-    start = time.perf_counter()
-    last = [float("-inf")]
+    return call
 
-    def report(done: int, total: int) -> None:
-        now = time.perf_counter()
-        if done < total and now - last[0] < every_s:
-            return
-        last[0] = now
-        elapsed = now - start
-        rate = done / elapsed if elapsed > 0 else 0.0
-        left = (total - done) / rate if rate > 0 else float("nan")
-        tail = f", ~{left:.0f} s left" if done < total and math.isfinite(left) else f" in {elapsed:.1f} s"
-        print(f"{what}: {done}/{total} docs, {rate:.1f} docs/s{tail}", file=stream or sys.stderr, flush=True)
 
-    return report
+def _label_pending(pending: list[int], docs: list[dict[str, Any]], keys: list[str], rendered: dict[int, RenderedPrompt],
+                   prompt: PromptConfig, config: LabelerConfig, backend: LabelBackend, cache: LabelCache | None,
+                   by_key: dict[str, LabelResult], text_field: str, id_field: str,
+                   on_batch: Callable[[int, int], None] | None) -> int:
+    """Label `pending` (indexes into docs) batch by batch, appending each batch to the cache; returns the count."""
+    done = 0
+    for b in range(0, len(pending), config.batch_size):
+        batch = pending[b : b + config.batch_size]
+        texts = [rendered[i].text for i in batch]
+        new: list[LabelResult] = []
+        if config.mode == "logprobs":
+            for i, probs in zip(batch, backend.label_probs(texts, prompt.labels), strict=True):
+                score, label, mass, norm, error = score_from_probs(probs, prompt)
+                new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
+                                       label_mass=mass, probs=norm or None, error=error,
+                                       truncated=rendered[i].truncated))
+        else:
+            for i, text in zip(batch, backend.generate(texts, config.max_new_tokens), strict=True):
+                score, label, error = score_from_text(text, prompt)
+                new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
+                                       generated=text, error=error, truncated=rendered[i].truncated))
+        if cache is not None:
+            cache.append(new)
+        by_key.update((r.key, r) for r in new)
+        done += len(batch)
+        if on_batch is not None:
+            on_batch(done, len(pending))
+    return done
+

@@ -28,7 +28,7 @@ import numpy as np
 from zephyr.datashop.apply import KeepAtLeast, score_dataset, score_histogram, threshold_for_keep_fraction
 from zephyr.datashop.classifiers import nearest_bin, train_classifier
 from zephyr.datashop.config import DatashopConfig, LabelerConfig, StageConfig
-from zephyr.datashop.labeling import LabelBackend, label_documents, make_backend, progress_printer
+from zephyr.datashop.labeling import LabelBackend, label_documents, make_backend
 from zephyr.datashop.metrics import Agreement, agreement
 from zephyr.datashop.quality import LabelQuality, classifier_beats_majority, measure_label_quality
 from zephyr.datashop.sample import sample_pool_dataset, split_holdout
@@ -158,7 +158,7 @@ def run_stage(
     try:
         labeling = label_documents(pool, stage.prompt, stage.labeler, cache_path=labels_path, backend=backend,
                                    text_field=config.text_field, id_field=config.id_field,
-                                   on_batch=progress_printer(f"stage {stage.name}: labeling"))
+                                   progress=f"datashop {stage.name} label")
         quality = measure_label_quality(pool, labeling.results, stage.prompt, stage.labeler, backend,
                                         text_field=config.text_field, id_field=config.id_field,
                                         cache_path=stage_dir / "quality")

@@ -198,6 +198,7 @@ def measure_label_quality(
         cache_dir = Path(cache_path) if cache_path is not None else None
         gen_config = dataclasses.replace(config, mode="generate", max_new_tokens=min(config.max_new_tokens, 4))
         gen = label_documents(sample, prompt, gen_config, backend=backend, text_field=text_field, id_field=id_field,
+                              progress="datashop label quality: generate mode",
                               cache_path=cache_dir / "generate.jsonl" if cache_dir else None)
         ok = [(b, r) for b, r in zip(base, gen.results) if r.score is not None]
         parsed = len(ok) / len(sample)
@@ -209,7 +210,7 @@ def measure_label_quality(
         else:
             para_prompt = dataclasses.replace(prompt, template=prompt.paraphrase, paraphrase=None)
             para = label_documents(sample, para_prompt, dataclasses.replace(config, mode="logprobs"), backend=backend,
-                                   text_field=text_field, id_field=id_field,
+                                   text_field=text_field, id_field=id_field, progress="datashop label quality: paraphrase",
                                    cache_path=cache_dir / "paraphrase.jsonl" if cache_dir else None)
             pairs = [(b, r.score) for b, r in zip(base, para.results) if r.score is not None]
             if len(pairs) >= 3:
