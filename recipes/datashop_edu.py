@@ -104,6 +104,20 @@ EDU_PROMPT = (
     "Text: {example}"
 )
 EDU_ANSWER_PREFIX = "Score: "
+# The same question in other words and with other examples: the label-quality check labels a sample with both
+# and reports how well they agree (a label that moves with the wording measures the wording, not the text).
+EDU_PARAPHRASE = (
+    "How much could a student learn from this text? Answer 0 (nothing) to 5 (a lot).\n"
+    "\n"
+    "Text: Buy now! Free shipping on orders over $50. Subscribe to our newsletter. Log in | Cart (0)\n"
+    "Score: 0\n"
+    "\n"
+    "Text: The French Revolution began in 1789. It ended the monarchy and spread the ideas of liberty and equality "
+    "across Europe.\n"
+    "Score: 5\n"
+    "\n"
+    "Text: {example}"
+)
 
 
 def default_data_dir() -> Path:
@@ -288,33 +302,47 @@ def _count_sources(docs: Iterable[dict[str, Any]]) -> dict[str, int]:
 class LabelStep:
     prompt: PromptConfig
     labeler: LabelerConfig
+    calibrate: bool = True  # train on the scores' pool quantiles (zephyr.datashop.quality.rank_calibrate)
 
 
 def label_step(path: str, *, config: LabelStep, pool: str) -> dict[str, Any]:
-    """SmolLM2 grades every pool document. `labels.jsonl` is the datashop label cache (an interrupted
-    run of this same step version resumes from it); `labeled.jsonl` is this step's output, in pool order."""
-    from zephyr.datashop import label_documents
+    """The LM grades every pool document, then a sample again (generate mode, paraphrased prompt) to measure
+    the labels' quality. `labels.jsonl` is the datashop label cache (an interrupted run of this same step
+    version resumes from it); `labeled.jsonl` is this step's output, in pool order: `lm_score` is the LM's
+    expected score, `score` the training label (its pool quantile on the 0-5 scale when calibrating)."""
+    from zephyr.datashop import label_documents, make_backend
     from zephyr.datashop.classifiers import nearest_bin
+    from zephyr.datashop.quality import measure_label_quality, rank_calibrate
 
     docs = _read_jsonl(Path(pool) / "pool.jsonl")
-    run = label_documents(docs, config.prompt, config.labeler, cache_path=Path(path) / "labels.jsonl")
-    by_id = {str(d["id"]): d for d in docs}
-    _write_jsonl(Path(path) / "labeled.jsonl", (
-        {"id": r.id, "source": by_id[r.id].get("source"), "score": r.score, "label": r.label, "error": r.error,
-         "truncated": r.truncated} for r in run.results))
-    scores = [r.score for r in run.results if r.score is not None]
+    backend = make_backend(config.labeler)
+    try:
+        run = label_documents(docs, config.prompt, config.labeler, cache_path=Path(path) / "labels.jsonl",
+                              backend=backend, progress="datashop label")
+        quality = measure_label_quality(docs, run.results, config.prompt, config.labeler, backend,
+                                        cache_path=Path(path) / "quality")
+    finally:
+        backend.close()
     values = config.prompt.values
     assert values is not None
-    bins = nearest_bin(scores, values) if scores else np.zeros(0, dtype=np.int64)
+    ok = [r for r in run.results if r.score is not None]
+    scores = [r.score for r in ok]
+    trained = dict(zip((r.id for r in ok), rank_calibrate(scores, values) if config.calibrate else scores))
+    by_id = {str(d["id"]): d for d in docs}
+    _write_jsonl(Path(path) / "labeled.jsonl", (
+        {"id": r.id, "source": by_id[r.id].get("source"), "score": trained.get(r.id), "lm_score": r.score,
+         "label": r.label, "error": r.error, "truncated": r.truncated} for r in run.results))
+    bins = nearest_bin(list(trained.values()), values) if scores else np.zeros(0, dtype=np.int64)
     histogram = {label: int(np.sum(bins == i)) for i, label in enumerate(config.prompt.labels)}
     return {
         "documents": len(docs), "labeled": len(scores), "labeled_now": run.labeled_now, "from_cache": run.from_cache,
         "failed": run.failed, "errors": sorted({r.error for r in run.results if r.error}), "truncated": run.truncated,
         "seconds": run.seconds, "docs_per_s": run.docs_per_s, "model": run.model_id, "histogram": histogram,
+        "calibration": "rank" if config.calibrate else "none",
         "mean_score": float(np.mean(scores)) if scores else None,
         "score_range": [float(min(scores)), float(max(scores))] if scores else None,
-        "mean_by_source": _mean_by_source((by_id[r.id].get("source"), r.score) for r in run.results
-                                          if r.score is not None),
+        "mean_by_source": _mean_by_source((by_id[r.id].get("source"), r.score) for r in ok),
+        "quality": quality.to_dict(), "quality_summary": quality.summary(),
     }
 
 
@@ -335,6 +363,8 @@ def classifier_step(path: str, *, config: ClassifierStep, pool: str, labels: str
     """Train on part of the labels; agreement with the LM on the held-out rest (and, for scale, on the
     training part)."""
     from zephyr.datashop import agreement, split_holdout, train_classifier
+    from zephyr.datashop.classifiers import nearest_bin
+    from zephyr.datashop.quality import classifier_beats_majority
 
     texts = {str(d["id"]): d["text"] for d in _read_jsonl(Path(pool) / "pool.jsonl")}
     scores = {r["id"]: r["score"] for r in _read_jsonl(Path(labels) / "labeled.jsonl") if r["score"] is not None}
@@ -346,11 +376,15 @@ def classifier_step(path: str, *, config: ClassifierStep, pool: str, labels: str
     classifier = train_classifier([texts[i] for i in train_ids], [scores[i] for i in train_ids], config.classifier,
                                   model_dir, bin_values=config.bin_values)
     started = time.perf_counter()
-    held = agreement([scores[i] for i in held_ids], classifier.predict([texts[i] for i in held_ids]), config.bin_values)
+    held_pred = classifier.predict([texts[i] for i in held_ids])
+    held = agreement([scores[i] for i in held_ids], held_pred, config.bin_values)
     train = agreement([scores[i] for i in train_ids], classifier.predict([texts[i] for i in train_ids]),
                       config.bin_values)
+    held_true = nearest_bin([scores[i] for i in held_ids], config.bin_values)
+    vs_majority = classifier_beats_majority(held_true, nearest_bin(held_pred, config.bin_values))
     return {"kind": config.classifier.kind, "model": str(model_dir), "train_size": len(train_ids),
             "holdout_size": len(held_ids), "holdout": held.to_dict(), "train": train.to_dict(),
+            "vs_majority": vs_majority,
             "train_seconds": classifier.meta.get("train_seconds"),
             "predict_docs_per_s": len(scores) / max(1e-9, time.perf_counter() - started)}
 
@@ -460,8 +494,13 @@ class RecipeConfig:
     prompt: str = EDU_PROMPT
     answer_prefix: str = EDU_ANSWER_PREFIX
     chat_template: bool = False  # the default prompt is a plain few-shot completion
+    paraphrase: str | None = EDU_PARAPHRASE
+    labeler: str = "llamacpp"  # llamacpp | transformers | openai | vllm
+    labeler_url: str | None = None  # the OpenAI-compatible server for labeler "openai"
     model: str = "smollm2-135m-instruct"
-    pool_size: int = 64  # ~2 minutes of SmolLM2 on 2 busy cores at 256 example tokens
+    pool_size: int = 256  # ~1 minute of SmolLM2 through llama.cpp on 2 cores at 256 example tokens
+    quality_sample: int = 32
+    calibrate: bool = True
     pool_seed: int = 0
     max_example_tokens: int = 256
     batch_size: int = 8
@@ -473,12 +512,14 @@ class RecipeConfig:
     force: tuple[str, ...] = ()
 
     def prompt_config(self) -> PromptConfig:
-        return PromptConfig(template=self.prompt, answer_prefix=self.answer_prefix,
+        return PromptConfig(template=self.prompt, answer_prefix=self.answer_prefix, paraphrase=self.paraphrase,
                             use_chat_template=self.chat_template)
 
     def labeler_config(self) -> LabelerConfig:
-        return LabelerConfig(backend="transformers", model=self.model, batch_size=self.batch_size,
-                             max_example_tokens=self.max_example_tokens)
+        tokenizer = "smollm2-135m-instruct" if self.labeler == "openai" and self.model == "smollm2-135m-instruct" else None
+        return LabelerConfig(backend=self.labeler, model=self.model, url=self.labeler_url, tokenizer=tokenizer,
+                             batch_size=self.batch_size, max_example_tokens=self.max_example_tokens,
+                             quality_sample=self.quality_sample)
 
 
 @dataclass(frozen=True)
@@ -508,7 +549,8 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
         corpus = [join(steps["corpus"].path, "docs", "*.jsonl.zst")]
     steps["pool"] = runner.run("pool", pool_step, config=PoolStep(config.pool_size, config.pool_seed),
                                inputs={"corpus": corpus})
-    steps["label"] = runner.run("label", label_step, config=LabelStep(prompt, labeler), inputs={"pool": steps["pool"]})
+    steps["label"] = runner.run("label", label_step, config=LabelStep(prompt, labeler, config.calibrate),
+                                inputs={"pool": steps["pool"]})
     assert prompt.values is not None
     steps["classifier"] = runner.run(
         "classifier", classifier_step,
@@ -554,13 +596,22 @@ def format_summary(result: RecipeResult) -> str:
         + ("-" if not label["score_range"] else f"{label['score_range'][0]:.2f}-{label['score_range'][1]:.2f}"))
     lines.append("  label distribution (nearest label): "
                  + ", ".join(f"{k}: {v}" for k, v in label["histogram"].items()))
+    lines.append(f"  training labels: {'pool quantiles of the LM scores on 0-5' if label['calibration'] == 'rank' else 'LM scores'}")
     lines.append("  LM mean score by source: " + ", ".join(f"{k} {v:.2f}" for k, v in label["mean_by_source"].items()))
+    lines.append("  " + label["quality_summary"])
     clf = steps["classifier"].summary
     for split, n in (("holdout", clf["holdout_size"]), ("train", clf["train_size"])):
         a = clf[split]
         lines.append(f"classifier ({clf['kind']}) vs LM, {split:<7} n={n:<4} accuracy {_fmt(a['accuracy'])} "
                      f"(majority {_fmt(a['majority_accuracy'])}), macro-F1 {_fmt(a['macro_f1'])}, "
                      f"Spearman {_fmt(a['spearman'])}, MAE {_fmt(a['mean_abs_error'])}")
+    v = clf["vs_majority"]
+    if v["gain"] is not None:
+        verdict = ("clearly better than the majority class" if v["beats_majority"] else
+                   "NOT clearly better than the majority class: the labels carry too little the classifier can learn "
+                   "(see label quality above); raise --pool-size or label with a bigger model (--labeler vllm/openai)")
+        lines.append(f"classifier vs majority class, held out: macro-F1 {_fmt(v['macro_f1'])} vs {_fmt(v['majority_macro_f1'])} "
+                     f"(gain {v['gain']:+.2f}): {verdict}")
     flt = steps["filter"].summary
     rule = (f"keep top {flt['keep_fraction']:.0%}" if flt["keep_fraction"] is not None else "keep score >=")
     lines.append(f"filter: {rule} -> threshold {flt['threshold']:.3f}; documents in {flt['documents_in']:,}, "
@@ -588,13 +639,24 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
                         "(default: <repo>/../shared/data)")
     parser.add_argument("--prompt-file", default=None, help="a prompt template with one {example} slot "
                         "(default: the built-in FineWeb-Edu-style 0-5 prompt)")
+    parser.add_argument("--paraphrase-file", default=None, help="the same question in other words (one {example} "
+                        "slot), for the label-quality check (default: the built-in paraphrase of the default prompt)")
     parser.add_argument("--answer-prefix", default=None,
                         help=f"text put after the prompt, before the model's digit (default: {EDU_ANSWER_PREFIX!r})")
     parser.add_argument("--chat-template", action="store_true",
                         help="wrap the prompt in the model's chat template (default: plain completion)")
+    parser.add_argument("--labeler", choices=("llamacpp", "transformers", "openai", "vllm"), default="llamacpp",
+                        help="labeling backend (default: llamacpp, the packaged GGUF on CPU)")
+    parser.add_argument("--labeler-url", default=None, help="OpenAI-compatible server URL for --labeler openai, "
+                        "e.g. http://127.0.0.1:8000/v1 (a bigger model labels better)")
     parser.add_argument("--model", default="smollm2-135m-instruct",
-                        help="labeling model: the packaged SmolLM2 alias or a local transformers model directory")
-    parser.add_argument("--pool-size", type=int, default=64, help="documents the LM labels (default: 64)")
+                        help="labeling model: the packaged SmolLM2 alias, a .gguf file (llamacpp), a local model "
+                             "directory (transformers, vllm) or the served model name (openai)")
+    parser.add_argument("--pool-size", type=int, default=256, help="documents the LM labels (default: 256)")
+    parser.add_argument("--quality-sample", type=int, default=32,
+                        help="pool documents labeled again (generate mode, paraphrase) to measure label quality")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="train on the LM's raw expected scores instead of their pool quantiles")
     parser.add_argument("--pool-seed", type=int, default=0)
     parser.add_argument("--max-example-tokens", type=int, default=256,
                         help="each document is cut to this many tokens in the prompt (default: 256)")
@@ -624,7 +686,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
     config = RecipeConfig(
         input=tuple(args.input), output=args.output, data_dir=args.data_dir, prompt=prompt,
         answer_prefix=EDU_ANSWER_PREFIX if args.answer_prefix is None else args.answer_prefix,
-        chat_template=args.chat_template, model=args.model,
+        chat_template=args.chat_template, model=args.model, labeler=args.labeler, labeler_url=args.labeler_url,
+        quality_sample=args.quality_sample, calibrate=not args.no_calibrate,
+        paraphrase=(Path(args.paraphrase_file).read_text(encoding="utf-8") if args.paraphrase_file
+                    else None if args.prompt_file else EDU_PARAPHRASE),
         pool_size=args.pool_size, pool_seed=args.pool_seed, max_example_tokens=args.max_example_tokens,
         batch_size=args.batch_size, classifier=args.classifier, holdout_fraction=args.holdout_fraction,
         keep_fraction=args.keep_fraction, threshold=args.threshold, tokenizer=args.tokenizer, force=tuple(args.force),

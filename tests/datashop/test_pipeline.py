@@ -22,8 +22,8 @@ from zephyr.datashop.config import (
 )
 from zephyr.datashop.pipeline import run_datashop
 
-# Fast settings for CPU tests: short examples.
-LABELER = LabelerConfig(backend="transformers", batch_size=8, max_example_tokens=64)
+# Fast settings for CPU tests: short examples, the default (llama.cpp) backend.
+LABELER = LabelerConfig(batch_size=8, max_example_tokens=64, quality_sample=8)
 CHEAP = StageConfig(
     name="cheap",
     prompt=PromptConfig(template="Is the following text about computer programming? Answer Yes or No.\n\nText: {example}",
@@ -44,8 +44,9 @@ STRONG = StageConfig(
 )
 
 
-def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, smol_backend, tmp_path: Path,
+def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, tmp_path: Path,
                                                                  scratch: str, capsys) -> None:
+    pytest.importorskip("llama_cpp")
     pattern = write_corpus(corpus_docs, tmp_path / "corpus", shards=2)
     out = tmp_path / "shop"
     config = DatashopConfig(input=pattern, output_dir=str(out), stages=(CHEAP, STRONG), engine_backend="local")
@@ -55,8 +56,13 @@ def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, smo
 
     # stage 1 labeled its pool with the LM and trained fastText
     assert cheap.input_docs == len(corpus_docs) and cheap.pool_size == 20
-    assert cheap.labeled_now == 20 and cheap.label_failures == 0 and cheap.label_model == "transformers:smollm2-135m-instruct"
+    assert cheap.labeled_now == 20 and cheap.label_failures == 0 and cheap.label_model == "llamacpp:smollm2-135m-instruct"
     assert sum(cheap.label_histogram.values()) == 20
+    # ... measured its labels' quality on a sample (no paraphrase given: that check says it did not run)
+    q = cheap.label_quality
+    assert q.n == 8 and q.generate_parsed is not None and q.skipped == ("no prompt.paraphrase given",)
+    assert (Path(cheap.stage_dir) / "quality" / "generate.jsonl").exists()
+    assert set(cheap.vs_majority) == {"macro_f1", "majority_macro_f1", "gain", "beats_majority"}
     assert len(Path(cheap.labels_path).read_text().splitlines()) == 20
     assert cheap.train_size + cheap.holdout_size == 20 and cheap.holdout_size >= 1
     assert (Path(cheap.classifier_dir) / "model.bin").exists()
@@ -95,7 +101,7 @@ def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, smo
         "input": pattern, "output_dir": str(out), "engine_backend": "local",
         "stages": [{"name": s.name, "prompt": {"template": s.prompt.template, "labels": list(s.prompt.labels),
                                                 "values": list(s.prompt.values), "answer_prefix": s.prompt.answer_prefix},
-                    "labeler": {"batch_size": 8, "max_example_tokens": 64},
+                    "labeler": {"batch_size": 8, "max_example_tokens": 64, "quality_sample": 8},
                     "pool": {"size": s.pool.size, "seed": s.pool.seed},
                     "classifier": {"kind": s.classifier.kind, "holdout_fraction": 0.25},
                     "filter": {"keep_fraction": 0.5}} for s in (CHEAP, STRONG)],
@@ -105,6 +111,7 @@ def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, smo
         assert main(["datashop", str(cfg_path)]) == 0
     printed = capsys.readouterr().out
     assert "cheap" in printed and "strong" in printed and "final dataset" in printed
+    assert "cheap: label quality (n=8)" in printed and "vs majority class" in printed
     rerun = json.loads((out / "report.json").read_text())
     assert [s["labeled_now"] for s in rerun["stages"]] == [0, 0]
     assert rerun["stages"][0]["labels_from_cache"] == 20

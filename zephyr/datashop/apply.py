@@ -33,6 +33,7 @@ class ScoreBatch:
     classifier_dir: str
     text_field: str
     score_field: str
+    threads: int | None = None  # PyTorch threads per worker (embedding classifier), set at its first batch
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self.text_field not in batch.schema.names:
@@ -42,7 +43,7 @@ class ScoreBatch:
             )
         if not is_loaded(self.classifier_dir):
             counters.increment("datashop/classifier_loads")  # once per worker process, not per batch
-        classifier = load_classifier(self.classifier_dir)
+        classifier = load_classifier(self.classifier_dir, threads=self.threads)
         texts = [t if isinstance(t, str) else "" for t in batch.column(self.text_field).to_pylist()]
         scores = pa.array(classifier.predict(texts), pa.float64())
         counters.increment("datashop/scored", len(texts))
@@ -53,9 +54,19 @@ class ScoreBatch:
 
 
 def score_dataset(dataset: Any, classifier_dir: str, *, text_field: str = "text", score_field: str,
-                  batch_size: int = 256) -> Any:
-    """`dataset` with `score_field` added to every record (lazy: nothing runs until a terminal call)."""
-    return dataset.map_batches(ScoreBatch(str(classifier_dir), text_field, score_field), batch_size=batch_size)
+                  batch_size: int = 256, threads: int | None = None) -> Any:
+    """`dataset` with `score_field` added to every record (lazy: nothing runs until a terminal call).
+
+    `threads`: PyTorch threads in each worker; default: this machine's cores shared among the current
+    execution's workers (so two workers on two cores use one thread each instead of oversubscribing).
+    """
+    if threads is None:
+        import os
+
+        from zephyr.engine.context import current_config
+
+        threads = max(1, (os.cpu_count() or 1) // max(1, current_config().num_workers))
+    return dataset.map_batches(ScoreBatch(str(classifier_dir), text_field, score_field, threads), batch_size=batch_size)
 
 
 @dataclass(frozen=True)

@@ -81,13 +81,20 @@ class TrainedClassifier:
 
 
 def _embed(embedder: Any, texts: Sequence[str], max_chars: int, batch_size: int) -> np.ndarray:
-    from zephyr.datashop.models import idle_cores, torch_threads
+    """[N, D] normalized embeddings, `batch_size` texts per forward pass (sentence-transformers sorts by length).
 
-    cut = [t[:max_chars] for t in texts]
-    with torch_threads(idle_cores()):
+    Texts are cut to what the tokenizer can keep (~16 characters per kept token) before tokenizing, and the
+    thread count is whatever the process set once (`set_torch_threads_once`): flipping it per call costs more
+    than a small batch's forward pass.
+    """
+    import torch
+
+    limit = min(max_chars, 16 * int(embedder.max_seq_length or max_chars))
+    cut = [t[:limit] for t in texts]
+    with torch.inference_mode():
         vectors = embedder.encode(cut, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False,
-                                  convert_to_numpy=True)
-    return np.asarray(vectors, dtype=np.float64)  # [N, D]
+                                  convert_to_tensor=True)  # a tensor: numpy has no bfloat16
+    return vectors.float().numpy().astype(np.float64)  # [N, D]
 
 
 def train_classifier(
@@ -180,7 +187,8 @@ def _fasttext_train_main(argv: list[str]) -> int:
 def _train_embedding(texts: Sequence[str], scores: Sequence[float], config: ClassifierConfig, out: Path) -> dict[str, Any]:
     from zephyr.datashop.models import load_sentence_embedder
 
-    embedder = load_sentence_embedder(config.embedding_model)
+    embedder = load_sentence_embedder(config.embedding_model, dtype=config.embedding_dtype,
+                                      max_tokens=config.embedding_max_tokens)
     x = _embed(embedder, texts, config.max_chars, config.batch_size)  # [N, D]
     y = np.asarray(scores, dtype=np.float64)  # [N]
     x_mean, y_mean = x.mean(axis=0), y.mean()
@@ -191,7 +199,8 @@ def _train_embedding(texts: Sequence[str], scores: Sequence[float], config: Clas
     bias = float(y_mean - x_mean @ weights)
     np.savez(out / "ridge.npz", weights=weights, bias=np.array(bias))
     return {"model_file": "ridge.npz", "embedding_model": config.embedding_model, "ridge_alpha": config.ridge_alpha,
-            "embedding_dim": int(x.shape[1])}
+            "embedding_dim": int(x.shape[1]), "embedding_dtype": config.embedding_dtype,
+            "embedding_max_tokens": config.embedding_max_tokens}
 
 
 def _cache_key(path: Path) -> tuple[str, int] | None:
@@ -207,8 +216,12 @@ def is_loaded(path: str | Path) -> bool:
     return key is not None and key in _LOADED
 
 
-def load_classifier(path: str | Path) -> TrainedClassifier:
-    """Load a trained classifier directory, once per process (re-read if it was retrained since)."""
+def load_classifier(path: str | Path, *, threads: int | None = None) -> TrainedClassifier:
+    """Load a trained classifier directory, once per process (re-read if it was retrained since).
+
+    `threads`: PyTorch threads for an embedding classifier, set once when this process first loads it (a
+    scoring worker passes its share of the cores); None leaves the process's setting alone.
+    """
     path = Path(path)
     meta_path = path / "meta.json"
     key = _cache_key(path)
@@ -230,10 +243,13 @@ def load_classifier(path: str | Path) -> TrainedClassifier:
 
             model: Any = fasttext.load_model(str(path / meta["model_file"]))
         elif kind == "embedding":
-            from zephyr.datashop.models import load_sentence_embedder
+            from zephyr.datashop.models import load_sentence_embedder, set_torch_threads_once
 
+            set_torch_threads_once(threads)
             ridge = np.load(path / meta["model_file"])
-            model = (load_sentence_embedder(meta["embedding_model"]), ridge["weights"], float(ridge["bias"]))
+            embedder = load_sentence_embedder(meta["embedding_model"], dtype=meta.get("embedding_dtype", "float32"),
+                                              max_tokens=meta.get("embedding_max_tokens"))
+            model = (embedder, ridge["weights"], float(ridge["bias"]))
         else:
             raise ValueError(f"{meta_path}: unknown classifier kind {kind!r}; expected fasttext or embedding")
         loaded = TrainedClassifier(path=str(path), kind=kind, bin_values=tuple(meta["bin_values"]),

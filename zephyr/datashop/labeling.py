@@ -1,6 +1,6 @@
 """LM labeling behind one interface: prompts in, scores out, cached so an interrupted run resumes.
 
-Every backend (local `transformers`, an OpenAI-compatible server, in-process vLLM) implements
+Every backend (llama.cpp or `transformers` in process, an OpenAI-compatible server, in-process vLLM) implements
 `LabelBackend`: next-token probabilities of the label strings, and greedy generation. The scoring is
 shared: in `logprobs` mode the score is the expected label value under the next-token distribution
 renormalised over the labels (small models rarely answer with a clean digit, but their distribution
@@ -13,6 +13,7 @@ settings, document id, text), flushed after every batch, so a rerun skips what i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -63,6 +64,10 @@ class LabelBackend(Protocol):
 
 def make_backend(config: LabelerConfig) -> LabelBackend:
     """Build the backend `config.backend` names (imports its heavy dependencies only then)."""
+    if config.backend == "llamacpp":
+        from zephyr.datashop.backend_llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(config)
     if config.backend == "transformers":
         from zephyr.datashop.backend_transformers import TransformersBackend
 
@@ -75,7 +80,7 @@ def make_backend(config: LabelerConfig) -> LabelBackend:
         from zephyr.datashop.backend_vllm import VLLMBackend
 
         return VLLMBackend(config)
-    raise ValueError(f"Unknown labeler backend {config.backend!r}; expected transformers, openai or vllm")
+    raise ValueError(f"Unknown labeler backend {config.backend!r}; expected llamacpp, transformers, openai or vllm")
 
 
 @dataclass(frozen=True)
@@ -215,13 +220,15 @@ def label_documents(
     text_field: str = "text",
     id_field: str = "id",
     on_batch: Callable[[int, int], None] | None = None,
+    progress: str | None = None,
 ) -> LabelingRun:
     """Label every document (or reuse its cached label) and return results in input order.
 
     `backend` lets callers share one loaded model across calls; by default one is built from
     `config` (and closed afterwards). Documents are rendered, sorted by prompt length (less
     padding), labeled `config.batch_size` at a time, and each batch is appended to the cache before
-    the next starts. `on_batch(done, total)` reports progress.
+    the next starts. `on_batch(done, total)` reports progress; `progress` names a progress row (a bar with
+    rate and ETA on a terminal, a line every 10 s otherwise: `zephyr.progress.task_progress`).
     """
     docs = list(docs)
     for i, doc in enumerate(docs):
@@ -247,28 +254,15 @@ def label_documents(
             for i in pending
         }
         pending.sort(key=lambda i: len(rendered[i].text))
-        done = 0
-        for b in range(0, len(pending), config.batch_size):
-            batch = pending[b : b + config.batch_size]
-            texts = [rendered[i].text for i in batch]
-            new: list[LabelResult] = []
-            if config.mode == "logprobs":
-                for i, probs in zip(batch, backend.label_probs(texts, prompt.labels), strict=True):
-                    score, label, mass, norm, error = score_from_probs(probs, prompt)
-                    new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
-                                           label_mass=mass, probs=norm or None, error=error,
-                                           truncated=rendered[i].truncated))
-            else:
-                for i, text in zip(batch, backend.generate(texts, config.max_new_tokens), strict=True):
-                    score, label, error = score_from_text(text, prompt)
-                    new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
-                                           generated=text, error=error, truncated=rendered[i].truncated))
-            if cache is not None:
-                cache.append(new)
-            by_key.update((r.key, r) for r in new)
-            done += len(batch)
-            if on_batch is not None:
-                on_batch(done, len(pending))
+        tracker = contextlib.ExitStack()
+        if progress is not None and pending:
+            from zephyr.progress import task_progress
+
+            row = tracker.enter_context(task_progress(progress, total=len(pending), unit="docs"))
+            on_batch = _both(on_batch, lambda done, total: row.set(done))
+        with tracker:
+            _label_pending(pending, docs, keys, rendered, prompt, config, backend, cache, by_key, text_field,
+                           id_field, on_batch)
         seconds = time.perf_counter() - start
     finally:
         if own_backend:
@@ -284,3 +278,43 @@ def label_documents(
         model_id=backend.model_id,
         cache_path=str(cache_path) if cache_path is not None else None,
     )
+
+
+def _both(first: Callable[[int, int], None] | None, second: Callable[[int, int], None]) -> Callable[[int, int], None]:
+    def call(done: int, total: int) -> None:
+        if first is not None:
+            first(done, total)
+        second(done, total)
+
+    return call
+
+
+def _label_pending(pending: list[int], docs: list[dict[str, Any]], keys: list[str], rendered: dict[int, RenderedPrompt],
+                   prompt: PromptConfig, config: LabelerConfig, backend: LabelBackend, cache: LabelCache | None,
+                   by_key: dict[str, LabelResult], text_field: str, id_field: str,
+                   on_batch: Callable[[int, int], None] | None) -> int:
+    """Label `pending` (indexes into docs) batch by batch, appending each batch to the cache; returns the count."""
+    done = 0
+    for b in range(0, len(pending), config.batch_size):
+        batch = pending[b : b + config.batch_size]
+        texts = [rendered[i].text for i in batch]
+        new: list[LabelResult] = []
+        if config.mode == "logprobs":
+            for i, probs in zip(batch, backend.label_probs(texts, prompt.labels), strict=True):
+                score, label, mass, norm, error = score_from_probs(probs, prompt)
+                new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
+                                       label_mass=mass, probs=norm or None, error=error,
+                                       truncated=rendered[i].truncated))
+        else:
+            for i, text in zip(batch, backend.generate(texts, config.max_new_tokens), strict=True):
+                score, label, error = score_from_text(text, prompt)
+                new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
+                                       generated=text, error=error, truncated=rendered[i].truncated))
+        if cache is not None:
+            cache.append(new)
+        by_key.update((r.key, r) for r in new)
+        done += len(batch)
+        if on_batch is not None:
+            on_batch(done, len(pending))
+    return done
+

@@ -15,7 +15,7 @@ import numpy as np
 
 from zephyr.datashop.classifiers import nearest_bin
 
-__all__ = ["Agreement", "agreement", "macro_f1", "spearman"]
+__all__ = ["Agreement", "agreement", "macro_f1", "spearman", "average_ranks"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def macro_f1(true: Sequence[int], pred: Sequence[int]) -> float:
     return float(np.mean(f1s)) if f1s else float("nan")
 
 
-def _average_ranks(x: np.ndarray) -> np.ndarray:
+def average_ranks(x: np.ndarray) -> np.ndarray:
     """Ranks 1..n, tied values sharing the mean of their ranks."""
     order = np.argsort(x, kind="mergesort")
     ranks = np.empty(len(x), dtype=np.float64)
@@ -59,7 +59,7 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return None
-    value = float(np.corrcoef(_average_ranks(x), _average_ranks(y))[0, 1])
+    value = float(np.corrcoef(average_ranks(x), average_ranks(y))[0, 1])
     return value if math.isfinite(value) else None
 
 

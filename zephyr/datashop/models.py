@@ -31,6 +31,8 @@ __all__ = [
     "export_smollm2",
     "load_causal_lm",
     "load_sentence_embedder",
+    "cpu_has_bf16",
+    "set_torch_threads_once",
     "idle_cores",
     "torch_threads",
 ]
@@ -156,11 +158,31 @@ def load_causal_lm(model: str) -> tuple[Any, Any]:
         return _CAUSAL_LMS[path]
 
 
-def load_sentence_embedder(model: str = MINILM_ALIAS) -> Any:
-    """A sentence-transformers model on CPU (alias `all-minilm-l6-v2` or a local directory), cached."""
+def cpu_has_bf16() -> bool:
+    """Whether PyTorch's CPU kernels run bfloat16 matrix products natively here (AVX512-BF16 / AMX)."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # pragma: no cover - depends on the build
+        return False
+
+
+def load_sentence_embedder(model: str = MINILM_ALIAS, *, dtype: str = "float32", max_tokens: int | None = None) -> Any:
+    """A sentence-transformers model on CPU (alias `all-minilm-l6-v2` or a local directory), cached per process.
+
+    `dtype`: `float32`, `bfloat16` (about 2x faster on CPUs with native bfloat16, cosine ~0.9995 to the
+    float32 embedding; int8 dynamic quantization was measured at cosine 0.93, too lossy), or `auto`
+    (bfloat16 where native). `max_tokens` caps the tokens read per text (all-MiniLM-L6-v2 reads 256; the
+    first 128 carry most of a page's topic, at half the cost). A classifier embeds with the settings it
+    was trained with.
+    """
     path = str(minilm_model_dir() if model.lower() == MINILM_ALIAS else Path(model).expanduser())
+    if dtype == "auto":
+        dtype = "bfloat16" if cpu_has_bf16() else "float32"
+    key = f"{path}|{dtype}|max_tokens={max_tokens}"
     with _LOCK:
-        if path not in _EMBEDDERS:
+        if key not in _EMBEDDERS:
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -172,8 +194,29 @@ def load_sentence_embedder(model: str = MINILM_ALIAS) -> Any:
                     f"Expected a sentence-transformers model directory at {path} (with config.json); "
                     f"use the alias {MINILM_ALIAS!r} for the packaged all-MiniLM-L6-v2."
                 )
-            _EMBEDDERS[path] = SentenceTransformer(path, device="cpu")
-        return _EMBEDDERS[path]
+            import torch
+
+            embedder = SentenceTransformer(path, device="cpu")
+            embedder.eval()
+            if max_tokens is not None:
+                embedder.max_seq_length = min(int(max_tokens), int(embedder.max_seq_length or max_tokens))
+            if dtype == "bfloat16":
+                embedder.to(torch.bfloat16)
+            _EMBEDDERS[key] = embedder
+        return _EMBEDDERS[key]
+
+
+def set_torch_threads_once(threads: int | None) -> None:
+    """Set PyTorch's intra-op threads for this process (a worker sets them once, before its first batch).
+
+    Changing the thread count between calls rebuilds OpenMP's pool; a scoring worker keeps one setting.
+    """
+    if threads is None:
+        return
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(max(1, int(threads)))
 
 
 def idle_cores() -> int:

@@ -2,7 +2,9 @@
 
 Each stage, on its input (the corpus, then the previous stage's survivors):
   1. samples an annotation pool (hash of seed and id),
-  2. labels it with the LM (cached in `labels.jsonl`, so a rerun resumes),
+  2. labels it with the LM (cached in `labels.jsonl`, so a rerun resumes) and measures the labels'
+     quality (probability vs generate mode, paraphrased prompt; `zephyr.datashop.quality`), warning
+     plainly when they are too noisy to train on,
   3. trains a classifier on part of the labels and measures agreement on the rest,
   4. scores every input document on the engine (`scored/`, every record plus the score field),
   5. keeps those above a threshold or the best fraction (`kept/`), the next stage's input.
@@ -28,6 +30,7 @@ from zephyr.datashop.classifiers import nearest_bin, train_classifier
 from zephyr.datashop.config import DatashopConfig, LabelerConfig, StageConfig
 from zephyr.datashop.labeling import LabelBackend, label_documents, make_backend
 from zephyr.datashop.metrics import Agreement, agreement
+from zephyr.datashop.quality import LabelQuality, classifier_beats_majority, measure_label_quality
 from zephyr.datashop.sample import sample_pool_dataset, split_holdout
 
 __all__ = ["StageReport", "DatashopReport", "run_datashop", "run_stage"]
@@ -52,12 +55,14 @@ class StageReport:
     label_model: str
     label_histogram: dict[str, int]
     lm_mean_score: float | None
+    label_quality: LabelQuality
     classifier_kind: str
     classifier_dir: str
     train_size: int
     holdout_size: int
     holdout_agreement: Agreement
     train_agreement: Agreement
+    vs_majority: dict[str, Any]  # held-out macro-F1 against the majority-class baseline's
     classifier_docs_per_s: float
     threshold: float
     kept_docs: int
@@ -96,6 +101,12 @@ class DatashopReport:
                 f"{s.classifier_kind:<9} {_fmt(a.accuracy):>5} {_fmt(a.majority_accuracy):>5} {_fmt(a.macro_f1):>5} "
                 f"{_fmt(a.spearman, 6):>6} {s.threshold:>7.3f} {s.kept_docs:>8} {s.kept_fraction:>6.3f}"
             )
+        for s in self.stages:
+            lines.append(f"{s.name}: {s.label_quality.summary()}")
+            v = s.vs_majority
+            if v.get("gain") is not None:
+                lines.append(f"{s.name}: held-out macro-F1 {v['macro_f1']:.2f} vs majority class {v['majority_macro_f1']:.2f}"
+                             f" (gain {v['gain']:+.2f}{'' if v['beats_majority'] else ', NOT clearly better than the majority class'})")
         lines.append(f"final dataset: {len(self.output_files)} file(s) under {self.output_dir}  ({self.seconds:.1f} s)")
         return "\n".join(lines)
 
@@ -142,9 +153,20 @@ def run_stage(
         raise ValueError(f"Stage {stage.name!r}: its input {list(inputs)} holds {len(pool)} document(s); "
                          "a stage needs at least 2 to train and evaluate a classifier")
     labels_path = stage_dir / "labels.jsonl"
-    labeling = label_documents(pool, stage.prompt, stage.labeler, cache_path=labels_path, backend=backend,
-                               text_field=config.text_field, id_field=config.id_field,
-                               on_batch=lambda done, total: log.info("stage %s: labeled %d/%d", stage.name, done, total))
+    own_backend = backend is None
+    backend = backend or make_backend(stage.labeler)
+    try:
+        labeling = label_documents(pool, stage.prompt, stage.labeler, cache_path=labels_path, backend=backend,
+                                   text_field=config.text_field, id_field=config.id_field,
+                                   progress=f"datashop {stage.name} label")
+        quality = measure_label_quality(pool, labeling.results, stage.prompt, stage.labeler, backend,
+                                        text_field=config.text_field, id_field=config.id_field,
+                                        cache_path=stage_dir / "quality")
+    finally:
+        if own_backend:
+            backend.close()
+    if quality.noisy:
+        log.warning("stage %s: %s", stage.name, quality.advice)
     texts = {str(d[config.id_field]): d[config.text_field] for d in pool}
     scores = labeling.scores()
     if len(scores) < 2:
@@ -168,6 +190,8 @@ def run_stage(
     train_pred = classifier.predict([texts[i] for i in train_ids])
     clf_seconds = time.perf_counter() - t0
     held_agree = agreement([scores[i] for i in held_ids], held_pred, stage.prompt.values)
+    vs_majority = classifier_beats_majority(nearest_bin([scores[i] for i in held_ids], stage.prompt.values),
+                                            nearest_bin(held_pred, stage.prompt.values))
     train_agree = agreement([scores[i] for i in train_ids], train_pred, stage.prompt.values)
 
     # 4-5. score everything on the engine, then keep the best
@@ -191,9 +215,9 @@ def run_stage(
         labeled_now=labeling.labeled_now, labels_from_cache=labeling.from_cache, label_failures=labeling.failed,
         label_truncated=labeling.truncated, label_seconds=labeling.seconds, label_docs_per_s=labeling.docs_per_s,
         label_model=labeling.model_id, label_histogram=histogram,
-        lm_mean_score=float(np.mean(list(scores.values()))), classifier_kind=stage.classifier.kind,
+        lm_mean_score=float(np.mean(list(scores.values()))), label_quality=quality, classifier_kind=stage.classifier.kind,
         classifier_dir=str(classifier_dir), train_size=len(train_ids), holdout_size=len(held_ids),
-        holdout_agreement=held_agree, train_agreement=train_agree,
+        holdout_agreement=held_agree, train_agreement=train_agree, vs_majority=vs_majority,
         classifier_docs_per_s=(len(held_ids) + len(train_ids)) / clf_seconds if clf_seconds > 0 else 0.0,
         threshold=threshold, kept_docs=kept_docs, kept_fraction=kept_docs / input_docs if input_docs else 0.0,
         scored_files=tuple(scored_files), kept_files=tuple(kept_files), labels_path=str(labels_path),

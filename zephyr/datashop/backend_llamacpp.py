@@ -1,0 +1,242 @@
+"""Labeling with llama.cpp on CPU (`llama-cpp-python`), from the packaged SmolLM2 GGUF file.
+
+Why: the `transformers` backend dequantizes SmolLM2's Q4_1 GGUF to float32 and runs PyTorch eager,
+padding every batch to its longest prompt and recomputing the shared instructions for every document.
+Scores are the transformers backend's exactly in definition: the prompt is rendered and tokenized by
+the same Hugging Face tokenizer and chat template (`HFCodec`), the token ids are fed to llama.cpp as
+they are, and the label probabilities are the softmax over the full vocabulary of the next-token
+logits, summed over the same label token ids (`label_token_ids`).
+
+Weights: the packaged Q4_1 file is converted once (seconds, cached beside the safetensors export) to
+float16, i.e. the same dequantized weights the transformers backend uses. Measured on 16 real pages
+at 256 example tokens, one thread (docs/s relative to transformers; Spearman and largest score
+difference against transformers' scores): Q4_1 as shipped 0.7x, rho 0.968, 0.10 (llama.cpp has no
+fast Q4_1 matrix kernel, and 8-bit activations move the bunched scores); Q8_0 1.9x, rho 0.950;
+bfloat16 2.8x, rho 0.997, 0.016; float16 2.2x, rho 1.000, 0.006; float32 2.2x, rho 1.000, 0.002.
+Other GGUF files (`model: /path/x.gguf`) are used as they are.
+
+Speed: every prompt of a run shares its instructions and few-shot examples, so their keys and values
+are computed once and kept in the KV cache; each document then costs one `llama_decode` over its own
+tokens only (one batched matrix-matrix pass per document, `threads` cores, set once when the model
+loads). Prompts arrive sorted by length, and the prefix shared with the previous prompt is reused,
+whatever it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zephyr.datashop.config import LabelerConfig
+from zephyr.datashop.models import SMOLLM2_ALIAS, cache_root, idle_cores, resolve_causal_lm, smollm2_gguf_path
+from zephyr.datashop.prompts import HFCodec
+
+__all__ = ["LlamaCppBackend", "gguf_path", "float16_gguf", "load_llama"]
+
+_LOCK = threading.Lock()
+_LLAMAS: dict[tuple[str, int, int], Any] = {}
+_TOKENIZERS: dict[str, Any] = {}
+_INSTALL = ('pip install "llama-cpp-python==0.3.36" (it compiles llama.cpp with cmake, ~20 min on 2 cores; '
+            'CMAKE_ARGS="-DGGML_NATIVE=ON" builds for this CPU), or use labeler backend: transformers')
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence C-level stderr (llama.cpp's loader prints a line per tensor) for the duration of the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise ImportError(f"The llamacpp labeling backend needs llama-cpp-python: {_INSTALL}") from exc
+    return llama_cpp
+
+
+def float16_gguf(source: Path) -> Path:
+    """`source` with every quantized tensor dequantized and stored as float16, converted once and cached.
+
+    Written to a temporary name and renamed, so concurrent processes never load half a file.
+    """
+    llama_cpp = _llama_cpp()
+
+    stat = source.stat()
+    tag = hashlib.sha256(f"{source.name}:{stat.st_size}".encode()).hexdigest()[:12]
+    target = cache_root() / "models" / f"{source.stem}-f16-{tag}.gguf"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+    params.allow_requantize = True
+    params.nthread = 1
+    with _quiet_stderr():
+        code = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
+    if code != 0 or not tmp.exists():
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"llama.cpp could not convert {source} to float16 (code {code}); check the file, or use "
+                           "labeler backend: transformers")
+    os.replace(tmp, target)
+    return target
+
+
+def gguf_path(model: str) -> Path:
+    """The GGUF file for `model`: the packaged SmolLM2 (as float16) for its alias, else a path to a .gguf file."""
+    if model.lower() == SMOLLM2_ALIAS:
+        return float16_gguf(smollm2_gguf_path())
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    raise FileNotFoundError(
+        f"The llamacpp backend needs a GGUF file: expected the alias {SMOLLM2_ALIAS!r} or a path to a .gguf "
+        f"file, got {model!r}. For a transformers model directory use backend: transformers."
+    )
+
+
+def _tokenizer_for(model: str, tokenizer: str | None) -> Any:
+    """The Hugging Face tokenizer the transformers backend would use for `model` (same ids, same template).
+
+    For the SmolLM2 alias that is the tokenizer of the cached safetensors export (parsing the GGUF's
+    tokenizer takes ~40 s on a busy machine, loading the exported one well under a second).
+    """
+    source = tokenizer or model
+    if source.lower() == SMOLLM2_ALIAS:
+        path = str(resolve_causal_lm(SMOLLM2_ALIAS))
+    elif Path(source).expanduser().is_dir():
+        path = str(Path(source).expanduser())
+    else:
+        raise FileNotFoundError(
+            f"The llamacpp backend tokenizes with a Hugging Face tokenizer so that its prompts are the transformers "
+            f"backend's token for token: set labeler.tokenizer to a local tokenizer directory (got model {model!r}, "
+            f"tokenizer {tokenizer!r})."
+        )
+    with _LOCK:
+        if path not in _TOKENIZERS:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(path)
+            if tok.pad_token is None:
+                tok.pad_token = tok.eos_token
+            _TOKENIZERS[path] = tok
+        return _TOKENIZERS[path]
+
+
+def load_llama(path: Path, *, threads: int, n_ctx: int) -> Any:
+    """A llama.cpp model + context on CPU, loaded once per process for each (file, threads, context)."""
+    key = (str(path), threads, n_ctx)
+    with _LOCK:
+        if key not in _LLAMAS:
+            Llama = _llama_cpp().Llama
+            _LLAMAS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=threads,
+                                 n_threads_batch=threads, logits_all=False, verbose=False)
+        return _LLAMAS[key]
+
+
+class LlamaCppBackend:
+    """In-process CPU labeling with llama.cpp; the model file is a GGUF (default: the packaged SmolLM2)."""
+
+    def __init__(self, config: LabelerConfig) -> None:
+        # llama.cpp's threads meet at a spinning barrier after every operation: on cores other jobs also use, a
+        # descheduled thread stalls the others (measured at load 14 on 2 cores: 2 threads 0.05 docs/s, 1 thread
+        # 0.36). So, like the transformers backend, it takes the cores the load average leaves idle.
+        self.threads = config.torch_threads or idle_cores()
+        _llama_cpp()  # fail first, and with the install command, when llama-cpp-python is missing
+        self.tokenizer = _tokenizer_for(config.model, config.tokenizer)
+        self.codec = HFCodec(self.tokenizer)
+        path = gguf_path(config.model)
+        self.model_id = f"llamacpp:{config.model}"
+        self.context_tokens = config.max_context_tokens
+        self.llm = load_llama(path, threads=self.threads, n_ctx=self.context_tokens)
+        import llama_cpp
+
+        self.context_tokens = min(self.context_tokens, int(llama_cpp.llama_model_n_ctx_train(self.llm.model)))
+        self.n_vocab = int(self.llm.n_vocab())
+        self._label_ids: dict[tuple[str, ...], dict[str, tuple[int, ...]]] = {}
+        # The tokens whose keys/values sit in the KV cache, position by position (shared prompt prefix reuse).
+        self._cached: list[int] = []
+
+    def close(self) -> None:
+        # The model stays in the per-process cache (load_llama) for the next stage or run.
+        pass
+
+    def _encode(self, prompt: str) -> list[int]:
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ValueError("An empty prompt has no next token to score; render the prompt template first")
+        if len(ids) > self.context_tokens:
+            raise ValueError(f"A prompt of {len(ids)} tokens exceeds the llama.cpp context of {self.context_tokens} "
+                             "tokens; render prompts with render_prompt (it truncates the example) or raise "
+                             "labeler.max_context_tokens")
+        return ids
+
+    def _last_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """[V] float32 logits of the token after `tokens`, reusing the cached prefix's keys and values."""
+        import llama_cpp
+
+        tokens = list(tokens)
+        keep = 0
+        limit = min(len(self._cached), len(tokens) - 1)  # at least one token must run to produce logits
+        while keep < limit and self._cached[keep] == tokens[keep]:
+            keep += 1
+        self.llm.n_tokens = keep  # eval() drops every cached position from here on before decoding
+        self._cached = self._cached[:keep]
+        self.llm.eval(tokens[keep:])
+        self._cached = tokens
+        row = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+        return np.ctypeslib.as_array(row, shape=(self.n_vocab,)).copy()  # [V]
+
+    def next_token_logprobs(self, prompts: Sequence[str]) -> np.ndarray:
+        """[B, V] log-probabilities of the token following each prompt (float64)."""
+        out = np.empty((len(prompts), self.n_vocab), dtype=np.float64)
+        for i, prompt in enumerate(prompts):
+            logits = self._last_logits(self._encode(prompt)).astype(np.float64)
+            top = logits.max()
+            out[i] = logits - (top + np.log(np.exp(logits - top).sum()))
+        return out
+
+    def label_probs(self, prompts: Sequence[str], labels: Sequence[str]) -> list[dict[str, float]]:
+        from zephyr.datashop.backend_transformers import label_token_ids
+
+        key = tuple(labels)
+        if key not in self._label_ids:
+            self._label_ids[key] = label_token_ids(self.tokenizer, labels)
+        ids = self._label_ids[key]
+        probs = np.exp(self.next_token_logprobs(prompts))  # [B, V]
+        return [{label: float(sum(row[t] for t in toks)) for label, toks in ids.items()} for row in probs]
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuation (argmax each step) until an end-of-sequence token or `max_new_tokens`."""
+        eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, int(self.llm.token_eos())}
+        texts = []
+        for prompt in prompts:
+            tokens = self._encode(prompt)
+            new: list[int] = []
+            for _ in range(max_new_tokens):
+                if len(tokens) + len(new) >= self.context_tokens:
+                    break
+                nxt = int(np.argmax(self._last_logits(tokens + new)))
+                if nxt in eos:
+                    break
+                new.append(nxt)
+            texts.append(self.tokenizer.decode(new, skip_special_tokens=True))
+        return texts

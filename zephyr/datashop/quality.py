@@ -1,0 +1,224 @@
+"""Label quality: are an LM's labels consistent enough to train a classifier on?
+
+A classifier can only learn what the labels say about the documents, so every run measures, on a
+sample of its pool, whether the labels say the same thing when asked differently:
+
+- modes: the probability-mode score against the generate-mode answer to the same prompt (Spearman,
+  and how often the written answer is the label with the highest probability). A model that
+  "means" its probabilities writes the answer it ranks highest.
+- paraphrase: the scores under a second wording of the question (`PromptConfig.paraphrase`):
+  Spearman, and how often both wordings put a document in the same label after each wording's
+  scores are rank-calibrated. Labels that move with the wording measure the wording, not the text.
+- spread: the standard deviation of the pool's scores; near-constant scores rank nothing.
+
+When a check falls below its threshold the verdict is "noisy" and `LabelQuality.advice` says what to
+do: a larger pool (the classifier averages label noise out), a bigger model through the vLLM or
+OpenAI-compatible backend, or a question the model can judge.
+
+`rank_calibrate` is the score calibration used for binning: a small model's expected scores bunch
+in a narrow band (SmolLM2-135M: 1.5-2.5 of 0-5), so nearest-label bins put nearly every document in
+one class and a classifier learns "always 2". Mapping scores to their pool quantiles on the label
+scale keeps the model's ranking (which is what it knows) and spreads the classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from zephyr.datashop.config import LabelerConfig, PromptConfig
+from zephyr.datashop.metrics import average_ranks, macro_f1, spearman
+
+__all__ = [
+    "LabelQuality",
+    "QualityThresholds",
+    "measure_label_quality",
+    "assess",
+    "rank_calibrate",
+    "classifier_beats_majority",
+]
+
+
+@dataclass(frozen=True)
+class QualityThresholds:
+    """Below these, labels are called noisy. Chosen on SmolLM2-135M against real pages (see the run reports):
+    a prompt it can judge reaches modes rho ~0.8 and paraphrase rho ~0.7; an unanswerable one < 0.4."""
+
+    min_modes_spearman: float = 0.5
+    min_paraphrase_spearman: float = 0.5
+    min_generate_parsed: float = 0.5
+    min_spread: float = 0.05  # std of scores as a fraction of the label range
+    min_f1_gain: float = 0.15  # classifier macro-F1 over the majority class's, on held-out labels
+
+
+@dataclass(frozen=True)
+class LabelQuality:
+    """Label-quality metrics for one run; None where a check did not run (and `skipped` says why)."""
+
+    n: int
+    modes_spearman: float | None
+    modes_label_agreement: float | None
+    generate_parsed: float | None
+    paraphrase_spearman: float | None
+    paraphrase_label_agreement: float | None
+    score_spread: float | None
+    noisy: bool
+    reasons: tuple[str, ...]
+    advice: str | None
+    skipped: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        def f(x: float | None) -> str:
+            return "-" if x is None else f"{x:.2f}"
+
+        line = (f"label quality (n={self.n}): probability vs generate Spearman {f(self.modes_spearman)}, same label "
+                f"{f(self.modes_label_agreement)}, generate parsed {f(self.generate_parsed)}; paraphrase Spearman "
+                f"{f(self.paraphrase_spearman)}, same label {f(self.paraphrase_label_agreement)}; score spread "
+                f"{f(self.score_spread)} -> {'NOISY' if self.noisy else 'ok'}")
+        if self.skipped:
+            line += " (not measured: " + "; ".join(self.skipped) + ")"
+        if self.noisy and self.advice:
+            line += "\n  WARNING: " + self.advice
+        return line
+
+
+def rank_calibrate(scores: Sequence[float], values: Sequence[float]) -> np.ndarray:
+    """Each score's pool quantile mapped onto [min(values), max(values)] (ties share their mean rank).
+
+    Monotone, so every ranking and threshold-by-fraction is unchanged; only the nearest-label classes
+    change, from one crowded class to classes of comparable size.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    lo, hi = float(min(values)), float(max(values))
+    if len(s) == 0:
+        return s
+    if len(s) == 1 or np.ptp(s) == 0:
+        return np.full(len(s), (lo + hi) / 2)
+    ranks = average_ranks(s)  # 1..n
+    return lo + (hi - lo) * (ranks - 1) / (len(s) - 1)
+
+
+def classifier_beats_majority(true_bins: Sequence[int], pred_bins: Sequence[int],
+                              min_gain: float = QualityThresholds.min_f1_gain) -> dict[str, Any]:
+    """Held-out macro-F1 of the classifier vs the majority-class baseline's, and whether the gain is >= `min_gain`."""
+    t = np.asarray(true_bins)
+    if len(t) == 0:
+        return {"macro_f1": None, "majority_macro_f1": None, "gain": None, "beats_majority": False}
+    majority = int(np.bincount(t).argmax())
+    base = macro_f1(t, np.full(len(t), majority))
+    ours = macro_f1(t, np.asarray(pred_bins))
+    gain = ours - base
+    return {"macro_f1": ours, "majority_macro_f1": base, "gain": gain, "beats_majority": bool(gain >= min_gain)}
+
+
+def assess(
+    *,
+    n: int,
+    modes_spearman: float | None,
+    modes_label_agreement: float | None,
+    generate_parsed: float | None,
+    paraphrase_spearman: float | None,
+    paraphrase_label_agreement: float | None,
+    score_spread: float | None,
+    model_id: str,
+    pool_size: int,
+    skipped: Sequence[str] = (),
+    thresholds: QualityThresholds = QualityThresholds(),
+) -> LabelQuality:
+    """The verdict on measured figures: which checks fail, and the advice for the run's report."""
+    reasons = []
+    if generate_parsed is not None and generate_parsed < thresholds.min_generate_parsed:
+        reasons.append(f"only {generate_parsed:.0%} of generated answers contain a label")
+    if modes_spearman is None and generate_parsed:
+        reasons.append("generate-mode answers do not vary")
+    if modes_spearman is not None and modes_spearman < thresholds.min_modes_spearman:
+        reasons.append(f"probability and generate modes disagree (Spearman {modes_spearman:.2f} < "
+                       f"{thresholds.min_modes_spearman})")
+    if paraphrase_spearman is not None and paraphrase_spearman < thresholds.min_paraphrase_spearman:
+        reasons.append(f"a paraphrased prompt ranks documents differently (Spearman {paraphrase_spearman:.2f} < "
+                       f"{thresholds.min_paraphrase_spearman})")
+    if score_spread is not None and score_spread < thresholds.min_spread:
+        reasons.append(f"scores barely vary (spread {score_spread:.3f} of the label range)")
+    advice = None
+    if reasons:
+        advice = (f"labels from {model_id} look too noisy for this criterion: " + "; ".join(reasons) + ". Fixes: "
+                  f"label a larger pool (pool size {max(2 * pool_size, 256)} or more) so the classifier averages the "
+                  "noise out; label with a bigger model (labeler backend: vllm with a local model directory, or "
+                  "backend: openai with url: http://HOST:PORT/v1 of an OpenAI-compatible server); or ask a "
+                  "question this model can judge (a Yes/No prompt with few-shot examples).")
+    return LabelQuality(n=n, modes_spearman=modes_spearman, modes_label_agreement=modes_label_agreement,
+                        generate_parsed=generate_parsed, paraphrase_spearman=paraphrase_spearman,
+                        paraphrase_label_agreement=paraphrase_label_agreement, score_spread=score_spread,
+                        noisy=bool(reasons), reasons=tuple(reasons), advice=advice, skipped=tuple(skipped))
+
+
+def measure_label_quality(
+    docs: Sequence[dict[str, Any]],
+    results: Sequence[Any],
+    prompt: PromptConfig,
+    config: LabelerConfig,
+    backend: Any,
+    *,
+    text_field: str = "text",
+    id_field: str = "id",
+    cache_path: Any = None,
+) -> LabelQuality:
+    """Label-quality metrics for a labeled pool: `results` are the run's `LabelResult`s (probability mode).
+
+    Labels the first `config.quality_sample` labeled documents again in generate mode and, when the prompt
+    has a `paraphrase`, with the paraphrase (logprobs mode). `cache_path` (a directory) keeps those labels
+    like the run's own, so a rerun costs nothing.
+    """
+    from pathlib import Path
+
+    from zephyr.datashop.classifiers import nearest_bin
+    from zephyr.datashop.labeling import label_documents
+
+    assert prompt.values is not None
+    lo, hi = prompt.score_range
+    scores = {r.id: r.score for r in results if r.score is not None}
+    best = {r.id: r.label for r in results if r.score is not None}
+    values = list(scores.values())
+    spread = float(np.std(values) / (hi - lo)) if len(values) > 1 and hi > lo else None
+    sample = [d for d in docs if str(d[id_field]) in scores][: config.quality_sample]
+    skipped: list[str] = []
+    modes_rho = modes_same = parsed = para_rho = para_same = None
+    if config.quality_sample == 0 or len(sample) < 3:
+        skipped.append("quality_sample is 0" if config.quality_sample == 0 else f"{len(sample)} labeled documents")
+    else:
+        ids = [str(d[id_field]) for d in sample]
+        base = np.asarray([scores[i] for i in ids])
+        cache_dir = Path(cache_path) if cache_path is not None else None
+        gen_config = dataclasses.replace(config, mode="generate", max_new_tokens=min(config.max_new_tokens, 4))
+        gen = label_documents(sample, prompt, gen_config, backend=backend, text_field=text_field, id_field=id_field,
+                              progress="datashop label quality: generate mode",
+                              cache_path=cache_dir / "generate.jsonl" if cache_dir else None)
+        ok = [(b, r) for b, r in zip(base, gen.results) if r.score is not None]
+        parsed = len(ok) / len(sample)
+        if len(ok) >= 3:
+            modes_rho = spearman([b for b, _ in ok], [r.score for _, r in ok])
+            modes_same = float(np.mean([r.label == best[r.id] for _, r in ok]))
+        if prompt.paraphrase is None:
+            skipped.append("no prompt.paraphrase given")
+        else:
+            para_prompt = dataclasses.replace(prompt, template=prompt.paraphrase, paraphrase=None)
+            para = label_documents(sample, para_prompt, dataclasses.replace(config, mode="logprobs"), backend=backend,
+                                   text_field=text_field, id_field=id_field, progress="datashop label quality: paraphrase",
+                                   cache_path=cache_dir / "paraphrase.jsonl" if cache_dir else None)
+            pairs = [(b, r.score) for b, r in zip(base, para.results) if r.score is not None]
+            if len(pairs) >= 3:
+                a, b = np.asarray([x for x, _ in pairs]), np.asarray([y for _, y in pairs])
+                para_rho = spearman(a, b)
+                para_same = float(np.mean(nearest_bin(rank_calibrate(a, prompt.values), prompt.values)
+                                          == nearest_bin(rank_calibrate(b, prompt.values), prompt.values)))
+    model_id = getattr(backend, "model_id", config.model)
+    return assess(n=len(sample), modes_spearman=modes_rho, modes_label_agreement=modes_same, generate_parsed=parsed,
+                  paraphrase_spearman=para_rho, paraphrase_label_agreement=para_same, score_spread=spread,
+                  model_id=model_id, pool_size=len(docs), skipped=skipped)
