@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from zephyr.versioning import MARKER_FORMAT, MarkerError, describe, fingerprint, read_marker, write_marker
+from zephyr.versioning import MARKER_FORMAT, describe, fingerprint, read_marker, write_marker
 
 
 def _scaler(factor):
@@ -54,14 +54,15 @@ def test_marker_round_trip_and_mismatches(tmp_path: Path):
     assert [p.name for p in Path(url).parent.iterdir()] == ["_DONE.json"]  # no temporary left beside it
 
 
-def test_markers_of_another_format_read_as_absent_and_junk_is_named(tmp_path: Path):
+def test_markers_of_another_format_read_as_absent_and_junk_is_named(tmp_path: Path, caplog):
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"paths": [], "counters": {}}))  # a marker from before the shared scheme
     assert read_marker(str(old), "fuzzy-dedup-stage") is None
-    junk = tmp_path / "junk.json"
-    junk.write_text("{not json")
-    with pytest.raises(MarkerError, match=r"junk\.json is not JSON.*kind 'unit'"):
-        read_marker(str(junk), "unit")
+    pickled = tmp_path / "shard-00000.done"
+    pickled.write_bytes(pickle.dumps({"shard": 0, "paths": ["x"]}))  # an older executor checkpoint
+    with caplog.at_level(logging.WARNING, logger="zephyr.versioning"):
+        assert read_marker(str(pickled), "engine-shard") is None  # redone, never trusted
+    assert "shard-00000.done is not a done marker" in caplog.text
 
 
 def test_markers_on_memory_filesystem():

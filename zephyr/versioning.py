@@ -23,19 +23,18 @@ import dataclasses
 import functools
 import inspect
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import xxhash
 
-from zephyr.errors import ZephyrError
 from zephyr.fs import atomic_write, open_url, url_to_fs
 
 __all__ = [
     "MARKER_FORMAT",
     "DoneMarker",
-    "MarkerError",
     "describe",
     "fingerprint",
     "digest",
@@ -46,14 +45,12 @@ __all__ = [
     "remove_marker",
 ]
 
+_log = logging.getLogger("zephyr.versioning")
+
 MARKER_FORMAT = 1
 """Version of the marker layout; markers of another format read as absent (the work reruns)."""
 
 _MAX_DEPTH = 6
-
-
-class MarkerError(ZephyrError):
-    """A done marker that exists but cannot be read as JSON (a foreign or damaged file)."""
 
 
 @dataclass(frozen=True)
@@ -166,8 +163,12 @@ def write_marker(url: str, kind: str, fingerprint: str, payload: dict[str, Any] 
 
 def read_marker(url: str, kind: str, fingerprint: str | None = None) -> DoneMarker | None:
     """The marker at `url`, or None when there is none, or it is of another format or kind, or (when
-    `fingerprint` is given) it certifies another version of the work. Raises `MarkerError` for a file
-    that is not JSON."""
+    `fingerprint` is given) it certifies another version of the work.
+
+    A file there that is not a JSON marker at all (an executor checkpoint pickled by an older Zephyr,
+    say) also reads as None, with a warning naming it: the work it stood for is redone, never trusted.
+    Markers are written atomically, so a cut one cannot occur.
+    """
     try:
         with open_url(url, "rb", compression=None) as handle:
             raw = handle.read()
@@ -176,10 +177,8 @@ def read_marker(url: str, kind: str, fingerprint: str | None = None) -> DoneMark
     try:
         body = json.loads(raw)
     except ValueError as exc:
-        raise MarkerError(
-            f"done marker {url} is not JSON ({exc}); expected a Zephyr marker of kind {kind!r}. "
-            "Delete it to redo the work it stood for."
-        ) from exc
+        _log.warning("zephyr: %s is not a done marker (%s); redoing the work it stood for", url, exc)
+        return None
     if not isinstance(body, dict) or body.get("format") != MARKER_FORMAT or body.get("kind") != kind:
         return None
     if fingerprint is not None and body.get("fingerprint") != fingerprint:
