@@ -75,7 +75,8 @@ def _same_store(url: str, local: Path) -> None:
         for name in ("tokens.bin", "offsets.npy"):
             assert _cat(f"{url}/{shard['path']}/{name}") == (local / shard["path"] / name).read_bytes(), shard
         marker = json.loads(_cat(f"{url}/{shard['path']}/shard.json"))
-        assert marker == json.loads((local / shard["path"] / "shard.json").read_text())
+        local_marker = json.loads((local / shard["path"] / "shard.json").read_text())
+        assert marker["payload"] == local_marker["payload"] and marker["fingerprint"] == local_marker["fingerprint"]
 
 
 def test_processes_backend_writes_bucket_store_identical_to_local(corpus, bucket, scratch, tmp_path):

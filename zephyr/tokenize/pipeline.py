@@ -35,8 +35,18 @@ from typing import Any, Sequence
 import xxhash
 
 from zephyr.engine.errors import BadInputError
+from zephyr.versioning import MarkerError, read_marker
 
-from .store import ShardRecord, ShardWriter, completed_shard, is_remote, remove_temp_files, token_dtype, write_manifest
+from .store import (
+    SHARD_MARKER_KIND,
+    ShardRecord,
+    ShardWriter,
+    completed_shard,
+    is_remote,
+    remove_temp_files,
+    token_dtype,
+    write_manifest,
+)
 from .tokenizer import TokenizerSpec, load_tokenizer
 
 __all__ = ["TokenizeConfig", "TokenizeResult", "TokenStoreWriter", "tokenize_dataset", "write_store_shard",
@@ -346,13 +356,13 @@ def _read_shard_records(urls: Sequence[str], files: Sequence[str], config_hash: 
 
     found: dict[int, dict[str, ShardRecord]] = {}
     for url in urls:
-        fs, path = url_to_fs(url)
-        fs.invalidate_cache()
+        url_to_fs(url)[0].invalidate_cache()
         try:
-            info = json.loads(fs.cat_file(path))
-        except FileNotFoundError:
+            marker = read_marker(url, SHARD_MARKER_KIND, config_hash)
+        except (FileNotFoundError, MarkerError):
             continue
-        if info.get("config_hash") != config_hash or info.get("source") not in files:
+        info = marker.payload if marker is not None else {}
+        if info.get("source") not in files:
             continue
         index = files.index(info["source"])
         kind = "validation" if info["path"].startswith("validation/") else "train"

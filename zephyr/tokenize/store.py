@@ -7,7 +7,9 @@ Layout (a local directory)::
       shards/00000/tokens.bin       flat token ids, native little-endian, dtype from the manifest
       shards/00000/offsets.npy      int64 [documents]: END offset of each document in tokens.bin
       shards/00000/documents.parquet  per document: id, source (input file), start, end (token offsets)
-      shards/00000/shard.json       the shard's own record, written after its data files
+      shards/00000/shard.json       the shard's own record, written after its data files: a done marker
+                                    (zephyr.versioning, kind "token-store-shard", fingerprint = config_hash,
+                                    payload = the record)
       shards/00001/...
       validation/                   optional held-out split: a complete store of the same layout
 
@@ -69,6 +71,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import xxhash
+
+from zephyr.versioning import MarkerError, read_marker, write_marker
 
 __all__ = [
     "DOCUMENT_INDEX",
@@ -286,7 +290,7 @@ class ShardWriter:
         record = ShardRecord(self.relpath, self._documents, self._tokens, self.source, dict(skipped or {}), digests)
         info = {**record.to_json(), "dtype": self.dtype.name, "config_hash": self.config_hash, "skipped": record.skipped}
         if self.url is None:
-            _atomic_json(self.dir / "shard.json", info)
+            write_marker(str(self.dir / "shard.json"), SHARD_MARKER_KIND, self.config_hash, info)
             return record
         try:
             self._upload(info)
@@ -323,7 +327,7 @@ class ShardWriter:
             if name == DOCUMENT_INDEX and not (self.dir / name).exists():
                 continue
             _upload_file(self.dir / name, join(self.url, name))
-        _put_bytes(join(self.url, "shard.json"), _json_bytes(info))
+        write_marker(join(self.url, "shard.json"), SHARD_MARKER_KIND, self.config_hash, info)
 
     def abort(self) -> None:
         with contextlib.suppress(OSError):  # the flush of a failed write (a full disk) fails again
@@ -365,18 +369,25 @@ def remove_temp_files(store_root: str | os.PathLike[str]) -> int:
     return removed
 
 
+SHARD_MARKER_KIND = "token-store-shard"  # shard.json: the one done-marker type (zephyr.versioning), fingerprint = config hash
+
+
 def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_hash: str) -> ShardRecord | None:
     """The shard's record if it was completed with the same settings (so a rerun can skip it)."""
     from zephyr.fs import join, url_to_fs
 
-    fs, path = url_to_fs(join(os.fspath(store_root), relpath))
+    url = join(os.fspath(store_root), relpath)
+    fs, path = url_to_fs(url)
     fs.invalidate_cache(path)
     try:
-        info = json.loads(fs.cat_file(f"{path}/shard.json"))
-        size = fs.size(f"{path}/tokens.bin")
-    except FileNotFoundError:
+        marker = read_marker(join(url, "shard.json"), SHARD_MARKER_KIND, config_hash)
+        size = fs.size(f"{path}/tokens.bin") if marker is not None else None
+    except (FileNotFoundError, MarkerError):
         return None
-    if info.get("config_hash") != config_hash or size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
+    if marker is None:
+        return None
+    info = marker.payload
+    if size != info["tokens"] * np.dtype(info["dtype"]).itemsize:
         return None
     return ShardRecord.from_json({**info, "path": relpath})
 
