@@ -17,6 +17,7 @@ def _write_inputs(folder, files=8, rows=500):
 
 def test_estimate_scales_a_sample_run_and_writes_nothing(tmp_path, capsys):
     from zephyr.engine.estimate import estimate_plan
+    from zephyr.engine.executor import execute_plan
     from zephyr.engine.plan import plan
 
     _write_inputs(tmp_path / "in")
@@ -29,7 +30,7 @@ def test_estimate_scales_a_sample_run_and_writes_nothing(tmp_path, capsys):
     )
     with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False, dry_run=True, estimate=True) as config:
         run = pipeline.execute()
-        estimates = estimate_plan(plan(pipeline, config), config, sample_shards=2)
+        estimates = estimate_plan(plan(pipeline, config), config, execute_plan, sample_shards=2)
     printed = capsys.readouterr().out
     assert run.outputs == [] and not out.exists()
     assert "estimate at full size" in printed and "scratch MB" in printed

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +52,12 @@ def _sampled_input(stage_input: Any, shards: int) -> tuple[Any, int, int, int]:
     return stage_input, 0, 0, 0
 
 
-def estimate_plan(physical: Plan, config: ExecutionConfig, *, sample_shards: int = 2) -> list[StageEstimate]:
-    """Per stage, the expected figures at full size, from a run on `sample_shards` shards per source."""
-    from zephyr.engine.executor import execute_plan
-
+def estimate_plan(
+    physical: Plan, config: ExecutionConfig, execute_plan: Callable[[Plan, ExecutionConfig], Any], *,
+    sample_shards: int = 2,
+) -> list[StageEstimate]:
+    """Per stage, the expected figures at full size, from a run on `sample_shards` shards per source
+    (`execute_plan` is the executor's, passed in: the executor calls this module, not the reverse)."""
     stages: list[Stage] = []
     sampled_bytes = total_bytes = sampled_count = total_count = 0
     for stage in physical.stages:

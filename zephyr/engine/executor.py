@@ -88,7 +88,7 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
         if config.estimate:
             from zephyr.engine.estimate import estimate_plan, format_estimate
 
-            print(format_estimate(estimate_plan(physical, config), config.num_workers))
+            print(format_estimate(estimate_plan(physical, config, execute_plan), config.num_workers))
         return RunResult([], {}, [], plan=physical)
     started = time.perf_counter()
     run_url = join(config.scratch_url, physical.fingerprint[:16])

@@ -168,6 +168,8 @@ def engine_overrides(args: argparse.Namespace) -> dict:
             overrides[key] = value
     if overrides.get("ray_address"):
         overrides.setdefault("backend", "ray")
-    if getattr(args, "dry_run", False):
+    if getattr(args, "dry_run", False) or getattr(args, "estimate", False):
         overrides["dry_run"] = True
+    if getattr(args, "estimate", False):  # zephyr run --estimate: sample run, full-size figures
+        overrides["estimate"] = True
     return overrides

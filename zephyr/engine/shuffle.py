@@ -233,10 +233,12 @@ class ScatterWriter:
 
     def _combine(self, table: pa.Table) -> pa.Table:
         spec = self.spec
+        combiner = spec.combiner
+        assert combiner is not None  # only a combining shuffle combines
         rows = zip(*(table.column(n).to_pylist() for n in ("target", "khash", "key", "sort", "value")))
         for (target, khash, key), group in itertools.groupby(rows, key=lambda r: r[:3]):
             combined = []
-            for record in as_records(spec.combiner(decode(key), (pickle.loads(r[4]) for r in group))):
+            for record in as_records(combiner(decode(key), (pickle.loads(r[4]) for r in group))):
                 sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
                 combined.append((sort, pickle.dumps(record, protocol=5)))
             combined.sort(key=lambda r: r[0])
@@ -337,6 +339,7 @@ def _encoded(batch: pa.RecordBatch, key: Any, records: list[Any] | None) -> pa.A
     """The encoded keys of a batch's rows: column-wise for a field, else `key(record)` per record."""
     if isinstance(key, Column):
         return encode_array(_field(batch, key.name))
+    assert records is not None  # key functions get the batch's records
     return _encode_values([key(record) for record in records])
 
 
@@ -552,7 +555,7 @@ class _Cursor:
     ) -> None:
         self.index = index
         self._batches = _segment_batches(run, target, pickled, khash_range)
-        self.batch: pa.RecordBatch | None = None
+        self.batch: Any = None  # the current pa.RecordBatch; None once the run is exhausted
         self.pos = 0
         self.khash: list[int] = []  # the batch's key hashes (a list: bisect on it beats numpy per call)
         self.last: tuple[int, bytes, bytes] = (0, b"", b"")  # the batch's last (key hash, key, sort key)
