@@ -209,3 +209,30 @@ def test_task_progress_logs_plain_lines_and_is_silent_when_quiet(capsys, monkeyp
     with task_progress("label", total=4, unit="docs", log_every_s=0.0) as progress:
         progress.advance(4)
     assert capsys.readouterr().err == ""
+
+
+ONE_SLOW_SHARD = '''
+import time
+from zephyr import Dataset
+
+def slow(record):
+    time.sleep(0.1)
+    return record
+
+def main():
+    Dataset.from_list([{"i": i} for i in range(40)], num_shards=1).map(slow).collect()
+'''
+
+
+def test_terminal_shows_records_of_a_running_shard_before_it_finishes(tmp_path):
+    """Worker heartbeats: a shard still running shows the records it has read (not `0 rec` until it ends)."""
+    script = tmp_path / "one_shard.py"
+    script.write_text(ONE_SLOW_SHARD)
+    code, screen = _run_in_pty(
+        [sys.executable, "-m", "zephyr.cli", "run", "--backend", "processes", "--workers", "1", "--scratch",
+         str(tmp_path / "scratch"), str(script)],
+        _env(tmp_path), timeout=120,
+    )
+    assert code == 0, screen
+    running = [int(n) for n in re.findall(r"0/1 shards\s+(\d+) rec", screen)]
+    assert any(0 < n < 40 for n in running), screen
