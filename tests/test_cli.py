@@ -190,3 +190,18 @@ def test_subcommands_print_one_summary_not_one_per_engine_job(tmp_path):
     quiet = _zephyr("tokenize", "-q", str(tmp_path / "*.jsonl"), str(tmp_path / "store2"), "--backend", "local",
                     cwd=tmp_path)
     assert quiet.returncode == 0 and "┏" not in quiet.stdout + quiet.stderr
+
+
+def test_every_engine_option_with_a_value_is_split_before_the_script(tmp_path):
+    from zephyr.cli import _parse
+
+    parser = build_parser()
+    run = _subcommands()["run"]
+    for action in run._actions:
+        if action.option_strings and action.nargs != 0 and action.dest not in ("help",):
+            flag = action.option_strings[-1]
+            value = {"backend": "local", "memory_per_worker": "64MB", "scratch": str(tmp_path)}.get(action.dest, "1")
+            if action.dest == "address":
+                value = "auto"
+            args = _parse(parser, ["run", flag, value, "script.py", "--mine", "2"])
+            assert args.script == "script.py" and args.args == ["--mine", "2"], flag
