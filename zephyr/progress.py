@@ -212,8 +212,9 @@ class TaskProgress:
 
 
 @contextlib.contextmanager
-def task_progress(name: str, *, total: float | None = None, unit: str = "items",
-                  log_every_s: float = 10.0, min_log_s: float = 0.0) -> Iterator[TaskProgress]:
+def task_progress(
+    name: str, *, total: float | None = None, unit: str = "items", log_every_s: float = 10.0, min_log_s: float = 0.0
+) -> Iterator[TaskProgress]:
     """Show progress of non-engine work: `with task_progress("label", total=n, unit="docs") as p: p.advance()`.
 
     On a terminal it is a row (bar, rate, ETA) in the run's live view; otherwise a plain line every
