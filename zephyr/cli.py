@@ -184,7 +184,8 @@ def _run_command(args: argparse.Namespace) -> int:
 
     overrides = engine_overrides(args)
     recorder = RunRecorder(command=["zephyr", "run", *getattr(args, "raw_argv", [])], script=args.script,
-                           backend=overrides.get("backend"), workers=overrides.get("workers"))
+                           backend=overrides.get("backend"), workers=overrides.get("workers"),
+                           write_empty=not overrides.get("dry_run"))  # a dry run leaves no record
     scratch = overrides.get("scratch")
     from zephyr.engine.run_record import default_record_dir
 

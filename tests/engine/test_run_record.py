@@ -305,3 +305,11 @@ def test_terminal_shows_records_of_a_running_shard_before_it_finishes(tmp_path):
     assert code == 0, screen
     running = [int(n) for n in re.findall(r"0/1 shards\s+(\d+) rec", screen)]
     assert any(0 < n < 40 for n in running), screen
+
+
+def test_counts_and_bytes_read_differently():
+    from zephyr.progress import format_bytes, format_count
+
+    assert format_count(1_200_000_000) == "1.20G" and format_count(12_345) == "12.3K" and format_count(950) == "950"
+    assert format_bytes(1_200_000_000) == "1.1 GB" and format_bytes(512) == "512 B"
+    assert not format_count(1_200_000_000).endswith("B")  # "1.20B records" read like bytes
