@@ -18,8 +18,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _zephyr(*args: str, cwd: Path | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "zephyr.cli", *args], env=env, check=False, capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", *args],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -55,7 +62,7 @@ def test_backend_means_the_execution_backend_everywhere():
                 assert action.help == argparse.SUPPRESS, f"{name}: --engine is only a hidden old alias"
 
 
-SCRIPT_WITH_OWN_FLAGS = '''
+SCRIPT_WITH_OWN_FLAGS = """
 import argparse, json
 from zephyr.engine.context import current_config
 
@@ -68,18 +75,18 @@ def main():
     config = current_config()
     print(json.dumps({"script": vars(args), "backend": config.backend, "workers": config.workers,
                       "dry_run": config.dry_run}))
-'''
+"""
 
 
 def test_flags_after_the_script_belong_to_the_script(tmp_path):
     script = tmp_path / "own_flags.py"
     script.write_text(SCRIPT_WITH_OWN_FLAGS)
-    result = _zephyr("run", "--backend", "local", "--workers", "3", str(script), "--workers", "7", "--add", "3",
-                     "--dry")
+    result = _zephyr(
+        "run", "--backend", "local", "--workers", "3", str(script), "--workers", "7", "--add", "3", "--dry"
+    )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
-    assert seen == {"script": {"workers": 7, "add": 3, "dry": True}, "backend": "local", "workers": 3,
-                    "dry_run": False}
+    assert seen == {"script": {"workers": 7, "add": 3, "dry": True}, "backend": "local", "workers": 3, "dry_run": False}
 
 
 def test_misplaced_engine_flag_is_named(tmp_path):
@@ -112,8 +119,10 @@ def test_usage_errors_are_one_line_with_exit_code_2(args, needle):
 
 def test_missing_store_in_a_train_config_is_one_line(tmp_path):
     config = tmp_path / "train.yaml"
-    config.write_text(f"steps: 2\noutput_dir: {tmp_path / 'run'}\n"
-                      f"data:\n  train: {{web: [{tmp_path / 'no_store'}, 1.0]}}\n  seq_len: 16\n  batch_size: 2\n")
+    config.write_text(
+        f"steps: 2\noutput_dir: {tmp_path / 'run'}\n"
+        f"data:\n  train: {{web: [{tmp_path / 'no_store'}, 1.0]}}\n  seq_len: 16\n  batch_size: 2\n"
+    )
     result = _zephyr("train", str(config))
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
@@ -121,39 +130,53 @@ def test_missing_store_in_a_train_config_is_one_line(tmp_path):
 
 
 def test_recipe_input_glob_matching_nothing_is_one_line_and_exit_1(tmp_path):
-    result = _zephyr("run", "--backend", "local", "--scratch", str(tmp_path / "scratch"),
-                     str(REPO / "recipes" / "nemotron_cc.py"), "--input", str(tmp_path / "none" / "*.jsonl.zst"),
-                     "--output", str(tmp_path / "out"), "--no-train", cwd=tmp_path)
+    result = _zephyr(
+        "run",
+        "--backend",
+        "local",
+        "--scratch",
+        str(tmp_path / "scratch"),
+        str(REPO / "recipes" / "nemotron_cc.py"),
+        "--input",
+        str(tmp_path / "none" / "*.jsonl.zst"),
+        "--output",
+        str(tmp_path / "out"),
+        "--no-train",
+        cwd=tmp_path,
+    )
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "BadInputError: no files match" in errors[0]
-    assert "Traceback" not in result.stderr and "File \"" not in result.stderr  # no internal traceback (#17.16)
+    assert "Traceback" not in result.stderr and 'File "' not in result.stderr  # no internal traceback (#17.16)
 
 
 def test_verbose_shows_the_traceback_of_a_zephyr_error(tmp_path):
     script = tmp_path / "bad.py"
-    script.write_text(f"from zephyr import Dataset\ndef main():\n    Dataset.from_files({str(tmp_path / 'x*.jsonl')!r}).collect()\n")
+    script.write_text(
+        f"from zephyr import Dataset\ndef main():\n    Dataset.from_files({str(tmp_path / 'x*.jsonl')!r}).collect()\n"
+    )
     quiet = _zephyr("run", "--backend", "local", str(script), cwd=tmp_path)
     verbose = _zephyr("-v", "run", "--backend", "local", str(script), cwd=tmp_path)
     assert quiet.returncode == verbose.returncode == 1
     assert "Traceback" not in quiet.stderr and "Traceback" in verbose.stderr
 
 
-TOP_LEVEL_PIPELINE = '''
+TOP_LEVEL_PIPELINE = """
 from zephyr import Dataset
 from zephyr.engine.context import current_config
 
 result = Dataset.from_list([{"v": i} for i in range(10)], num_shards=2).map(lambda r: r["v"] + 1).collect()
 print("RESULT", sum(result), current_config().backend)
-'''
+"""
 
 
 def test_plain_python_script_without_main_guard_runs_on_processes(tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text(TOP_LEVEL_PIPELINE)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, str(script)], env=env, check=False, capture_output=True, text=True, timeout=180,
-                            cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, str(script)], env=env, check=False, capture_output=True, text=True, timeout=180, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RESULT 55 processes" in result.stdout
     assert "bootstrapping phase" not in result.stderr and "Traceback" not in result.stderr
@@ -181,12 +204,27 @@ def test_install_models_reports_the_pinned_model_packages():
 def test_subcommands_print_one_summary_not_one_per_engine_job(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"id": "a", "text": "hello world"}\n{"id": "b", "text": "two"}\n')
     (tmp_path / "b.jsonl").write_text('{"id": "c", "text": "third document"}\n')
-    result = _zephyr("tokenize", str(tmp_path / "*.jsonl"), str(tmp_path / "store"), "--backend", "local",
-                     cwd=tmp_path)
+    result = _zephyr("tokenize", str(tmp_path / "*.jsonl"), str(tmp_path / "store"), "--backend", "local", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     output = result.stdout + result.stderr
     assert output.count("┏") == 1 and "zephyr tokenize succeeded" in output, output
     assert "zephyr job summary" not in output and "zephyr run summary" not in output
-    quiet = _zephyr("tokenize", "-q", str(tmp_path / "*.jsonl"), str(tmp_path / "store2"), "--backend", "local",
-                    cwd=tmp_path)
+    quiet = _zephyr(
+        "tokenize", "-q", str(tmp_path / "*.jsonl"), str(tmp_path / "store2"), "--backend", "local", cwd=tmp_path
+    )
     assert quiet.returncode == 0 and "┏" not in quiet.stdout + quiet.stderr
+
+
+def test_every_engine_option_with_a_value_is_split_before_the_script(tmp_path):
+    from zephyr.cli import _parse
+
+    parser = build_parser()
+    run = _subcommands()["run"]
+    for action in run._actions:
+        if action.option_strings and action.nargs != 0 and action.dest not in ("help",):
+            flag = action.option_strings[-1]
+            value = {"backend": "local", "memory_per_worker": "64MB", "scratch": str(tmp_path)}.get(action.dest, "1")
+            if action.dest == "address":
+                value = "auto"
+            args = _parse(parser, ["run", flag, value, "script.py", "--mine", "2"])
+            assert args.script == "script.py" and args.args == ["--mine", "2"], flag

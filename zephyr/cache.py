@@ -28,6 +28,9 @@ def cache_root() -> Path:
         value = os.environ["ZEPHYR_CACHE"]
         if not _warned:
             _warned = True
-            warnings.warn("ZEPHYR_CACHE is deprecated: set ZEPHYR_CACHE_DIR (the same cache root) instead",
-                          DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "ZEPHYR_CACHE is deprecated: set ZEPHYR_CACHE_DIR (the same cache root) instead",
+                DeprecationWarning,
+                stacklevel=2,
+            )
     return Path(value or Path.home() / ".cache" / "zephyr").expanduser()

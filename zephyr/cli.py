@@ -156,7 +156,8 @@ def _import_script(path: Path):
     return module
 
 
-def _split_run_argv(tokens: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+def _split_run_argv(tokens: Sequence[str], value_flags: Sequence[str] = _ENGINE_VALUE_FLAGS
+                    ) -> tuple[list[str], str | None, list[str]]:
     """(engine tokens, script, script args): options before the first positional are the engine's."""
     engine: list[str] = []
     i = 0
@@ -168,7 +169,7 @@ def _split_run_argv(tokens: Sequence[str]) -> tuple[list[str], str | None, list[
         if not token.startswith("-") or token == "-":
             break
         engine.append(token)
-        if token in _ENGINE_VALUE_FLAGS and i + 1 < len(tokens):
+        if token in value_flags and i + 1 < len(tokens):
             engine.append(tokens[i + 1])
             i += 1
         i += 1
@@ -183,7 +184,8 @@ def _run_command(args: argparse.Namespace) -> int:
 
     overrides = engine_overrides(args)
     recorder = RunRecorder(command=["zephyr", "run", *getattr(args, "raw_argv", [])], script=args.script,
-                           backend=overrides.get("backend"), workers=overrides.get("workers"))
+                           backend=overrides.get("backend"), workers=overrides.get("workers"),
+                           write_empty=not overrides.get("dry_run"))  # a dry run leaves no record
     scratch = overrides.get("scratch")
     from zephyr.engine.run_record import default_record_dir
 
@@ -265,11 +267,15 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     position = next((i for i, token in enumerate(argv) if not token.startswith("-")), None)
     if position is None or argv[position] != "run":
         return parser.parse_args(argv)
-    engine, script, script_args = _split_run_argv(argv[position + 1:])
-    known = _ENGINE_VALUE_FLAGS + _ENGINE_SWITCHES
+    # the run parser's own options decide which take a value: a new engine option needs no list here
+    run_parser = parser._subparsers._group_actions[0].choices["run"]
+    options = [a for a in run_parser._actions if a.option_strings]
+    value_flags = tuple(s for a in options if a.nargs != 0 for s in a.option_strings)
+    known = value_flags + tuple(s for a in options if a.nargs == 0 for s in a.option_strings)
+    engine, script, script_args = _split_run_argv(argv[position + 1:], value_flags)
     unknown = [t for t in engine if t.startswith("-") and t.split("=", 1)[0] not in known]
     if unknown:
-        parser._subparsers._group_actions[0].choices["run"].error(
+        run_parser.error(
             f"unknown engine option {unknown[0]!r} before the script path; the script's own options go after "
             "SCRIPT (zephyr run [engine options] SCRIPT [script options])"
         )

@@ -16,25 +16,31 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     kinds = parser.add_subparsers(dest="export_kind", metavar="KIND", required=True)
     megatron = kinds.add_parser(
-        "megatron", help="a token store as Megatron-LM's indexed dataset (OUT.bin + OUT.idx)",
+        "megatron",
+        help="a token store as Megatron-LM's indexed dataset (OUT.bin + OUT.idx)",
         description="Write STORE as OUT.bin and OUT.idx, the MMapIndexedDataset pair Megatron-LM, NeMo and "
-                    "GPT-NeoX read (one document per sequence; uint16 ids, or int32 above 65535 tokens).",
+        "GPT-NeoX read (one document per sequence; uint16 ids, or int32 above 65535 tokens).",
         epilog="examples:\n  zephyr export megatron stores/web out/web_text_document\n"
-               "  zephyr export megatron stores/web out/web_val --split validation",
+        "  zephyr export megatron stores/web out/web_val --split validation",
     )
     megatron.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     megatron.add_argument("out", metavar="OUT", help="output prefix: OUT.bin and OUT.idx are written")
-    megatron.add_argument("--split", choices=("train", "validation"), default="train",
-                          help="which split of the store to export")
+    megatron.add_argument(
+        "--split", choices=("train", "validation"), default="train", help="which split of the store to export"
+    )
     megatron.set_defaults(func=_run_megatron)
     hf = kinds.add_parser(
-        "hf", help="a trained checkpoint as a Hugging Face Llama directory",
+        "hf",
+        help="a trained checkpoint as a Hugging Face Llama directory",
         description="Write config.json + model.safetensors that transformers' LlamaForCausalLM loads.",
         epilog="examples:\n  zephyr export hf runs/tiny out/tiny-hf\n"
-               "  zephyr export hf runs/tiny/checkpoints/step_00000100 out/tiny-hf-100",
+        "  zephyr export hf runs/tiny/checkpoints/step_00000100 out/tiny-hf-100",
     )
-    hf.add_argument("checkpoint", metavar="CHECKPOINT",
-                    help="a training output_dir (its newest checkpoint), a checkpoints/ folder or a step_* folder")
+    hf.add_argument(
+        "checkpoint",
+        metavar="CHECKPOINT",
+        help="a training output_dir (its newest checkpoint), a checkpoints/ folder or a step_* folder",
+    )
     hf.add_argument("out", metavar="OUT", help="output directory")
     hf.set_defaults(func=_run_hf)
 
@@ -47,8 +53,10 @@ def _run_megatron(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as error:
         print(f"zephyr export megatron: error: {error}", file=sys.stderr)
         return 1
-    print(f"wrote {result.bin_path} and {result.idx_path}: {result.documents:,} documents, {result.tokens:,} "
-          f"tokens ({result.dtype})")
+    print(
+        f"wrote {result.bin_path} and {result.idx_path}: {result.documents:,} documents, {result.tokens:,} "
+        f"tokens ({result.dtype})"
+    )
     return 0
 
 

@@ -164,12 +164,13 @@ def log(line: str, *, level: int = 0) -> None:
 class TaskProgress:
     """Progress of one long non-engine task; see `task_progress`."""
 
-    def __init__(self, name: str, total: float | None, unit: str, log_every_s: float) -> None:
+    def __init__(self, name: str, total: float | None, unit: str, log_every_s: float, min_log_s: float = 0.0) -> None:
         self.name, self.total, self.unit, self.done = name, total, unit, 0.0
         self.note = ""
         self._started = time.monotonic()
         self._last_log = self._started
         self._log_every_s = log_every_s
+        self._min_log_s = min_log_s  # a task shorter than this ends without a line (e.g. a small verify)
         self._row = _view.add(name, total=total, detail=self._detail())
 
     def _detail(self) -> str:
@@ -204,19 +205,22 @@ class TaskProgress:
     def finish(self, failed: bool = False) -> None:
         _view.remove(self._row)
         seconds = time.monotonic() - self._started
+        if seconds < self._min_log_s and not failed:
+            return
         state = "failed" if failed else "done"
         log(f"{self.name}: {state}, {format_count(self.done)} {self.unit} in {format_duration(seconds)}")
 
 
 @contextlib.contextmanager
-def task_progress(name: str, *, total: float | None = None, unit: str = "items",
-                  log_every_s: float = 10.0) -> Iterator[TaskProgress]:
+def task_progress(
+    name: str, *, total: float | None = None, unit: str = "items", log_every_s: float = 10.0, min_log_s: float = 0.0
+) -> Iterator[TaskProgress]:
     """Show progress of non-engine work: `with task_progress("label", total=n, unit="docs") as p: p.advance()`.
 
     On a terminal it is a row (bar, rate, ETA) in the run's live view; otherwise a plain line every
     `log_every_s` seconds and one when it ends. Quiet (-q) shows nothing.
     """
-    task = TaskProgress(name, total, unit, log_every_s)
+    task = TaskProgress(name, total, unit, log_every_s, min_log_s)
     try:
         yield task
     except BaseException:

@@ -28,15 +28,18 @@ def local(scratch):
 
 def _records(n: int, seed: int = 7) -> list[dict]:
     rng = random.Random(seed)
-    return [{"id": i, "k": rng.randint(-500, 500), "name": rng.choice(["a", "bb", "", "c\x00d", "zz"])}
-            for i in range(n)]
+    return [
+        {"id": i, "k": rng.randint(-500, 500), "name": rng.choice(["a", "bb", "", "c\x00d", "zz"])} for i in range(n)
+    ]
 
 
 def test_sort_writes_globally_ordered_shards(processes, tmp_path):
     records = _records(3000)
-    paths = (Dataset.from_list(records, num_shards=6)
-             .sort("k", num_shards=4)
-             .write_jsonl(str(tmp_path / "sorted" / "part-{shard:05d}.jsonl")))
+    paths = (
+        Dataset.from_list(records, num_shards=6)
+        .sort("k", num_shards=4)
+        .write_jsonl(str(tmp_path / "sorted" / "part-{shard:05d}.jsonl"))
+    )
     shards = [[r["k"] for r in read_records(p)] for p in sorted(paths)]
     assert len(shards) == 4 and sum(map(len, shards)) == 3000
     assert sum(1 for s in shards if s) >= 3, "range partitioning spreads the keys over the shards"
@@ -50,7 +53,10 @@ def test_sort_writes_globally_ordered_shards(processes, tmp_path):
 
 def test_sort_descending_on_a_composite_key_with_strings(processes):
     records = _records(1000, seed=3)
-    key = lambda r: (r["name"], r["k"])
+
+    def key(r: dict) -> tuple:
+        return r["name"], r["k"]
+
     out = Dataset.from_list(records, num_shards=3).sort(key, descending=True, num_shards=3).collect()
     assert [key(r) for r in out] == sorted(map(key, records), reverse=True)
     assert sorted(r["id"] for r in out) == list(range(1000))
@@ -93,15 +99,18 @@ def test_map_batches_with_dataframes(processes, tmp_path, batch_format):
     path = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"id": list(range(500)), "text": [f"doc {i}" for i in range(500)]}), path)
     if batch_format == "pandas":
+
         def fn(df):
             assert type(df).__module__.startswith("pandas")
             return df.assign(length=df["text"].str.len())
     else:
+
         def fn(df):
             import polars as pl
 
             assert isinstance(df, pl.DataFrame)
             return df.with_columns(pl.col("text").str.len_chars().alias("length"))
+
     out = Dataset.from_files(str(path)).map_batches(fn, batch_size=64, batch_format=batch_format).collect()
     assert [(r["id"], r["length"]) for r in out] == [(i, len(f"doc {i}")) for i in range(500)]
 

@@ -16,7 +16,7 @@ from zephyr.engine.run_record import FORMAT, read_run_records
 
 REPO = Path(__file__).resolve().parents[2]
 
-FLAKY_SCRIPT = '''
+FLAKY_SCRIPT = """
 import os, sys
 from zephyr import Dataset
 
@@ -32,9 +32,9 @@ def fail_once(record):
 def main():
     records = [{"shard": s, "i": i} for s in range(3) for i in range(5)]
     Dataset.from_list(records, num_shards=3).map(fail_once).write_jsonl(sys.argv[2] + "/part-{shard:05d}.jsonl")
-'''
+"""
 
-SLOW_STEPS_SCRIPT = '''
+SLOW_STEPS_SCRIPT = """
 import sys, time
 from zephyr import Dataset
 from zephyr.steps import StepRunner
@@ -44,17 +44,17 @@ def slow(record):
     return record
 
 def step(path, *, config):
-    run = Dataset.from_list([{"i": i} for i in range(12)], num_shards=12).map(slow).write(path + "/part-{shard:05d}.jsonl").execute()
+    dataset = Dataset.from_list([{"i": i} for i in range(12)], num_shards=12).map(slow)
+    run = dataset.write(path + "/part-{shard:05d}.jsonl").execute()
     return {"documents_in": 12, "documents_out": run.stages[-1].records_out}
 
 def main():
     StepRunner(sys.argv[1]).run("slow_step", step, config={})
-'''
+"""
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "ZEPHYR_RUNS": str(tmp_path / "runs-fallback"),
-            "COLUMNS": "120"}
+    return {**os.environ, "PYTHONPATH": str(REPO), "ZEPHYR_RUNS": str(tmp_path / "runs-fallback"), "COLUMNS": "120"}
 
 
 def test_zephyr_run_writes_a_record_with_stages_and_retries_naming_the_worker(tmp_path):
@@ -63,9 +63,26 @@ def test_zephyr_run_writes_a_record_with_stages_and_retries_naming_the_worker(tm
     out, marks = tmp_path / "out", tmp_path / "marks"
     marks.mkdir()
     result = subprocess.run(
-        [sys.executable, "-m", "zephyr.cli", "run", "--backend", "processes", "--workers", "2", "--scratch",
-         str(tmp_path / "scratch"), str(script), str(marks), str(out)],
-        env=_env(tmp_path), check=False, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "zephyr.cli",
+            "run",
+            "--backend",
+            "processes",
+            "--workers",
+            "2",
+            "--scratch",
+            str(tmp_path / "scratch"),
+            str(script),
+            str(marks),
+            str(out),
+        ],
+        env=_env(tmp_path),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0, result.stderr
     records = read_run_records(str(out))
@@ -94,12 +111,20 @@ def test_zephyr_run_writes_a_record_with_stages_and_retries_naming_the_worker(tm
 
 def test_failed_run_records_the_error_in_one_line(tmp_path):
     script = tmp_path / "bad.py"
-    script.write_text("from zephyr import Dataset\n"
-                      "def main():\n"
-                      f"    Dataset.from_files({str(tmp_path / 'none' / '*.jsonl')!r}).write_jsonl("
-                      f"{str(tmp_path / 'out')!r} + '/p-{{shard}}.jsonl')\n")
-    result = subprocess.run([sys.executable, "-m", "zephyr.cli", "run", "--backend", "local", str(script)],
-                            env=_env(tmp_path), check=False, capture_output=True, text=True, timeout=120)
+    script.write_text(
+        "from zephyr import Dataset\n"
+        "def main():\n"
+        f"    Dataset.from_files({str(tmp_path / 'none' / '*.jsonl')!r}).write_jsonl("
+        f"{str(tmp_path / 'out')!r} + '/p-{{shard}}.jsonl')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", "run", "--backend", "local", str(script)],
+        env=_env(tmp_path),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     (record,) = read_run_records(str(tmp_path / "runs-fallback"))
     assert record["status"] == "failed"
@@ -128,7 +153,12 @@ def test_step_runner_keeps_its_own_record_outside_zephyr_run(tmp_path):
 def test_reader_skips_temporary_and_foreign_files(tmp_path):
     runs = tmp_path / "a" / "_runs"
     runs.mkdir(parents=True)
-    good = {"format": FORMAT, "run_id": "20260101T000000-1", "status": "succeeded", "started_at": "2026-01-01T00:00:00Z"}
+    good = {
+        "format": FORMAT,
+        "run_id": "20260101T000000-1",
+        "status": "succeeded",
+        "started_at": "2026-01-01T00:00:00Z",
+    }
     newer = {**good, "run_id": "20260102T000000-1", "started_at": "2026-01-02T00:00:00Z"}
     (runs / "20260101T000000-1.json").write_text(json.dumps(good))
     (runs / "20260102T000000-1.json").write_text(json.dumps(newer))
@@ -163,9 +193,20 @@ def test_terminal_shows_step_and_stage_progress_with_rates_and_eta(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text(SLOW_STEPS_SCRIPT)
     code, screen = _run_in_pty(
-        [sys.executable, "-m", "zephyr.cli", "run", "--backend", "local", "--scratch", str(tmp_path / "scratch"),
-         str(script), str(tmp_path / "root")],
-        _env(tmp_path), timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "zephyr.cli",
+            "run",
+            "--backend",
+            "local",
+            "--scratch",
+            str(tmp_path / "scratch"),
+            str(script),
+            str(tmp_path / "root"),
+        ],
+        _env(tmp_path),
+        timeout=120,
     )
     assert code == 0, screen
     assert "step slow_step" in screen  # the step's row in the live view
@@ -185,9 +226,25 @@ def test_verbose_adds_job_tables_and_quiet_prints_no_table(tmp_path):
         marks = tmp_path / f"marks{flag}"
         marks.mkdir()
         result = subprocess.run(
-            [sys.executable, "-m", "zephyr.cli", "run", flag, "--backend", "local", "--scratch",
-             str(tmp_path / f"scratch{flag}"), str(script), str(marks), str(tmp_path / f"out{flag}")],
-            env=_env(tmp_path), check=False, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "zephyr.cli",
+                "run",
+                flag,
+                "--backend",
+                "local",
+                "--scratch",
+                str(tmp_path / f"scratch{flag}"),
+                str(script),
+                str(marks),
+                str(tmp_path / f"out{flag}"),
+            ],
+            env=_env(tmp_path),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert result.returncode == 0, result.stderr
         outputs[flag] = result.stderr + result.stdout
@@ -209,3 +266,50 @@ def test_task_progress_logs_plain_lines_and_is_silent_when_quiet(capsys, monkeyp
     with task_progress("label", total=4, unit="docs", log_every_s=0.0) as progress:
         progress.advance(4)
     assert capsys.readouterr().err == ""
+
+
+ONE_SLOW_SHARD = """
+import time
+from zephyr import Dataset
+
+def slow(record):
+    time.sleep(0.1)
+    return record
+
+def main():
+    Dataset.from_list([{"i": i} for i in range(40)], num_shards=1).map(slow).collect()
+"""
+
+
+def test_terminal_shows_records_of_a_running_shard_before_it_finishes(tmp_path):
+    """Worker heartbeats: a shard still running shows the records it has read (not `0 rec` until it ends)."""
+    script = tmp_path / "one_shard.py"
+    script.write_text(ONE_SLOW_SHARD)
+    code, screen = _run_in_pty(
+        [
+            sys.executable,
+            "-m",
+            "zephyr.cli",
+            "run",
+            "--backend",
+            "processes",
+            "--workers",
+            "1",
+            "--scratch",
+            str(tmp_path / "scratch"),
+            str(script),
+        ],
+        _env(tmp_path),
+        timeout=120,
+    )
+    assert code == 0, screen
+    running = [int(n) for n in re.findall(r"0/1 shards\s+(\d+) rec", screen)]
+    assert any(0 < n < 40 for n in running), screen
+
+
+def test_counts_and_bytes_read_differently():
+    from zephyr.progress import format_bytes, format_count
+
+    assert format_count(1_200_000_000) == "1.20G" and format_count(12_345) == "12.3K" and format_count(950) == "950"
+    assert format_bytes(1_200_000_000) == "1.1 GB" and format_bytes(512) == "512 B"
+    assert not format_count(1_200_000_000).endswith("B")  # "1.20B records" read like bytes

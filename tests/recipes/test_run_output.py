@@ -16,10 +16,24 @@ REPO = Path(__file__).resolve().parents[2]
 def test_nemotron_recipe_prints_one_summary_not_a_table_per_engine_job(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "ZEPHYR_SCRATCH": str(tmp_path / "scratch")}
     result = subprocess.run(
-        [sys.executable, "-m", "zephyr.cli", "run",
-         str(REPO / "recipes" / "nemotron_cc.py"), "--no-train", "--output", str(tmp_path / "out"),
-         "--sample-docs-per-split", "30"],
-        env=env, check=False, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "zephyr.cli",
+            "run",
+            str(REPO / "recipes" / "nemotron_cc.py"),
+            "--no-train",
+            "--output",
+            str(tmp_path / "out"),
+            "--sample-docs-per-split",
+            "30",
+        ],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     output = result.stdout + result.stderr
@@ -36,5 +50,7 @@ def test_nemotron_recipe_prints_one_summary_not_a_table_per_engine_job(tmp_path)
 
     (record,) = read_run_records(str(tmp_path / "out"))
     assert [s["name"] for s in record["steps"]] == steps and record["status"] == "succeeded"
-    assert record["steps"][1]["removed"] == {"duplicates": record["steps"][1]["docs_in"] - record["steps"][1]["docs_out"]}
+    assert record["steps"][1]["removed"] == {
+        "duplicates": record["steps"][1]["docs_in"] - record["steps"][1]["docs_out"]
+    }
     assert record["steps"][3]["tokens"] > 0 and len(record["jobs"]) > len(steps)

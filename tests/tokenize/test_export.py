@@ -33,8 +33,7 @@ def read_megatron(prefix: str) -> tuple[str, list[np.ndarray], np.ndarray]:
     9-byte magic b"MMIDIDX\\x00\\x00", <Q version (1), <B dtype code, <Q sequence count, <Q document
     count, int32 sequence lengths, int64 sequence byte offsets into .bin, int64 document indices.
     """
-    codes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
-             8: np.uint16}
+    codes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
     raw = Path(prefix + ".idx").read_bytes()
     assert raw[:9] == b"MMIDIDX\x00\x00"
     (version,) = struct.unpack_from("<Q", raw, 9)
@@ -69,9 +68,22 @@ def store(tmp_path, scratch):
 
 def test_megatron_export_reads_back_identical_documents(store, tmp_path):
     path, _ = store
-    result = subprocess.run([sys.executable, "-m", "zephyr.cli", "export", "megatron", str(path),
-                             str(tmp_path / "mega" / "web_text_document")],
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, check=False, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zephyr.cli",
+            "export",
+            "megatron",
+            str(path),
+            str(tmp_path / "mega" / "web_text_document"),
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     opened = open_store(path)
     dtype, seqs, doc_index = read_megatron(str(tmp_path / "mega" / "web_text_document"))
@@ -85,8 +97,9 @@ def test_megatron_export_reads_back_identical_documents(store, tmp_path):
 
     export_megatron(path, tmp_path / "mega" / "val", split="validation")
     _, val_seqs, _ = read_megatron(str(tmp_path / "mega" / "val"))
-    assert [s.tolist() for s in val_seqs] == [opened.validation.document(i).tolist()
-                                              for i in range(opened.validation.num_documents)]
+    assert [s.tolist() for s in val_seqs] == [
+        opened.validation.document(i).tolist() for i in range(opened.validation.num_documents)
+    ]
 
 
 def test_every_store_has_a_document_index(store):

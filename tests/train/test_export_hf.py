@@ -21,8 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 def test_export_hf_of_a_trained_run_matches_our_logits(tiny_run, tmp_path):
     config, _result = tiny_run
     out = tmp_path / "hf"
-    done = subprocess.run([sys.executable, "-m", "zephyr.cli", "export", "hf", config.output_dir, str(out)],
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", "export", "hf", config.output_dir, str(out)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     from zephyr.train.checkpoint import load_checkpoint
     from zephyr.train.export import resolve_checkpoint
@@ -31,8 +37,9 @@ def test_export_hf_of_a_trained_run_matches_our_logits(tiny_run, tmp_path):
 
     newest = resolve_checkpoint(config.output_dir)
     assert newest.name == f"step_{config.steps:08d}"
-    template = jax.eval_shape(lambda: init_state(config, make_optimizer(config.optimizer, config.steps),
-                                                 key=jax.random.PRNGKey(0)))
+    template = jax.eval_shape(
+        lambda: init_state(config, make_optimizer(config.optimizer, config.steps), key=jax.random.PRNGKey(0))
+    )
     state, _ = load_checkpoint(newest, template)
     tokens = np.random.default_rng(0).integers(0, config.model.vocab_size, (2, 32))
     ours = np.asarray(jax.jit(lambda m, t: m.logits(t))(state.params, jnp.asarray(tokens)))
@@ -43,8 +50,14 @@ def test_export_hf_of_a_trained_run_matches_our_logits(tiny_run, tmp_path):
 
 
 def test_export_hf_without_checkpoint_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "zephyr.cli", "export", "hf", str(tmp_path), str(tmp_path / "o")],
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", "export", "hf", str(tmp_path), str(tmp_path / "o")],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
     assert "no complete checkpoint" in line

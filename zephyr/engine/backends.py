@@ -73,14 +73,42 @@ def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str
         if task_environ != os.environ:
             _follow_environ(task_environ)
         message: tuple[str, Any]
+        heartbeat = _Heartbeat(conn)
         try:
             message = ("ok", run_task(task))
         except Exception as error:  # noqa: BLE001
             message = ("error", portable_error(error))
+        heartbeat.stop()  # no progress message may follow the result
         try:
             conn.send_bytes(cloudpickle.dumps(message))
         except (BrokenPipeError, OSError):
             return
+
+
+class _Heartbeat:
+    """Sends ("progress", records read so far) to the driver every second while a task runs (live view)."""
+
+    def __init__(self, conn: multiprocessing.connection.Connection, every_s: float = 1.0) -> None:
+        from zephyr.engine.inputs import reset_live_counts
+
+        reset_live_counts()
+        self._conn, self._every_s = conn, every_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zephyr-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from zephyr.engine.inputs import records_read_so_far
+
+        while not self._stopped.wait(self._every_s):
+            try:
+                self._conn.send_bytes(cloudpickle.dumps(("progress", records_read_so_far())))
+            except Exception:  # noqa: BLE001 - progress is best effort; the result still goes out
+                return
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 def _follow_environ(environ: dict[str, str]) -> None:
@@ -138,6 +166,7 @@ class ProcessBackend:
         self.workers = workers
         self.reuse_key = self.reuse_key_for(workers)
         self._devices: list[list[str]] = []  # per worker slot: the GPU ids it sees (a GPU stage)
+        self.live: dict[tuple[int, int], int] = {}  # (stage, shard) of a running task -> records read so far
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["zephyr.engine.worker"])
         self._ledger_values = (self._ctx.Value("q", 0), self._ctx.Value("q", -1))
@@ -222,7 +251,11 @@ class ProcessBackend:
             task = worker.task
             try:
                 kind, value = cloudpickle.loads(worker.conn.recv_bytes())
+                if kind == "progress":  # a heartbeat of a running task: records read so far
+                    self.live[(task.stage_index, task.shard)] = int(value)
+                    continue
             except (EOFError, OSError):
+                self.live.pop((task.stage_index, task.shard), None)
                 code = worker.process.exitcode
                 worker.process.join(timeout=1)
                 code = worker.process.exitcode if code is None else code
@@ -233,6 +266,7 @@ class ProcessBackend:
                 self._workers[index] = self._start()
                 continue
             worker.task = None
+            self.live.pop((task.stage_index, task.shard), None)
             outcomes.append(
                 Outcome(task, result=value) if kind == "ok"
                 else Outcome(task, error=value, worker_pid=worker.process.pid, worker_host=socket.gethostname())

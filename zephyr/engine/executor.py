@@ -281,7 +281,9 @@ def _run_stage(
                 pending.remove(ready)
                 in_flight[ready.shard] = ready
                 backend.submit(make_task(ready))
-            for outcome in backend.wait(timeout=0.2):
+            outcomes = backend.wait(timeout=0.2)
+            progress.in_flight(stage, getattr(backend, "live", None))
+            for outcome in outcomes:
                 entry = in_flight.get(outcome.task.shard)
                 if (
                     entry is None

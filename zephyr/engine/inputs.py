@@ -278,6 +278,19 @@ def _merge_records(left: Any, right: Any) -> Any:
     return {**left, **right}
 
 
+_LIVE_COUNTERS: list[itertools.count] = []  # this worker's task's input counters, for live progress
+
+
+def records_read_so_far() -> int:
+    """Records the current task has read so far (for the live view; read by a heartbeat thread)."""
+    # repr(count) is "count(N)": N is the next value, i.e. how many records went through (read-only peek)
+    return sum(int(repr(counter)[6:-1]) for counter in list(_LIVE_COUNTERS))
+
+
+def reset_live_counts() -> None:
+    _LIVE_COUNTERS.clear()
+
+
 def _counted(records: Iterable[Any], result: ShardResult) -> Iterator[Any]:
     return _Counted(records, result)
 
@@ -294,6 +307,7 @@ class _Counted:
         self._result: ShardResult | None = result
         self._counter = itertools.count()
         self._stream = map(operator.itemgetter(0), zip(records, self._counter, strict=False))
+        _LIVE_COUNTERS.append(self._counter)
 
     def __iter__(self) -> Iterator[Any]:
         return self._stream

@@ -66,6 +66,7 @@ class _StageState:
         self.done_bytes = 0
         self.done_records = 0
         self.done_shards = 0
+        self.reading = 0  # records read so far by the stage's running shards (heartbeats)
 
 
 class ProgressDisplay:
@@ -146,6 +147,7 @@ class ProgressDisplay:
             return
         rec = state.record
         state.done_shards += 1
+        state.reading = 0  # the next heartbeat says what the still-running shards have read
         rec["shards_done"] += 1
         for key in ("records_in", "records_out", "bytes_in", "bytes_out"):
             rec[key] += getattr(result, key, 0)
@@ -168,6 +170,17 @@ class ProgressDisplay:
             log(f"{_stage_label(stage)}: {_stage_detail(state, elapsed)}")
         if self._recorder is not None:
             self._recorder.write()
+
+    def in_flight(self, stage: Any, live: dict[tuple[int, int], int] | None) -> None:
+        """Records the running shards of `stage` have read so far (worker heartbeats), shown live."""
+        state = self._stages.get(stage.index)
+        if state is None or not live:
+            return
+        reading = sum(n for (index, _), n in live.items() if index == stage.index)
+        if reading == state.reading:
+            return
+        state.reading = reading
+        _view.update(state.row, detail=_stage_detail(state, time.monotonic() - state.started))
 
     def retry(self, stage: Any, shard: int, attempt: int, kind: str, error: str,
               worker_pid: int | None, worker_host: str | None) -> None:
@@ -249,11 +262,12 @@ def _eta(state: _StageState, elapsed: float) -> float | None:
 
 def _stage_detail(state: _StageState, elapsed: float) -> str:
     rec = state.record
-    text = f"{rec['shards_done']}/{rec['shards']} shards  {format_count(rec['records_in'])} rec"
+    records = rec["records_in"] + state.reading  # finished shards, plus what running shards read so far
+    text = f"{rec['shards_done']}/{rec['shards']} shards  {format_count(records)} rec"
     if rec["bytes_in"]:
         text += f" {format_bytes(rec['bytes_in'])}"
-    if elapsed > 0 and rec["records_in"]:
-        text += f"  {format_count(rec['records_in'] / elapsed)} rec/s"
+    if elapsed > 0 and records:
+        text += f"  {format_count(records / elapsed)} rec/s"
         if rec["bytes_in"]:
             text += f" {format_bytes(rec['bytes_in'] / elapsed)}/s"
     eta = _eta(state, elapsed)
@@ -332,7 +346,8 @@ def print_run_summary(record: dict[str, Any]) -> None:
                 resumed = f" ({stage['resumed_shards']} resumed)" if stage.get("resumed_shards") else ""
                 table.add_row(
                     (f"{job['job']}." if len(record["jobs"]) > 1 else "") + f"{stage['index']} {name}",
-                    f"{stage['shards']}{resumed}", format_count(stage["records_in"]), format_count(stage["records_out"]),
+                    f"{stage['shards']}{resumed}", format_count(stage["records_in"]),
+                    format_count(stage["records_out"]),
                     format_bytes(stage["bytes_in"]), format_duration(stage["seconds"]),
                     str(len(stage["retries"])) if stage["retries"] else "",
                 )

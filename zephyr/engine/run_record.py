@@ -114,8 +114,17 @@ class RunRecorder:
     # ------------------------------------------------------------------------------- steps
     def begin_step(self, name: str, version: str, path: str) -> dict[str, Any]:
         step: dict[str, Any] = {
-            "name": name, "version": version[:10], "path": path, "status": "running", "started_at": _now(),
-            "seconds": None, "docs_in": None, "docs_out": None, "removed": {}, "tokens": None, "summary": {},
+            "name": name,
+            "version": version[:10],
+            "path": path,
+            "status": "running",
+            "started_at": _now(),
+            "seconds": None,
+            "docs_in": None,
+            "docs_out": None,
+            "removed": {},
+            "tokens": None,
+            "summary": {},
         }
         self.record["steps"].append(step)
         self.current_step = name
@@ -139,8 +148,13 @@ class RunRecorder:
             self.record["backend"] = config.backend
             self.record["workers"] = config.num_workers
         job: dict[str, Any] = {
-            "job": len(self.record["jobs"]), "step": self.current_step, "status": "running", "started_at": _now(),
-            "seconds": None, "counters": {}, "stages": [],
+            "job": len(self.record["jobs"]),
+            "step": self.current_step,
+            "status": "running",
+            "started_at": _now(),
+            "seconds": None,
+            "counters": {},
+            "stages": [],
         }
         self.record["jobs"].append(job)
         self.write()

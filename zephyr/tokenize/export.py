@@ -25,9 +25,16 @@ __all__ = ["MEGATRON_DTYPE_CODES", "MegatronExport", "export_megatron"]
 
 _MAGIC = b"MMIDIDX\x00\x00"
 _VERSION = 1
-MEGATRON_DTYPE_CODES = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.int16): 3, np.dtype(np.int32): 4,
-                        np.dtype(np.int64): 5, np.dtype(np.float64): 6, np.dtype(np.float32): 7,
-                        np.dtype(np.uint16): 8}
+MEGATRON_DTYPE_CODES = {
+    np.dtype(np.uint8): 1,
+    np.dtype(np.int8): 2,
+    np.dtype(np.int16): 3,
+    np.dtype(np.int32): 4,
+    np.dtype(np.int64): 5,
+    np.dtype(np.float64): 6,
+    np.dtype(np.float32): 7,
+    np.dtype(np.uint16): 8,
+}
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,9 @@ def _prefix(out: str | os.PathLike[str]) -> Path:
     return Path(text)
 
 
-def export_megatron(store: str | os.PathLike[str], out: str | os.PathLike[str], *, split: str = "train") -> MegatronExport:
+def export_megatron(
+    store: str | os.PathLike[str], out: str | os.PathLike[str], *, split: str = "train"
+) -> MegatronExport:
     """Write the token store at `store` (local or a bucket URL) as `OUT.bin` + `OUT.idx`.
 
     `split="validation"` exports the store's held-out split instead. Files are written under temporary

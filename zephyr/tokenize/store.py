@@ -804,7 +804,11 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
         problems.append(f"dtype {store.dtype.name} does not match vocab_size {store.vocab_size} "
                         f"(expected {token_dtype(store.vocab_size).name})")
     doc_total = tok_total = 0
+    from zephyr.progress import TaskProgress
+
+    progress = TaskProgress(f"verify {store.location}", len(m["shards"]), "shards", log_every_s=10.0, min_log_s=5.0)
     for s in m["shards"]:
+        progress.advance()
         where = f"shard {s['path']}"
         d = root / s["path"]
         tb, ob = d / "tokens.bin", d / "offsets.npy"
@@ -843,6 +847,7 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
                 problems.append(f"{where}: token id {top} >= vocab_size {store.vocab_size}")
         doc_total += int(s["documents"])
         tok_total += int(s["tokens"])
+    progress.finish()
     if doc_total != m.get("documents"):
         problems.append(f"manifest documents {m.get('documents')} != sum over shards {doc_total}")
     if tok_total != m.get("tokens"):
