@@ -67,7 +67,7 @@ def test_runs_page_shows_steps_with_counts_and_reasons(ui_server, ui_root: Path)
     assert list(steps)[:3] == ["normalize", "exact_dedup", "fuzzy_dedup"]
     assert {"tokenize", "mixture", "train"} <= set(steps)
     exact = steps["exact_dedup"]
-    marker = json.loads((ui_root / exact["path"] / "_STEP.json").read_text())["summary"]
+    marker = json.loads((ui_root / exact["path"] / "_STEP.json").read_text())["payload"]["summary"]
     assert (exact["docs_in"], exact["docs_out"]) == (marker["documents_in"], marker["documents_out"])
     assert exact["removed"] == {"exact_duplicate": marker["duplicates_removed"]} and exact["lineage"]
     assert steps["fuzzy_dedup"]["removed"]["fuzzy_duplicate"] == steps["fuzzy_dedup"]["removed_total"] > 0
@@ -349,3 +349,38 @@ def test_values_from_files_are_escaped(ui_server, ui_root: Path) -> None:
     for path in ("/documents?dataset=hostile", "/documents/doc?file=hostile/part-00000.jsonl.zst&row=0"):
         body = ui_server.get(path)[1].decode()
         assert "<script>alert" not in body and "<img src=x" not in body and "&lt;script&gt;alert(1)" in body
+
+
+def test_steps_from_markers_alone_old_and_new_format(tmp_path: Path) -> None:
+    """A root without run records (older runs, other tools): steps come from the _STEP.json markers, in both
+    the zephyr.versioning format (payload) and the format written before it (top-level keys)."""
+    from zephyr.ui.runs import steps_view
+    from zephyr.ui.source import Root
+    from zephyr.versioning import write_marker
+
+    summary = {"documents_in": 10, "documents_out": 7, "duplicates_removed": 3}
+    write_marker(
+        str(tmp_path / "dedup-0123456789" / "_STEP.json"),
+        "recipe-step",
+        "0123456789abcdef",
+        {"name": "dedup", "summary": summary, "seconds": 1.5},
+    )
+    (tmp_path / "norm-abcdefabcd").mkdir()
+    (tmp_path / "norm-abcdefabcd" / "_STEP.json").write_text(
+        json.dumps(
+            {
+                "name": "norm",
+                "version": "abcdefabcdef",
+                "summary": {"documents_in": 10, "documents_out": 10},
+                "seconds": 2.0,
+            }
+        )
+    )
+    steps = {s["name"]: s for s in steps_view(Root(str(tmp_path)))}
+    assert steps["dedup"]["version"] == "0123456789" and steps["dedup"]["seconds"] == 1.5
+    assert (steps["dedup"]["docs_in"], steps["dedup"]["docs_out"], steps["dedup"]["removed"]) == (
+        10,
+        7,
+        {"duplicates": 3},
+    )
+    assert steps["norm"]["version"] == "abcdefabcd" and steps["norm"]["removed_total"] == 0

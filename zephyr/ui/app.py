@@ -7,9 +7,11 @@ pool, so a slow scan of one page never blocks the live view's refreshes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,24 @@ def _endpoints(
     return api, html_page
 
 
+def _warm_up(root: Root) -> None:
+    """In the background, load what the first pair and token pages need (MinHash shingling pulls in the
+    operators package; a token page, the tokenizer its stores name), so the first such page does not wait."""
+
+    def load() -> None:
+        try:
+            import zephyr.operators.minhash  # noqa: F401
+            from zephyr.ui import stores
+
+            found = stores.list_stores(root)
+            if found:
+                stores.warm_tokenizer(root, found[0]["path"])
+        except Exception:  # noqa: BLE001 - best effort: the page that needs it reports the error itself
+            return
+
+    threading.Thread(target=load, name="zephyr-ui-warm-up", daemon=True).start()
+
+
 def create_app(root_url: str) -> Starlette:
     """The web app over `root_url` (a recipe output root or any folder of Zephyr outputs)."""
     root = Root(root_url)
@@ -106,6 +126,12 @@ def create_app(root_url: str) -> Starlette:
     routes.append(Route("/fragments/runs", runs_fragment))
     routes.append(Route("/api/health", health))
     routes.append(Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"))
-    app = Starlette(routes=routes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        _warm_up(root)
+        yield
+
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.root = root
     return app

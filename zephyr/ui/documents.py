@@ -19,6 +19,7 @@ Text search is `col("text").str_contains(q)` (case-sensitive), combined with the
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -35,14 +36,12 @@ __all__ = ["page", "get_row", "find_document", "file_rows"]
 
 _MATCH_CACHE: OrderedDict[tuple, dict[int, int]] = OrderedDict()
 _MATCH_LOCK = threading.Lock()
-_ROWS_CACHE: dict[tuple[str, float], int | None] = {}
 
 
+@functools.lru_cache(maxsize=65536)
 def file_rows(url: str, mtime: float = 0.0) -> int | None:
-    """Rows of a parquet/vortex file from its footer (cached); None for jsonl (unknown without reading)."""
-    key = (url, mtime)
-    if key in _ROWS_CACHE:
-        return _ROWS_CACHE[key]
+    """Rows of a parquet/vortex file from its footer (cached per modification time); None for jsonl
+    (unknown without reading it)."""
     fmt = infer_format(url)
     rows: int | None = None
     if fmt == "parquet":
@@ -51,7 +50,6 @@ def file_rows(url: str, mtime: float = 0.0) -> int | None:
             rows = pq.ParquetFile(handle).metadata.num_rows
     elif fmt == "vortex":
         rows = len(_vortex_open(url))
-    _ROWS_CACHE[key] = rows
     return rows
 
 

@@ -6,8 +6,9 @@ Two sources, both read as they are on disk:
   every step with status/docs/removed/tokens/timing, and every engine job's stages (shards done,
   records/s, ETA, counters, retries with worker pid/host). Rewritten by the running process about
   once per second, so the live view is a re-read of the newest record.
-- Step markers (`<root>/<step>-<version>/_STEP.json`, zephyr/steps.py): written when a step
-  completes, with its summary. Roots produced before run records existed (or by other tools) still
+- Step markers (`<root>/<step>-<version>/_STEP.json`, zephyr/steps.py through zephyr.versioning's done
+  marker: the step's name, summary and seconds under "payload"; older markers have them at the top level):
+  written when a step completes. Roots produced before run records existed (or by other tools) still
   show their steps; a step with a marker and no record is "done".
 
 Docs in/out come from the record when present, else from the summary's `documents_in`/`documents_out`.
@@ -127,14 +128,20 @@ def steps_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = No
             marker = root.read_json(rel)
         except (OSError, ValueError):
             continue
-        summary = marker.get("summary") or {}
+        if not isinstance(marker, dict):
+            continue
+        # zephyr.versioning's done marker keeps the step's record in "payload" (version: "fingerprint");
+        # markers written before it held the same keys at the top level
+        body = marker["payload"] if isinstance(marker.get("payload"), dict) else marker
+        summary = body.get("summary") or {}
         docs_in, docs_out, removed = _summary_counts(summary)
+        version = marker.get("fingerprint") or marker.get("version") or (match.group("version") if match else "")
         steps[parts[0]] = {
-            "name": marker.get("name") or (match.group("name") if match else parts[0]),
-            "version": (marker.get("version") or (match.group("version") if match else ""))[:10],
+            "name": body.get("name") or (match.group("name") if match else parts[0]),
+            "version": str(version)[:10],
             "path": parts[0],
             "status": "done",
-            "seconds": marker.get("seconds"),
+            "seconds": body.get("seconds"),
             "finished": info["mtime"],
             "docs_in": docs_in,
             "docs_out": docs_out,

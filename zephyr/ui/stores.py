@@ -17,7 +17,7 @@ import numpy as np
 
 from zephyr.ui.source import Root
 
-__all__ = ["list_stores", "store_view", "store_document", "list_mixtures", "mixture_view"]
+__all__ = ["list_stores", "store_view", "store_document", "warm_tokenizer", "list_mixtures", "mixture_view"]
 
 
 def list_stores(root: Root) -> list[dict]:
@@ -108,6 +108,12 @@ def _decoder(source: str, content_hash: str | None) -> Any:
     if content_hash and loaded.info.content_hash != content_hash:
         return None
     return loaded
+
+
+def warm_tokenizer(root: Root, path: str) -> bool:
+    """Load the tokenizer store `path` names (cached), so its first token page does not wait; True if loaded."""
+    tok = _open(root, path).tokenizer
+    return _decoder(str(tok.get("source") or tok.get("name")), tok.get("content_hash")) is not None
 
 
 def store_document(root: Root, path: str, index: int, *, max_tokens: int = 2000) -> dict:
