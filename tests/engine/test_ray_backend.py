@@ -221,7 +221,7 @@ def test_actor_pool_stays_warm_across_runs_only_when_asked(ray_cluster, tmp_path
     import time
 
     def pid(x):
-        time.sleep(0.05)  # long enough that both actors take shards
+        time.sleep(0.2)  # long enough that both (placed) actors take shards
         return os.getpid()
 
     ds = Dataset.from_list(range(8), num_shards=8).map(pid)
@@ -232,9 +232,11 @@ def test_actor_pool_stays_warm_across_runs_only_when_asked(ray_cluster, tmp_path
             return set(ds.collect())
 
     first, second = pids("a", 2, 30), pids("b", 2, 30)
-    assert len(first) == 2 and second == first
+    # the first run may finish before its second actor is placed (a busy machine); the second run finds
+    # both placed: the same processes
+    assert len(second) == 2 and first <= second
     single = pids("c", 1, 1.0)
-    assert len(single) == 1 and not single & first  # a new pool; the old actors were closed
+    assert len(single) == 1 and not single & second  # a new pool; the old actors were closed
     time.sleep(2.0)  # past the idle time: the pool is gone, the next run starts new actors
     again = pids("d", 1, 0)
     assert len(again) == 1 and not again & single

@@ -70,14 +70,16 @@ def _zephyr_run(tmp_path: Path, script: str, *args: str, timeout: float = 120, e
     environ = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **(env or {})}
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "zephyr.cli", "run", str(path), "--scratch", str(tmp_path / "scratch"), *args],
+        [sys.executable, "-m", "zephyr.cli", "run", "--scratch", str(tmp_path / "scratch"), *args, str(path)],
         capture_output=True, text=True, timeout=timeout, env=environ, cwd=tmp_path,
     )
     return done, time.monotonic() - started
 
 
 def _error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.strip()]
+    """The error lines (`zephyr run` also prints its run summary, a table, before the error)."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return [line for line in stderr.splitlines() if line.startswith("zephyr run: error:")]
 
 
 @pytest.mark.parametrize("scheme", ["", "ray://"])
@@ -87,7 +89,7 @@ def test_unreachable_address_is_one_line_in_seconds(tmp_path, scheme):
     lines = _error_lines(done.stderr)
     assert done.returncode == 1, done.stderr[-3000:]
     assert len(lines) == 1, done.stderr[-3000:]
-    assert lines[0].startswith("zephyr run: no Ray cluster answers at") and address in lines[0]
+    assert lines[0].startswith("zephyr run: error: ClusterError: no Ray cluster answers at") and address in lines[0]
     assert "ray start --head" in lines[0]
     assert seconds < 30, f"took {seconds:.1f} s"  # python + imports on 2 busy cores; the probe itself is < 3 s
 
@@ -110,7 +112,7 @@ def test_dead_raylet_is_an_error_naming_what_died(tmp_path):
     assert "killed DashboardAgent" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     assert done.returncode == 1, done.stderr[-3000:]
     last = _error_lines(done.stderr)[-1]
-    assert last.startswith("zephyr run: lost the Ray cluster: the raylet of this driver's node"), done.stderr[-3000:]
+    assert last.startswith("zephyr run: error: ClusterError: lost the Ray cluster: the raylet of this driver's node"), done.stderr[-3000:]
     assert "ray::DashboardAgent (pid" in last and "run the same command again to resume" in last
     killed_at = float(done.stdout.split("killed DashboardAgent")[1].split(" at ")[1].split()[0])
     assert time.time() - killed_at < 90  # bounded: the raylet dies ~1 s after its agent, we notice in 0.5 s

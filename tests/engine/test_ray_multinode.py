@@ -196,7 +196,7 @@ def test_a_local_scratch_path_on_several_nodes_is_refused(cluster, tmp_path):
     from zephyr.engine.backends import ClusterError
 
     started = time.monotonic()
-    with pytest.raises(ClusterError, match="is a local path but the Ray cluster has 3 nodes") as raised:
+    with pytest.raises(ClusterError, match=r"is a local path but the Ray cluster has \d nodes") as raised:
         _run(Dataset.from_list([1, 2]), "ray", str(tmp_path / "scratch"), cluster)
     assert "gs://" in str(raised.value) and "\n" not in str(raised.value)
     assert time.monotonic() - started < 10
@@ -224,19 +224,16 @@ def test_a_node_without_the_package_is_one_clear_error(cluster, bucket, tmp_path
     saved = dict(cluster.env)
     cluster.env.update(PYTHONPATH=str(site))
     try:
-        cluster.add("node_c")
+        cluster.add("node_c", cpus=0)  # no CPUs: only a stage asking for node_c goes there, now and later
     finally:
         cluster.env.clear()
         cluster.env.update(saved)
-    try:
-        started = time.monotonic()
-        ds = Dataset.from_list(list(range(2)), num_shards=2).map(_cwd_slow, resources={"node_c": 1})
-        with pytest.raises(ClusterError, match="cannot import 'zephyr'") as raised:
-            _run(ds, "ray", f"gs://{bucket}/scratch", cluster)
-        assert "every node of the Ray cluster needs the same Zephyr" in str(raised.value)
-        assert time.monotonic() - started < 60
-    finally:
-        os.kill(cluster.raylet("node_c").pid, 9)
+    started = time.monotonic()
+    ds = Dataset.from_list(list(range(2)), num_shards=2).map(_cwd_slow, resources={"node_c": 1, "cpus": 0})
+    with pytest.raises(ClusterError, match="cannot import 'zephyr'") as raised:
+        _run(ds, "ray", f"gs://{bucket}/scratch", cluster)
+    assert "every node of the Ray cluster needs the same Zephyr" in str(raised.value)
+    assert time.monotonic() - started < 60
 
 
 # ------------------------------------------------------------------------------- run-wide budget
@@ -255,10 +252,10 @@ def test_workers_on_two_nodes_share_one_cross_region_budget(cluster, gcs_env, mo
     fits = _run(ds, "ray", scratch, cluster)
     assert {r["dir"] for r in fits.outputs} == {"work-node_a", "work-node_b"}
     assert 6 * FILE_BYTES * 0.95 < fits.counters["fs/cross_region_bytes"] <= 2_500_000
-    monkeypatch.setenv("ZEPHYR_CROSS_REGION_BUDGET", "1000000")  # ~0.9 MB per worker, 1.8 MB for the run
+    monkeypatch.setenv("ZEPHYR_CROSS_REGION_BUDGET", "1300000")  # ~0.9 MB per worker, 1.8 MB for the run
     with pytest.raises((CrossRegionBudgetExceeded, UserCodeError)) as raised:
         _run(ds, "ray", scratch, cluster, max_user_retries=0)
-    assert_run_refusal(raised.value, far, 1_000_000)
+    assert_run_refusal(raised.value, far, 1_300_000)
 
 
 # ------------------------------------------------------------------------------------- a node dies

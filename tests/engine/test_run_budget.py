@@ -1,8 +1,9 @@
 """One cross-region budget per run, not per worker process (issue #23 item 5), on the processes backend
 against the real GCS emulator: files in a EUROPE-WEST4 bucket read by workers in us-central1.
 
-Six files of ~300 KB under a 1 MB budget: each of two workers reads ~0.9 MB (under a per-process budget
-of 1 MB, so the old per-process budget let all 1.8 MB through); the run as a whole must stop at 1 MB.
+Six files of ~300 KB under a 1.3 MB budget: each of two workers reads ~0.9 MB (a worker would need 5 of
+the 6 files to pass a per-process budget of 1.3 MB, so the old per-process budget let all 1.8 MB
+through); the run as a whole must stop at 1.3 MB.
 The Ray side (a ledger actor, workers on two nodes) is in test_ray_multinode."""
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def assert_run_refusal(error: BaseException, bucket: str, budget: int) -> None:
     assert "machine is in 'us-central1'" in message
     assert "this run's cross-region transfer (all workers together)" in message
     total = int(re.search(r"the run has read .*?\(([\d,]+) bytes\) across regions so far", message).group(1).replace(",", ""))
-    assert budget - FILE_BYTES < total <= budget  # what the run (both workers) read before this file
+    # what the run (both workers) read before this read: near the budget, past it at most by bytes a
+    # streaming read had already received when it was charged (recorded, as they were paid for)
+    assert budget - FILE_BYTES < total <= budget + FILE_BYTES
     assert "ZEPHYR_CROSS_REGION_BUDGET=" in message and "environment of the driver" in message
 
 
@@ -52,11 +55,11 @@ def far(gcs_env, monkeypatch):
 
 def test_workers_share_one_budget_per_run(far, monkeypatch, scratch):
     bucket, urls = far
-    monkeypatch.setenv("ZEPHYR_CROSS_REGION_BUDGET", "1000000")
+    monkeypatch.setenv("ZEPHYR_CROSS_REGION_BUDGET", "1300000")
     with execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False, max_user_retries=0):
         with pytest.raises((CrossRegionBudgetExceeded, UserCodeError)) as raised:
             Dataset.from_files(urls).map(lambda r: len(r["text"])).collect()
-    assert_run_refusal(raised.value, bucket, 1_000_000)
+    assert_run_refusal(raised.value, bucket, 1_300_000)
 
 
 def test_a_budget_the_run_fits_in_passes_and_the_next_run_starts_from_zero(far, monkeypatch, scratch):

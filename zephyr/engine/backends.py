@@ -346,6 +346,8 @@ def make_backend(config: Any) -> Backend:
         if pool is not None:
             pool.close()
         pool = ProcessBackend(config.num_workers) if config.backend == "processes" else RayBackend(config)
+    if config.backend == "ray":
+        pool.keep_warm_s = float(config.ray_pool_idle_s)  # this run's setting, also for a reused pool
     pool.new_run()
     return pool
 

@@ -11,6 +11,7 @@ ZEPHYR_ALLOW_CROSS_REGION (or `set_cross_region_budget`): one setting for the ru
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -20,6 +21,7 @@ from zephyr.fs.transfer_budget import cross_region_budget
 __all__ = ["SharedLedger", "LedgerActor", "RayLedger", "run_limit"]
 
 _UNLIMITED = -1
+_log = logging.getLogger("zephyr.fs")
 
 
 def run_limit() -> int | None:
@@ -82,6 +84,7 @@ class RayLedger:
         self._pending = 0  # this process's bytes not yet reported
         self._reported_at = time.monotonic()
         self._lock = threading.Lock()
+        self._lost = False
         self._batch = 64 << 20 if limit is None else max(1, min(64 << 20, limit // 100))
 
     def estimate(self) -> int:
@@ -90,12 +93,18 @@ class RayLedger:
 
     def exact(self) -> int:
         self.flush()
+        if self._lost:
+            return self.estimate()
         import ray
 
-        total, _ = ray.get(self.handle.get.remote())
+        try:
+            total, _ = ray.get(self.handle.get.remote(), timeout=30)
+        except Exception as error:  # noqa: BLE001 - see _lose
+            self._lose(error)
+            return self.estimate()
         with self._lock:
-            self._known = total
-            return total + self._pending
+            self._known = max(self._known, total)
+            return self._known + self._pending
 
     def add(self, nbytes: int) -> None:
         with self._lock:
@@ -108,10 +117,28 @@ class RayLedger:
         """Report this process's pending bytes (at the end of every shard task, and when a batch fills)."""
         import ray
 
+        if self._lost:
+            return
         with self._lock:
             pending, self._pending = self._pending, 0
             self._reported_at = time.monotonic()
         if pending:
-            total, _ = ray.get(self.handle.add.remote(pending))
+            try:
+                total, _ = ray.get(self.handle.add.remote(pending), timeout=30)
+            except Exception as error:  # noqa: BLE001 - see _lose
+                with self._lock:
+                    self._pending += pending
+                self._lose(error)
+                return
             with self._lock:
                 self._known = max(self._known, total)
+
+    def _lose(self, error: BaseException) -> None:
+        """The ledger actor is gone (its node died): keep enforcing the run's limit on what this process
+        knows (the run's total at the last report plus its own bytes since), and say so once."""
+        if not self._lost:
+            self._lost = True
+            _log.warning(
+                "zephyr: the run's cross-region ledger is unreachable (%s: %s); this worker enforces the run's "
+                "budget on the last known total plus its own reads", type(error).__name__, str(error).splitlines()[0][:200],
+            )

@@ -13,6 +13,12 @@ worker comes back as `Outcome(lost=True, detail=...)` naming the pid and node, a
 replaced. A user exception is caught inside the worker and returned as a value, so it arrives as the
 same `UserCodeError` (record preview, original traceback) as on the process backend.
 
+A pool lives for one run (the cluster is shared: its CPUs go back the moment the run ends, unless
+`ray_pool_idle_s` keeps it for the driver's next run), has one resource shape at a time (a stage asking
+for GPUs or a custom resource gets actors of that shape), and hands shards only to actors Ray has placed
+(a busy cluster, or a dead node's replacement with nowhere to go, never holds a shard). `ClusterWatch`
+(ray_cluster.py) turns a dead local raylet into an error instead of an endless wait.
+
 Scratch (shuffle runs, the pickled stages, results) must be a URL every worker and the driver can reach:
 a local directory for a one-machine cluster, `gs://...` or `s3://...` (or a shared NFS mount) for a
 cluster of several machines.
@@ -278,13 +284,16 @@ class RayBackend:
 
     def new_run(self) -> None:
         """A run starts: one cross-region ledger for all its workers (an actor without CPUs, on the
-        driver's node when it has one), the limit fixed from the driver's settings."""
+        driver's node), the limit fixed from the driver's settings."""
         self.end_run()
         limit = run_limit()
         options: dict[str, Any] = {"num_cpus": 0}
-        node = ray.get_runtime_context().get_node_id()
+        node = None
+        with contextlib.suppress(Exception):  # Ray Client: no node of our own; Ray places it
+            node = ray.get_runtime_context().get_node_id()
         if node:
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+            # the driver's node: it lives as long as the run does (a worker node may die mid-run)
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         handle = ray.remote(LedgerActor).options(**options).remote(limit)
         self._ledger = (handle, limit)
         set_run_ledger(RayLedger(handle, limit))
