@@ -187,6 +187,7 @@ def main() -> None:
             cases = {
                 "first page": f"/documents?dataset={kind}",
                 "page at row 1,000": f"/documents?dataset={kind}&offset=1000",
+                "last file, by its link": f"/documents?dataset={kind}&file={kind}/part-00003.{suffix}&offset=100",
                 "page in the last file": f"/documents?dataset={kind}&offset={3 * per_file + 100}",
                 "filter_reason == fuzzy_duplicate": f"/documents?dataset={kind}&filter={q(FUZZY)}",
                 "filtered page 20": f"/documents?dataset={kind}&filter={q(FUZZY)}&offset=1000",

@@ -106,6 +106,12 @@ def test_filters_give_the_engines_documents(ui_server, ui_root: Path, kind: str,
             break
         offset += 50
     assert got == everything and page["total"] == len(everything)
+    # one file of the folder, paged on its own: its documents, in order
+    last = sorted(page["file_list"])[-1]
+    with execution(backend="local", summary=False, progress=False):
+        in_last = [d["id"] for d in Dataset.from_files([str(ui_root / last)]).collect()]
+    page = ui_server.json(f"/api/documents?dataset={q(folder)}&file={q(last)}&offset=2&limit=1000")
+    assert [r["id"] for r in page["rows"]] == in_last[2:] and {r["_file"] for r in page["rows"]} == {last}
     # a row opened from a filtered page is that document
     page = ui_server.json(f"/api/documents?dataset={q(folder)}&filter={q(text)}&offset=3&limit=1")
     row = page["rows"][0]

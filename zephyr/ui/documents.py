@@ -215,17 +215,30 @@ def matches_before(key: tuple) -> dict[int, int]:
 
 
 def page(
-    root: Root, dataset: str, *, expr: Expr | None = None, q: str | None = None, offset: int = 0, limit: int = 50
+    root: Root,
+    dataset: str,
+    *,
+    expr: Expr | None = None,
+    q: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+    file: str | None = None,
 ) -> dict:
     """One page of `dataset` (a folder under the root): rows, where each came from, and whether more follow.
 
     Each row is returned with `_file` (relative path) and `_row` (its index among the file's matching
     rows) so a document can be opened again. `total` is known for unfiltered parquet/vortex folders.
+    `file` pages through that one file of the folder (jsonl has no row counts: deep pages of a folder
+    must count the files before them once, a single file need not).
     """
     if offset < 0 or not 1 <= limit <= 1000:
         raise ValueError(f"offset must be >= 0 and limit in 1..1000, got offset={offset}, limit={limit}")
     info = root.dataset(dataset)
     files = info["files"]
+    if file:
+        if file not in files:
+            raise KeyError(f"{file!r} is not a data file of {dataset!r}; its files: {', '.join(files[:10])}")
+        files = [file]
     listing = root.files()
     where = _combined(expr, q)
     key = (root.url, dataset, repr(where), tuple((f, listing.get(f, {}).get("mtime")) for f in files))
@@ -269,7 +282,9 @@ def page(
         known_total = sum(counts[i] for i in range(len(files)))
     return {
         "dataset": dataset,
-        "files": len(files),
+        "file": file,
+        "file_list": info["files"][:200],
+        "files": len(info["files"]),
         "format": info["format"],
         "filter": None if expr is None else repr(expr),
         "q": q or None,

@@ -243,6 +243,7 @@ def documents_data(root: Root, request: Request) -> dict:
         q=_param(request, "q") or None,
         offset=_int(request, "offset", 0),
         limit=_int(request, "limit", 50, 1, 1000),
+        file=_param(request, "file") or None,
     )
     result["filter_text"] = _param(request, "filter")
     return result
@@ -283,13 +284,30 @@ def render_documents(root: Root, data: dict) -> str:
         ]
         return table(["folder", "files", "format", "bytes", ""], rows, id="datasets")
     dataset = data["dataset"]
+    hidden = f'<input type=hidden name=dataset value="{esc(dataset)}">'
+    if data.get("file"):
+        hidden += f'<input type=hidden name=file value="{esc(data["file"])}">'
     form = (
-        f'<form class=filters method=get action="/documents"><input type=hidden name=dataset value="{esc(dataset)}">'
+        f'<form class=filters method=get action="/documents">{hidden}'
         f'<label>filter <input name=filter id=filter size=60 value="{esc(data.get("filter_text"))}" '
         f'placeholder=\'filter_reason == "exact_duplicate" and lang in ["en"]\'></label> '
         f'<label>text contains <input name=q id=q value="{esc(data.get("q"))}"></label> '
         f"<button type=submit id=apply>apply</button></form>"
     )
+    files = " ".join(
+        link(
+            url("/documents", dataset=dataset, file=f, filter=data.get("filter_text"), q=data.get("q")),
+            f.rsplit("/", 1)[-1],
+            cls="file" + (" active" if f == data.get("file") else ""),
+        )
+        for f in data.get("file_list") or []
+    )
+    if data.get("file"):
+        files = (
+            link(url("/documents", dataset=dataset, filter=data.get("filter_text"), q=data.get("q")), "all files")
+            + " "
+            + files
+        )
     rows = data["rows"]
     keys: list[str] = [k for k in _PREFERRED_COLUMNS if any(k in r for r in rows)]
     for r in rows:
@@ -311,6 +329,7 @@ def render_documents(root: Root, data: dict) -> str:
                 url(
                     "/documents",
                     dataset=dataset,
+                    file=data.get("file"),
                     filter=data.get("filter_text"),
                     q=data.get("q"),
                     offset=max(0, off - lim),
@@ -325,6 +344,7 @@ def render_documents(root: Root, data: dict) -> str:
                 url(
                     "/documents",
                     dataset=dataset,
+                    file=data.get("file"),
                     filter=data.get("filter_text"),
                     q=data.get("q"),
                     offset=off + lim,
@@ -340,7 +360,8 @@ def render_documents(root: Root, data: dict) -> str:
     expr = f" · expression <code>{esc(data['filter'])}</code>" if data.get("filter") else ""
     return (
         f"<p>{link('/documents', 'all folders')} / <b>{esc(dataset)}</b> · {fmt(data['files'])} files "
-        f"({esc(data['format'])}){expr}</p>{form}<p class=pager><span id=shown>{shown}</span> {' '.join(nav)}</p>"
+        f"({esc(data['format'])}){expr}</p><p class=files>files: {files}</p>{form}"
+        f"<p class=pager><span id=shown>{shown}</span> {' '.join(nav)}</p>"
         + table(["document"] + keys + ["text"], body, id="docs")
     )
 
