@@ -170,7 +170,7 @@ def _spill(blocks: Iterator[pa.RecordBatch], target: int, url: str) -> RunFile:
         for block in itertools.chain([] if first is None else [first], blocks):
             sizes = row_bytes(block)
             edges = batch_edges(sizes)
-            for lo, hi in zip(edges[:-1], edges[1:]):
+            for lo, hi in zip(edges[:-1], edges[1:], strict=False):
                 writer.write_batch(block.slice(lo, hi - lo))
                 batches += 1
             count += block.num_rows
@@ -214,7 +214,7 @@ def _tallied(rows: pa.RecordBatch, starts: np.ndarray, heads: list[bytes], tally
         return
     sizes = np.add.reduceat(row_bytes(rows), starts).tolist()
     counts = np.diff(np.append(starts, rows.num_rows)).tolist()
-    for key, count, size in zip(heads, counts, sizes):
+    for key, count, size in zip(heads, counts, sizes, strict=False):
         tally.add(key, count, size)
 
 
@@ -232,7 +232,7 @@ def _pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> It
         values = column.to_pylist()
         bounds = starts.tolist()
         bounds.append(len(values))
-        for key, start, end in zip(heads, bounds, bounds[1:]):
+        for key, start, end in zip(heads, bounds, bounds[1:], strict=False):
             yield key, values[start:end], pickled
 
 
@@ -246,7 +246,7 @@ def _batch_pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None)
         column = rows.column(4)
         bounds = starts.tolist()
         bounds.append(len(column))
-        for key, start, end in zip(heads, bounds, bounds[1:]):
+        for key, start, end in zip(heads, bounds, bounds[1:], strict=False):
             yield key, _records_batch(column.slice(start, end - start))
 
 
@@ -276,7 +276,7 @@ def _chunks(blocks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             pending, rows, size = [], 0, 0
         if block_size > _CHUNK_BYTES:
             edges = batch_edges(row_bytes(block), _CHUNK_BYTES)
-            yield from (block.slice(lo, hi - lo) for lo, hi in zip(edges[:-1], edges[1:]))
+            yield from (block.slice(lo, hi - lo) for lo, hi in zip(edges[:-1], edges[1:], strict=False))
             continue
         pending.append(block)
         rows += block.num_rows
@@ -313,7 +313,7 @@ def iter_groups(blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = N
     tally = _Tally(giant_bytes)
     for _, pieces in itertools.groupby(_pieces(blocks, tally), key=operator.itemgetter(0)):
         key, values, pickled = next(pieces)
-        yield decode(key), _unpickled(values, pickled, pieces)
+        yield decode(key), _unpickled(values, pickled, pieces)  # noqa: B031 - the group streams to its reducer once
     tally.close()
 
 
@@ -332,7 +332,7 @@ def iter_group_batches(
     tally = _Tally(giant_bytes)
     for _, pieces in itertools.groupby(_batch_pieces(blocks, tally), key=operator.itemgetter(0)):
         key, batch = next(pieces)
-        yield decode(key), itertools.chain([batch], (batch for _, batch in pieces))
+        yield decode(key), itertools.chain([batch], (batch for _, batch in pieces))  # noqa: B031 - streamed once
     tally.close()
 
 

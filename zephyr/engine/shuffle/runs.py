@@ -116,11 +116,11 @@ def write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
     ends = np.concatenate([bounds, [len(targets)]]).astype(np.int64)
     with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=IPC_OPTIONS) as writer:
         batch_index = 0
-        for start, end in zip(starts.tolist(), ends.tolist()):
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=False):
             edges = batch_edges(sizes[start:end])
             first = batch_index
             starts_of[int(targets[start])] = tuple(khashes[start + np.array(edges[:-1], np.int64)].tolist())
-            for lo, hi in zip(edges[:-1], edges[1:]):
+            for lo, hi in zip(edges[:-1], edges[1:], strict=False):
                 batch = table.take(pa.array(order[start + lo : start + hi])).combine_chunks()
                 writer.write_batch(batch.to_batches()[0])
                 batch_index += 1

@@ -150,7 +150,7 @@ class ScatterWriter:
         spec = self.spec
         combiner = spec.combiner
         assert combiner is not None  # only a combining shuffle combines
-        rows = zip(*(table.column(n).to_pylist() for n in ("target", "khash", "key", "sort", "value")))
+        rows = zip(*(table.column(n).to_pylist() for n in ("target", "khash", "key", "sort", "value")), strict=False)
         for (target, khash, key), group in itertools.groupby(rows, key=lambda r: r[:3]):
             combined = []
             for record in as_records(combiner(decode(key), (pickle.loads(r[4]) for r in group))):
