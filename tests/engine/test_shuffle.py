@@ -177,9 +177,10 @@ def _merged_rows(runs, tmp_path, budget):
 def test_merge_order_is_key_then_sort_then_run_then_row(tmp_path, monkeypatch, budget):
     """Few keys and sort keys: ties in (key, sort key) within runs and across runs. Tiny batches so runs
     hold many and groups span batches; a 2 KB budget (fan-in 2) makes intermediate merges spill to disk."""
-    from zephyr.engine import shuffle
+    from zephyr.engine.shuffle import gather, runs
 
-    monkeypatch.setattr(shuffle, "_BATCH_BYTES", 256)
+    monkeypatch.setattr(runs, "BATCH_BYTES", 256)  # run batch size (batch_edges)
+    monkeypatch.setattr(gather, "BATCH_BYTES", 256)  # merge fan-in
     rng = random.Random(7)
     records = [(rng.randint(0, 6), rng.randint(0, 3), i) for i in range(4000)]
     runs = _runs_of(records, tmp_path, key=lambda r: r[0], sort_by=lambda r: r[1], flush_bytes=8 << 10)
@@ -192,10 +193,11 @@ def test_merge_order_is_key_then_sort_then_run_then_row(tmp_path, monkeypatch, b
 
 def test_merge_with_colliding_key_hashes_keeps_keys_apart(tmp_path, monkeypatch):
     """Distinct keys with one hash (forced): the merge and the group walk compare the keys themselves."""
-    from zephyr.engine import shuffle
+    from zephyr.engine.shuffle import gather, runs, scatter
 
-    monkeypatch.setattr(shuffle, "_key_hash", lambda key_bytes: len(key_bytes) % 2)
-    monkeypatch.setattr(shuffle, "_BATCH_BYTES", 512)
+    monkeypatch.setattr(scatter, "key_hash", lambda key_bytes: len(key_bytes) % 2)
+    monkeypatch.setattr(runs, "BATCH_BYTES", 512)  # run batch size (batch_edges)
+    monkeypatch.setattr(gather, "BATCH_BYTES", 512)  # merge fan-in
     rng = random.Random(3)
     records = [(rng.choice(["a", "b", "cc", "dd", "e" * 5]), rng.randint(0, 2), i) for i in range(3000)]
     runs = _runs_of(records, tmp_path, key=lambda r: r[0], sort_by=lambda r: r[1])
@@ -211,9 +213,10 @@ def test_merge_with_colliding_key_hashes_keeps_keys_apart(tmp_path, monkeypatch)
 def test_iter_groups_over_mixed_and_none_keys_matches_a_plain_sort(tmp_path, monkeypatch):
     """Keys of several types (None, bool, int, float, str, bytes, tuple) and None sort keys in one shuffle;
     a reducer may leave a group's values unread (the next group still starts right)."""
-    from zephyr.engine import shuffle
+    from zephyr.engine.shuffle import gather, runs, scatter
 
-    monkeypatch.setattr(shuffle, "_BATCH_BYTES", 1024)
+    monkeypatch.setattr(runs, "BATCH_BYTES", 1024)  # run batch size (batch_edges)
+    monkeypatch.setattr(gather, "BATCH_BYTES", 1024)  # merge fan-in
     rng = random.Random(11)
     pool = [None, True, 0, 1, -5, 2.5, "x", "", ("t", 1), ("t", None), b"\x00b"]
     records = [{"k": rng.choice(pool), "s": rng.choice([None, 1, 2]), "i": i} for i in range(3000)]
@@ -229,7 +232,7 @@ def test_iter_groups_over_mixed_and_none_keys_matches_a_plain_sort(tmp_path, mon
     by_key: dict[bytes, list[dict]] = {}
     for r in sorted(in_run_order, key=lambda r: encode(r["s"])):  # stable: ties keep run order
         by_key.setdefault(encode(r["k"]), []).append(r)
-    hash_order = sorted(by_key, key=lambda k: (shuffle._key_hash(k), k))
+    hash_order = sorted(by_key, key=lambda k: (scatter.key_hash(k), k))
     assert [encode(key) for key, _ in got] == hash_order and len(got) == len(pool)
     for n, (key, ids) in enumerate(got):
         want = [r["i"] for r in by_key[encode(key)]]
@@ -263,7 +266,7 @@ def test_combiner_that_emits_nothing_leaves_no_run(tmp_path):
 def test_group_walk_over_joined_and_cut_blocks_gives_the_same_groups(tmp_path, monkeypatch, chunk_rows, chunk_bytes):
     """The group walk joins small merged blocks and cuts large ones; groups then span chunks, and come out
     the same whichever way the rows were chunked."""
-    from zephyr.engine import shuffle
+    from zephyr.engine.shuffle import gather
 
     rng = random.Random(5)
     records = [(rng.randint(0, 40), rng.randint(0, 3), i, "v" * rng.randint(0, 80)) for i in range(3000)]
@@ -274,8 +277,8 @@ def test_group_walk_over_joined_and_cut_blocks_gives_the_same_groups(tmp_path, m
         return [(key, [r[2] for r in items]) for key, items in iter_groups(blocks)]
 
     want = groups()
-    monkeypatch.setattr(shuffle, "_CHUNK_ROWS", chunk_rows)
-    monkeypatch.setattr(shuffle, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(gather, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(gather, "_CHUNK_BYTES", chunk_bytes)
     assert groups() == want
     in_run_order = [r for shard in range(3) for r in records[shard::3]]
     for key, ids in want:
@@ -326,13 +329,13 @@ def test_target_bytes_sums_the_sidecars_per_target(tmp_path):
             writer.add(r)
         writer_runs.append(writer.close())
     sizes = target_bytes(writer_runs, 3)
-    from zephyr.engine.shuffle import _key_hash
+    from zephyr.engine.shuffle.runs import key_hash
 
     want = [0, 0, 0]
     for key, payload in records:
         import pickle
 
-        want[_key_hash(encode(key)) % 3] += len(encode(key)) + len(pickle.dumps((key, payload), protocol=5))
+        want[key_hash(encode(key)) % 3] += len(encode(key)) + len(pickle.dumps((key, payload), protocol=5))
     assert sizes == want and len(runs) > 0
 
 
@@ -358,6 +361,7 @@ def test_split_targets_give_the_same_groups_in_the_same_order(tmp_path, monkeypa
     import pyarrow.parquet as pq
 
     from zephyr.engine import shuffle
+    from zephyr.engine.shuffle import gather, pieces, runs
 
     rng = random.Random(9)
     records = [{"k": 0 if rng.random() < 0.3 else rng.randint(1, 400), "s": rng.randint(0, 5), "i": i} for i in range(6000)]
@@ -376,8 +380,9 @@ def test_split_targets_give_the_same_groups_in_the_same_order(tmp_path, monkeypa
     whole, whole_run = run("whole")
     from zephyr.engine import executor
 
-    monkeypatch.setattr(shuffle, "_SPLIT_MIN_BYTES", 1)
-    monkeypatch.setattr(shuffle, "_BATCH_BYTES", 2048)
+    monkeypatch.setattr(pieces, "_SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(runs, "BATCH_BYTES", 2048)  # run batch size (batch_edges)
+    monkeypatch.setattr(gather, "BATCH_BYTES", 2048)  # merge fan-in
     plan = shuffle.plan_pieces
     monkeypatch.setattr(executor, "plan_pieces", lambda sizes, workers: plan(sizes, 8))  # as if 8 workers
     split, split_run = run("split")

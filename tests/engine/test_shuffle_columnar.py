@@ -105,10 +105,10 @@ def test_batch_reducer_gets_the_group_as_arrow_batches(tmp_path, monkeypatch, so
     """group_by(..., batch=True): the reducer receives RecordBatches holding exactly the group's records
     in sort order, from columnar runs and from pickled dict runs alike; a group larger than a chunk of
     merged rows comes as several batches."""
-    from zephyr.engine import shuffle
+    from zephyr.engine.shuffle import gather
 
-    monkeypatch.setattr(shuffle, "_CHUNK_ROWS", 50)
-    monkeypatch.setattr(shuffle, "_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(gather, "_CHUNK_ROWS", 50)
+    monkeypatch.setattr(gather, "_CHUNK_BYTES", 4096)
     records = _records(3000, 3)
     pattern = _write_parts(tmp_path, records, 2)
     data = Dataset.from_files(pattern) if source == "parquet" else Dataset.from_list(records, num_shards=2)

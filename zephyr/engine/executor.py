@@ -28,15 +28,15 @@ from zephyr.engine.backends import Backend, Outcome, make_backend, release_backe
 from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.counters import merge
 from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
-from zephyr.errors import StorageError
-from zephyr.fs import atomic_write, join, url_to_fs
-from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.outputs import FileSink, PartitionedSink
+from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import RunFile, plan_pieces, target_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
+from zephyr.errors import StorageError
+from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.versioning import read_marker, write_marker
 
 __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]

@@ -21,11 +21,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from zephyr.engine.errors import BadInputError, UserCodeError
+from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.expr import Expr
-from zephyr.engine.errors import ZephyrError
-from zephyr.errors import StorageError, storage_error
 from zephyr.engine.ops import preview
+from zephyr.errors import StorageError, storage_error
 
 __all__ = ["Apply", "Keep", "Expand", "Limit", "Project", "BatchApply", "ShardApply", "Step", "Pipeline"]
 

@@ -35,8 +35,8 @@ from zephyr.engine.outputs import (
     Collect,
     FileSink,
     PartitionedSink,
-    ShardWriterSink,
     Scatter,
+    ShardWriterSink,
     StageOutput,
 )
 from zephyr.engine.pipeline import (
@@ -51,8 +51,8 @@ from zephyr.engine.pipeline import (
     Step,
 )
 from zephyr.engine.shuffle import ShuffleSpec, scatters_batches
-from zephyr.versioning import describe, digest
 from zephyr.fs import url_to_fs
+from zephyr.versioning import describe, digest
 
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
 

@@ -15,11 +15,11 @@ import cloudpickle
 
 from zephyr.engine import counters
 from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
-from zephyr.errors import StorageError, storage_error
-from zephyr.fs import open_url
 from zephyr.engine.outputs import read_results
 from zephyr.engine.plan import Stage
 from zephyr.engine.task import ShardResult, ShardTask
+from zephyr.errors import StorageError, storage_error
+from zephyr.fs import open_url
 
 __all__ = ["ShardTask", "ShardResult", "run_task", "load_stage", "read_results"]
 

@@ -1,0 +1,41 @@
+"""Streaming shuffle with bounded memory: scatter writes sorted run files, gather merges them.
+
+Scatter (map side) buffers rows `(target, key hash, key, sort key, value)`, with key and sort key in
+an order-preserving byte encoding (`sortkey.encode`) and the value pickled, and flushes the buffer when it
+reaches its byte budget: the rows are sorted by (target, key hash, key, sort key) in Arrow (stable, so ties
+keep input order), the optional combiner pre-aggregates each key, and the result is written as one Arrow
+IPC run file whose record batches each hold a single target. The per-target batch ranges and byte counts
+(the run's sidecar) travel back to the driver with the task result.
+
+Gather (reduce side) for target t opens the batches of t in every run, one batch per run in memory, and
+k-way merges them a block at a time in Arrow: each round emits every loaded row up to the smallest last row
+of the runs' current batches, sorted together by a stable sort, so ties keep run order and then each run's
+own order. Groups are found a chunk of merged rows at a time (one Arrow comparison of adjacent keys) and
+their values unpickled lazily. When more runs exist than fit in its memory budget, it first merges groups
+of runs into longer runs on disk (an external merge), so memory never depends on the input size.
+
+Modules: runs (files and sidecars), scatter (map side), pieces (skew planning), gather (reduce side).
+"""
+
+from __future__ import annotations
+
+from zephyr.engine.shuffle.gather import as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
+from zephyr.engine.shuffle.pieces import ReducePiece, plan_pieces, target_bytes
+from zephyr.engine.shuffle.runs import RunFile, ShuffleSpec
+from zephyr.engine.shuffle.scatter import ScatterWriter, column_keyed, scatters_batches
+
+__all__ = [
+    "ReducePiece",
+    "RunFile",
+    "ScatterWriter",
+    "ShuffleSpec",
+    "as_records",
+    "column_keyed",
+    "iter_group_batches",
+    "iter_groups",
+    "iter_values",
+    "merged_blocks",
+    "plan_pieces",
+    "scatters_batches",
+    "target_bytes",
+]

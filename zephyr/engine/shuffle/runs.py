@@ -1,0 +1,238 @@
+"""The shuffle's files: run files (sorted Arrow IPC, one target per batch), their sidecar, and reading
+a target's batches back.
+
+Part of the shuffle (see zephyr.engine.shuffle for how scatter and gather fit together)."""
+
+from __future__ import annotations
+
+import bisect
+import os
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from zephyr.engine.sortkey import binary_array
+from zephyr.fs import url_to_fs
+
+__all__ = [
+    "BATCH_BYTES",
+    "BATCH_TYPES",
+    "GATHER_POOL",
+    "IPC_OPTIONS",
+    "RUN_SCHEMA",
+    "RunFile",
+    "ShuffleSpec",
+    "batch_edges",
+    "binary_column",
+    "key_hash",
+    "row_bytes",
+    "segment_batches",
+    "value_type",
+    "write_run",
+]
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("target", pa.int32()),
+        ("khash", pa.uint64()),
+        ("key", pa.large_binary()),
+        ("sort", pa.large_binary()),
+        ("value", pa.large_binary()),
+    ]
+)
+BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+_IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)  # a run batch is small: threads cost more than they save
+# Arrow memory of the gather comes from the system allocator: mimalloc (Arrow's default) keeps freed pages
+# committed for a while, and the merge frees a block every round; in test_shuffle's memory test that
+# raised a gather's peak RSS by ~50 MB. The system allocator hands them back, at no measured speed cost.
+# What earlier tasks (a scatter) left in mimalloc's cache is released when a gather starts: the gather no
+# longer reuses those pages, and keeping them occasionally added 20-30 MB to its peak.
+GATHER_POOL = pa.system_memory_pool()
+BATCH_TYPES = (pa.RecordBatch, pa.Table)
+
+
+@dataclass(frozen=True)
+class ShuffleSpec:
+    """How a stage routes its output into a shuffle.
+
+    key None means round-robin (reshard): no sorting, gather concatenates in input order.
+    """
+
+    num_targets: int
+    key: Callable[[Any], Any] | None = None
+    sort_by: Callable[[Any], Any] | None = None
+    combiner: Callable[[Any, Iterable[Any]], Any] | None = None
+    tag: int | None = None  # join side: 0 left, 1 right; used as the sort key
+    ranges: tuple[bytes, ...] | None = None  # range partitioning on the encoded sort key (Dataset.sort)
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """One sorted run: `segments[target] = (first_batch, end_batch, rows, bytes)`."""
+
+    url: str
+    segments: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    # "" when the value column holds pickled records; else the Arrow struct type (as text) of a columnar
+    # run, whose value column holds the records' own fields (one run has one type)
+    value_type: str = ""
+    # per target, the key hash of the first row of each of its batches: a reducer given a key-hash range
+    # of the target (a split of a large target) reads only the batches that overlap it
+    khash_starts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        return sum(seg[3] for seg in self.segments.values())
+
+
+def key_hash(key_bytes: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(key_bytes)
+
+
+binary_column = binary_array
+
+
+def write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
+    """Write `table` in `order` (sorted by target) as batches that each hold one target and ~BATCH_BYTES.
+
+    Rows are taken batch by batch, so the sorted copy never exists whole in memory.
+    """
+    fs, path = url_to_fs(url)
+    fs.makedirs(os.path.dirname(path), exist_ok=True)
+    if order is None:
+        order = np.arange(table.num_rows)
+    segments: dict[int, tuple[int, int, int, int]] = {}
+    starts_of: dict[int, tuple[int, ...]] = {}
+    khashes = table.column("khash").to_numpy()[order]
+    targets = table.column("target").to_numpy()[order]
+    sizes = row_bytes(table)[order]
+    bounds = np.flatnonzero(np.diff(targets)) + 1
+    starts = np.concatenate([[0], bounds]).astype(np.int64)
+    ends = np.concatenate([bounds, [len(targets)]]).astype(np.int64)
+    with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=IPC_OPTIONS) as writer:
+        batch_index = 0
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=False):
+            edges = batch_edges(sizes[start:end])
+            first = batch_index
+            starts_of[int(targets[start])] = tuple(khashes[start + np.array(edges[:-1], np.int64)].tolist())
+            for lo, hi in zip(edges[:-1], edges[1:], strict=False):
+                batch = table.take(pa.array(order[start + lo : start + hi])).combine_chunks()
+                writer.write_batch(batch.to_batches()[0])
+                batch_index += 1
+            segments[int(targets[start])] = (first, batch_index, end - start, int(sizes[start:end].sum()))
+    return RunFile(url, segments, value_type(table.schema), starts_of)
+
+
+def value_type(schema: pa.Schema) -> str:
+    kind = schema.field("value").type
+    return "" if pa.types.is_large_binary(kind) else str(kind)
+
+
+def row_bytes(rows: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """Per row, the bytes a run's sidecar counts: key plus value (pickled, or the record's Arrow fields)."""
+    return _lengths(rows.column("key")) + _value_sizes(rows.column("value"))
+
+
+def _value_sizes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Per row, the bytes of a value column: a pickled value's length, or a columnar record's fixed-width
+    fields plus its strings' lengths (other nested fields: their share of the column's bytes)."""
+    kind = column.type
+    if pa.types.is_large_binary(kind):
+        return _lengths(column)
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = [_item_sizes(chunk) for chunk in chunks if len(chunk)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _item_sizes(array: pa.Array) -> np.ndarray:
+    kind = array.type
+    n = len(array)
+    if pa.types.is_struct(kind):
+        sizes = np.zeros(n, np.int64)
+        for child in array.flatten():
+            sizes += _item_sizes(child)
+        return sizes
+    if pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
+        return np.diff(np.frombuffer(array.buffers()[1], np.int64)[array.offset : array.offset + n + 1])
+    if pa.types.is_binary(kind) or pa.types.is_string(kind):
+        return np.diff(np.frombuffer(array.buffers()[1], np.int32)[array.offset : array.offset + n + 1]).astype(np.int64)
+    try:
+        return np.full(n, max(1, kind.bit_width // 8), np.int64)
+    except ValueError:  # not fixed width
+        return np.full(n, array.nbytes // max(1, n), np.int64)
+
+
+def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The byte length of each item of a large_binary column, read off its offsets (no compute call:
+    a merge asks this of many small blocks)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = [
+        np.diff(np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset : chunk.offset + len(chunk) + 1])
+        for chunk in chunks
+        if len(chunk)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def batch_edges(sizes: np.ndarray, limit: int | None = None) -> list[int]:
+    """Row offsets `[0, ..., len(sizes)]` that cut rows of these byte sizes into pieces of ~`limit` bytes
+    (BATCH_BYTES): a cut falls after the row where the running byte count crosses each multiple of it."""
+    limit = limit or BATCH_BYTES
+    cumulative = np.cumsum(sizes)
+    if len(sizes) == 0 or cumulative[-1] <= limit:
+        return [0, len(sizes)] if len(sizes) else [0]
+    cuts = np.searchsorted(cumulative, np.arange(limit, int(cumulative[-1]), limit), side="left") + 1
+    return sorted({0, *cuts.tolist(), len(sizes)})
+
+
+def segment_batches(
+    run: RunFile, target: int, pickled: bool = False, khash_range: tuple[int, int] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of `target` in `run` (sorted within the run), one in memory at a time; with
+    `pickled`, a columnar run's values are pickled (runs of different value types meet in one merge).
+    With `khash_range` (lo, hi): only the rows whose key hash is in [lo, hi), reading only the batches
+    that can hold some (the run's khash_starts)."""
+    segment = run.segments.get(target)
+    if segment is None:
+        return
+    first, end, _, _ = segment
+    if khash_range is not None:
+        lo, hi = khash_range
+        starts = run.khash_starts.get(target)
+        if starts is not None and len(starts) == end - first:
+            # batch i holds key hashes in [starts[i], starts[i + 1]] (a key may straddle a boundary)
+            begin = max(0, bisect.bisect_left(starts, lo) - 1)
+            stop = bisect.bisect_left(starts, hi)
+            first, end = first + begin, first + max(begin, stop)
+    fs, path = url_to_fs(run.url)
+    convert = pickled and run.value_type != ""
+    with fs.open(path, "rb") as handle:
+        reader = pa.ipc.open_file(handle, options=_IPC_READ, memory_pool=GATHER_POOL)
+        for i in range(first, end):
+            batch = reader.get_batch(i)
+            if khash_range is not None:
+                batch = _in_range(batch, khash_range)
+                if not batch.num_rows:
+                    continue
+            yield _pickle_values(batch) if convert else batch
+
+
+def _in_range(batch: pa.RecordBatch, khash_range: tuple[int, int]) -> pa.RecordBatch:
+    """The rows of a batch sorted by key hash whose key hash lies in [lo, hi)."""
+    khash = batch.column(1).to_numpy()
+    lo, hi = khash_range
+    begin = int(np.searchsorted(khash, np.uint64(lo), side="left"))
+    stop = len(khash) if hi >= 1 << 64 else int(np.searchsorted(khash, np.uint64(hi), side="left"))
+    return batch.slice(begin, max(0, stop - begin))
+
+
+def _pickle_values(batch: pa.RecordBatch) -> pa.RecordBatch:
+    values = binary_array([pickle.dumps(record, protocol=5) for record in batch.column(4).to_pylist()])
+    return pa.RecordBatch.from_arrays([*batch.columns[:4], values], schema=RUN_SCHEMA)

@@ -1,0 +1,229 @@
+"""Scatter (map side): route records or Arrow batches to targets, buffer, sort and write runs.
+
+Part of the shuffle (see zephyr.engine.shuffle for how scatter and gather fit together)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import pickle
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from zephyr.engine.expr import Column
+from zephyr.engine.shuffle.gather import as_records
+from zephyr.engine.shuffle.runs import RUN_SCHEMA, RunFile, ShuffleSpec, binary_column, key_hash, write_run
+from zephyr.engine.sortkey import binary_array, decode, encode, encode_array
+from zephyr.fs import join
+
+__all__ = [
+    "ScatterWriter",
+    "column_keyed",
+    "scatters_batches",
+]
+_ROW_OVERHEAD = 200  # Python object headers and list slots per buffered row, beyond the payload
+_COLUMNAR_ROW_OVERHEAD = 16  # a columnar row's share of the sort indices and the sorted copy's offsets
+
+
+class ScatterWriter:
+    """Routes records of one shard to `spec.num_targets` targets, writing sorted runs under `out_dir`."""
+
+    def __init__(self, spec: ShuffleSpec, out_dir: str, *, shard: int, flush_bytes: int) -> None:
+        self.spec = spec
+        self.out_dir = out_dir
+        self.shard = shard
+        self.flush_bytes = flush_bytes
+        self.runs: list[RunFile] = []
+        self.records = 0
+        self._reset()
+        self._tag = b"" if spec.tag is None else encode(spec.tag)
+
+    def add(self, record: Any) -> None:
+        spec = self.spec
+        value = pickle.dumps(record if spec.tag is None else (spec.tag, record), protocol=5)
+        if spec.key is None:
+            target, khash, key, sort = (self.shard + self.records) % spec.num_targets, 0, b"", b""
+        else:
+            key = encode(spec.key(record))
+            khash = key_hash(key)
+            sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
+            target = khash % spec.num_targets if spec.ranges is None else bisect.bisect_right(spec.ranges, sort)
+        self._append(target, khash, key, sort, value)
+        self.records += 1
+        if self._buffered >= self.flush_bytes:
+            self.flush()
+
+    def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Add an Arrow batch of records: the same rows `add` would write for `batch.to_pylist()`.
+
+        For a keyed shuffle without combiner or join tag (`scatters_batches`) the records stay Arrow: the
+        run's value column is the batch itself (a struct column), so nothing is pickled and the reducer's
+        dicts come from one Arrow conversion per chunk. With field keys (`column_keyed`) the keys and sort
+        keys are encoded and hashed column-wise too: no Python object per row on the map side at all.
+        """
+        if isinstance(batch, pa.Table):
+            for part in batch.to_batches():
+                self.add_batch(part)
+            return
+        if not scatters_batches(self.spec) or batch.num_columns == 0:
+            for record in batch.to_pylist():
+                self.add(record)
+            return
+        # slices of about 1/8 of the flush budget: a flush never overshoots it by much
+        rows = max(1024, int(batch.num_rows * (self.flush_bytes / 8) / max(1, batch.nbytes)))
+        for start in range(0, batch.num_rows, rows):
+            self._add_columnar(batch.slice(start, rows))
+
+    def _add_columnar(self, batch: pa.RecordBatch) -> None:
+        spec = self.spec
+        by_fields = isinstance(spec.key, Column) and (spec.sort_by is None or isinstance(spec.sort_by, Column))
+        records = None if by_fields else batch.to_pylist()
+        keys = _encoded(batch, spec.key, records)
+        sorts = _empty_binary(batch.num_rows) if spec.sort_by is None else _encoded(batch, spec.sort_by, records)
+        khashes = _hash_array(keys)
+        targets = (khashes % np.uint64(spec.num_targets)).astype(np.int32)
+        values = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
+        part = pa.RecordBatch.from_arrays([pa.array(targets), pa.array(khashes), keys, sorts, values], names=RUN_SCHEMA.names)
+        if self._columnar and part.schema != self._columnar[0].schema:
+            self.flush()  # a run holds one value type
+        self._columnar.append(part)
+        self._buffered += part.nbytes + _COLUMNAR_ROW_OVERHEAD * part.num_rows
+        self.records += part.num_rows
+        if self._buffered >= self.flush_bytes:
+            self.flush()
+
+    def _append(self, target: int, khash: int, key: bytes, sort: bytes, value: bytes) -> None:
+        self._targets.append(target)
+        self._khashes.append(khash)
+        self._keys.append(key)
+        self._sorts.append(sort)
+        self._values.append(value)
+        self._buffered += len(key) + len(sort) + len(value) + _ROW_OVERHEAD
+
+    def _reset(self) -> None:
+        self._targets: list[int] = []
+        self._khashes: list[int] = []
+        self._keys: list[bytes] = []
+        self._sorts: list[bytes] = []
+        self._values: list[bytes] = []
+        self._columnar: list[pa.RecordBatch] = []
+        self._buffered = 0
+
+    def flush(self) -> None:
+        if self._columnar:
+            self._flush_columnar()
+        if not self._targets:
+            return
+        table = pa.table(
+            [
+                pa.array(np.fromiter(self._targets, np.int32, len(self._targets))),
+                pa.array(np.fromiter(self._khashes, np.uint64, len(self._khashes))),
+                binary_column(self._keys),
+                binary_column(self._sorts),
+                binary_column(self._values),
+            ],
+            schema=RUN_SCHEMA,
+        )
+        self._reset()
+        # Arrow's sort is stable: equal keys keep their input order. A reshard sorts by target only.
+        names = ("target",) if self.spec.key is None else ("target", "khash", "key", "sort")
+        order = pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names]).to_numpy()
+        if self.spec.combiner is not None:
+            table, order = self._combine(table.take(order)), None
+        if table.num_rows:  # a combiner may emit nothing
+            self.runs.append(write_run(table, order, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
+
+    def _flush_columnar(self) -> None:
+        table = pa.Table.from_batches(self._columnar).combine_chunks()
+        self._reset()
+        order = pc.sort_indices(table, sort_keys=[(n, "ascending") for n in ("target", "khash", "key", "sort")])
+        self.runs.append(write_run(table, order.to_numpy(), join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
+
+    def close(self) -> list[RunFile]:
+        self.flush()
+        return self.runs
+
+    def _combine(self, table: pa.Table) -> pa.Table:
+        spec = self.spec
+        combiner = spec.combiner
+        assert combiner is not None  # only a combining shuffle combines
+        rows = zip(*(table.column(n).to_pylist() for n in ("target", "khash", "key", "sort", "value")), strict=False)
+        for (target, khash, key), group in itertools.groupby(rows, key=lambda r: r[:3]):
+            combined = []
+            for record in as_records(combiner(decode(key), (pickle.loads(r[4]) for r in group))):
+                sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
+                combined.append((sort, pickle.dumps(record, protocol=5)))
+            combined.sort(key=lambda r: r[0])
+            for sort, value in combined:
+                self._append(target, khash, key, sort, value)
+        out = pa.table(
+            [
+                pa.array(self._targets, pa.int32()),
+                pa.array(self._khashes, pa.uint64()),
+                binary_column(self._keys),
+                binary_column(self._sorts),
+                binary_column(self._values),
+            ],
+            schema=RUN_SCHEMA,
+        )
+        self._reset()
+        return out
+
+
+def scatters_batches(spec: ShuffleSpec) -> bool:
+    """A keyed shuffle without combiner or join tag: Arrow batches are scattered whole, records stay Arrow
+    (key functions still see each record as a dict, once, on the map side)."""
+    return spec.key is not None and spec.combiner is None and spec.tag is None
+
+
+def column_keyed(spec: ShuffleSpec) -> bool:
+    """A group_by on fields (`col(...)` key and sort key, no combiner): batches can be scattered whole."""
+    return (
+        isinstance(spec.key, Column)
+        and (spec.sort_by is None or isinstance(spec.sort_by, Column))
+        and spec.combiner is None
+        and spec.tag is None
+        and spec.ranges is None
+    )
+
+
+def _field(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return pa.nulls(batch.num_rows)  # missing field -> None, as col() says
+    column = batch.column(index)
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _encoded(batch: pa.RecordBatch, key: Any, records: list[Any] | None) -> pa.Array:
+    """The encoded keys of a batch's rows: column-wise for a field, else `key(record)` per record."""
+    if isinstance(key, Column):
+        return encode_array(_field(batch, key.name))
+    assert records is not None  # key functions get the batch's records
+    return _encode_values([key(record) for record in records])
+
+
+def _encode_values(values: list[Any]) -> pa.Array:
+    """`encode` of each value; all-int or all-str values (the usual keys) are encoded column-wise."""
+    kinds = set(map(type, values))
+    if len(kinds) == 1 and (kinds <= {int, str}):
+        try:
+            return encode_array(pa.array(values, pa.int64() if int in kinds else pa.large_string()))
+        except (pa.ArrowException, OverflowError, UnicodeError):
+            pass  # an int beyond 64 bits, a lone surrogate: the generic encoding below
+    return binary_array(list(map(encode, values)))
+
+
+def _empty_binary(n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(np.zeros(n + 1, np.int64)), pa.py_buffer(b"")])
+
+
+def _hash_array(keys: pa.Array) -> np.ndarray:
+    """`key_hash` of each encoded key, computed once per distinct key of the array."""
+    encoded = pc.dictionary_encode(keys)
+    distinct = encoded.dictionary.to_pylist()
+    hashes = np.fromiter(map(key_hash, distinct), np.uint64, len(distinct))
+    return hashes[encoded.indices.to_numpy(zero_copy_only=False)]
