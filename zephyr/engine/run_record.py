@@ -1,4 +1,4 @@
-"""The machine-readable record of a run ("zephyr.run/1", see RUN_RECORD.md): steps, jobs, stages, retries.
+"""The machine-readable record of a run ("zephyr.run/1", see docs/RUN_RECORD.md): steps, jobs, stages, retries.
 
 Every run writes `<record_dir>/_runs/<run_id>.json` so that later tools (`zephyr ui`, scripts, CI) read
 what happened instead of scraping the terminal. The executor and `StepRunner` feed the current
