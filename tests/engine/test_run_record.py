@@ -1,4 +1,4 @@
-"""Run records ("zephyr.run/1", /work/coord/RUN_RECORD.md) and what a run prints, through the real CLI."""
+"""Run records ("zephyr.run/1", docs/RUN_RECORD.md) and what a run prints, through the real CLI."""
 
 from __future__ import annotations
 

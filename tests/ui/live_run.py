@@ -1,7 +1,7 @@
 """A real process running real engine jobs shard by shard and writing a "zephyr.run/1" run record as it goes.
 
 Used by the live-view tests: `python live_run.py RECORD_DIR SHARDS PAUSE_SECONDS`. The record follows
-/work/coord/RUN_RECORD.md (atomic temp file + rename, rewritten after every shard); one shard fails once
+docs/RUN_RECORD.md (atomic temp file + rename, rewritten after every shard); one shard fails once
 with a real exception and the engine retries it, so the retries table has a real entry with this pid and host.
 """
 

@@ -2,7 +2,7 @@
 
 Two sources, both read as they are on disk:
 
-- Run records (`<root>/_runs/<run_id>.json`, format "zephyr.run/1", /work/coord/RUN_RECORD.md):
+- Run records (`<root>/_runs/<run_id>.json`, format "zephyr.run/1", docs/RUN_RECORD.md):
   every step with status/docs/removed/tokens/timing, and every engine job's stages (shards done,
   records/s, ETA, counters, retries with worker pid/host). Rewritten by the running process about
   once per second, so the live view is a re-read of the newest record.
