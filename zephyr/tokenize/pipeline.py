@@ -131,7 +131,8 @@ def write_store_shard(records: Iterable[Any], index: int, source: str, root: str
         for base in dict.fromkeys(b for b in (live, root) if b is not None):
             train = completed_shard(base, train_rel, config_hash)
             val = completed_shard(base, val_rel, config_hash) if split else None
-            if train is not None and train.source == source and (not split or (val is not None and val.source == source)):
+            val_ok = not split or (val is not None and val.source == source)
+            if train is not None and train.source == source and val_ok:
                 counters.increment("tokenize/shards_reused")
                 return [join(base, train_rel, "shard.json")] + ([join(base, val_rel, "shard.json")] if split else [])
     dtype = token_dtype(tokenizer.info.vocab_size)
@@ -242,7 +243,8 @@ class TokenStoreWriter:
 def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[str], *,
                      tokenizer: str | TokenizerSpec = "smollm2", text_field: str = "text", id_field: str = "id",
                      add_bos: bool = False, add_eos: bool = True, validation_fraction: float = 0.0,
-                     format: str | None = None, resume: bool = True, on_bad_record: str | None = None) -> TokenizeResult:
+                     format: str | None = None, resume: bool = True,
+                     on_bad_record: str | None = None) -> TokenizeResult:
     """Tokenize every file matching ``input_glob`` into the token store ``output``.
 
     Runs under the current :func:`zephyr.execution` settings (backend,
@@ -267,8 +269,8 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     """
     from zephyr import Dataset
     from zephyr.engine.context import current_config
-    from zephyr.fs import join
     from zephyr.engine.io.listing import data_files
+    from zephyr.fs import join
 
     spec = tokenizer if isinstance(tokenizer, TokenizerSpec) else TokenizerSpec(source=os.fspath(tokenizer))
     config = TokenizeConfig(tokenizer=spec, text_field=text_field, id_field=id_field, add_bos=add_bos,

@@ -369,7 +369,8 @@ def remove_temp_files(store_root: str | os.PathLike[str]) -> int:
     return removed
 
 
-SHARD_MARKER_KIND = "token-store-shard"  # shard.json: the one done-marker type (zephyr.versioning), fingerprint = config hash
+# shard.json: the one done-marker type (zephyr.versioning), fingerprint = the config hash
+SHARD_MARKER_KIND = "token-store-shard"
 
 
 def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_hash: str) -> ShardRecord | None:
