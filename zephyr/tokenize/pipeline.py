@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import xxhash
 
 from zephyr.engine.errors import BadInputError
-from zephyr.versioning import MarkerError, read_marker
+from zephyr.versioning import read_marker
 
 from .store import (
     SHARD_MARKER_KIND,
@@ -361,7 +361,7 @@ def _read_shard_records(urls: Sequence[str], files: Sequence[str], config_hash: 
         url_to_fs(url)[0].invalidate_cache()
         try:
             marker = read_marker(url, SHARD_MARKER_KIND, config_hash)
-        except (FileNotFoundError, MarkerError):
+        except FileNotFoundError:
             continue
         info = marker.payload if marker is not None else {}
         if info.get("source") not in files:

@@ -72,7 +72,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import xxhash
 
-from zephyr.versioning import MarkerError, read_marker, write_marker
+from zephyr.versioning import read_marker, write_marker
 
 __all__ = [
     "DOCUMENT_INDEX",
@@ -383,7 +383,7 @@ def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_has
     try:
         marker = read_marker(join(url, "shard.json"), SHARD_MARKER_KIND, config_hash)
         size = fs.size(f"{path}/tokens.bin") if marker is not None else None
-    except (FileNotFoundError, MarkerError):
+    except FileNotFoundError:
         return None
     if marker is None:
         return None
