@@ -81,16 +81,22 @@ def label_bench(docs: list[dict], max_example_tokens: int, model: str, full: boo
     base = dict(batch_size=8, max_example_tokens=max_example_tokens, model=model)
     rows, runs = {}, {}
 
-    def record(name: str, run) -> None:
+    def record(name: str, run, cpu_s: float | None = None) -> None:
         runs[name] = run
-        rows[name] = {"docs_s": run.docs_per_s, "failed": run.failed, "n": len(run.results)}
+        rows[name] = {"docs_s": run.docs_per_s, "failed": run.failed, "n": len(run.results),
+                      "docs_per_cpu_s": len(run.results) / cpu_s if cpu_s else None}
 
-    configs = {"llamacpp": LabelerConfig(backend="llamacpp", **base), "transformers": LabelerConfig(backend="transformers", **base)}
+    configs = {"llamacpp": LabelerConfig(backend="llamacpp", **base),
+               "transformers": LabelerConfig(backend="transformers", **base)}
     backends = {}
     for name, config in configs.items():
         backends[name] = make_backend(config)
         backends[name].label_probs(["warm-up"], prompt.labels)  # first call pays one-off allocation costs
-        record(f"{name}_logprobs", label_documents(docs, prompt, config, backend=backends[name]))
+        # CPU seconds beside wall seconds: on cores shared with other jobs, docs per CPU-second is what the
+        # backend costs, and about what one idle core delivers per second.
+        cpu = time.process_time()
+        run = label_documents(docs, prompt, config, backend=backends[name])
+        record(f"{name}_logprobs", run, time.process_time() - cpu)
     ours, peer = runs["llamacpp_logprobs"].results, runs["transformers_logprobs"].results
     both = [(x.score, y.score) for x, y in zip(ours, peer) if x.score is not None and y.score is not None]
     extra = {
@@ -176,11 +182,12 @@ def classifier_bench(docs: list[dict], scores: dict[str, float], n_fasttext: int
             engine_s = time.perf_counter() - t0
             assert n_scored == n, (n_scored, n)
             clf = load_classifier(clf_dir)
-            t0 = time.perf_counter()
+            t0, cpu = time.perf_counter(), time.process_time()
             for start in range(0, n, 256):
                 clf.predict([r["text"] for r in corpus[start : start + 256]])
-            loop_s = time.perf_counter() - t0
-            results[kind] = {"n": n, "engine_docs_s": n / engine_s, "loop_docs_s": n / loop_s}
+            loop_s, loop_cpu = time.perf_counter() - t0, time.process_time() - cpu
+            results[kind] = {"n": n, "engine_docs_s": n / engine_s, "loop_docs_s": n / loop_s,
+                             "loop_docs_per_cpu_s": n / loop_cpu if loop_cpu > 0 else None}
     return results
 
 
@@ -211,20 +218,23 @@ def main() -> int:
           f"{max_example_tokens} tokens, SmolLM2-135M-Instruct on CPU, threads {extra['threads']}; "
           f"load avg (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} -> "
           f"{'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} cores")
-    print(f"{'labeling backend':<28} {'docs/s':>8} {'failed':>7}")
+    print(f"{'labeling backend':<28} {'docs/s':>8} {'docs/CPU-s':>11} {'failed':>7}")
     tags = {"llamacpp_logprobs": "  (ours)", "transformers_logprobs": "  (peer: previous default)",
             "transformers_generate": "  (generate + parse)"}
     for name, row in label_rows.items():
-        print(f"{name:<28} {row['docs_s']:>8.2f} {row['failed']:>4}/{row['n']}{tags.get(name, '')}")
+        per_cpu = "-" if row["docs_per_cpu_s"] is None else f"{row['docs_per_cpu_s']:.2f}"
+        print(f"{name:<28} {row['docs_s']:>8.2f} {per_cpu:>11} {row['failed']:>4}/{row['n']}{tags.get(name, '')}")
     ratio = label_rows["llamacpp_logprobs"]["docs_s"] / max(1e-9, label_rows["transformers_logprobs"]["docs_s"])
     rho = extra["backends_spearman"]
     print(f"llamacpp vs transformers: {ratio:.2f}x the docs/s; score Spearman "
           f"{'-' if rho is None else f'{rho:.4f}'}, largest score difference {extra['backends_max_abs_diff']:.4f} (0-5 scale)")
     print(extra["quality"].summary())
     if clf:
-        print(f"\n{'classifier':<12} {'docs':>7} {'engine docs/s (ours)':>21} {'loop docs/s (peer)':>19}")
+        print(f"\n{'classifier':<12} {'docs':>7} {'engine docs/s (ours)':>21} {'loop docs/s (peer)':>19} "
+              f"{'loop docs/CPU-s':>16}")
         for kind, row in clf.items():
-            print(f"{kind:<12} {row['n']:>7} {row['engine_docs_s']:>21.0f} {row['loop_docs_s']:>19.0f}")
+            print(f"{kind:<12} {row['n']:>7} {row['engine_docs_s']:>21.0f} {row['loop_docs_s']:>19.0f} "
+                  f"{row['loop_docs_per_cpu_s'] or 0:>16.0f}")
     if recipe:
         print(f"\nrecipe classifier, held out (n={recipe['holdout_n']}): macro-F1 {recipe['macro_f1']:.3f} vs majority "
               f"class {recipe['majority_macro_f1']:.3f} (gain {recipe['gain']:+.3f}; accuracy {recipe['holdout_accuracy']:.3f} "
@@ -234,6 +244,7 @@ def main() -> int:
         "bench": "datashop",
         "quick": args.quick,
         "label_docs_s": {k: round(v["docs_s"], 3) for k, v in label_rows.items()},
+        "label_docs_per_cpu_s": {k: round(v["docs_per_cpu_s"], 3) for k, v in label_rows.items() if v["docs_per_cpu_s"]},
         "label_failed": {k: v["failed"] for k, v in label_rows.items()},
         "llamacpp_vs_transformers_ratio": round(ratio, 3),
         "backends_spearman": None if rho is None else round(rho, 5),
@@ -243,6 +254,7 @@ def main() -> int:
                                    "paraphrase_spearman", "paraphrase_label_agreement", "score_spread", "noisy")},
         "classifier_engine_docs_s": {k: round(v["engine_docs_s"], 1) for k, v in clf.items()},
         "classifier_loop_docs_s": {k: round(v["loop_docs_s"], 1) for k, v in clf.items()},
+        "classifier_loop_docs_per_cpu_s": {k: round(v["loop_docs_per_cpu_s"] or 0, 1) for k, v in clf.items()},
         "recipe": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in recipe.items() if k != "quality"},
         "threads": extra["threads"],
         "load_avg": [[round(x, 2) for x in load_before], [round(x, 2) for x in load_after]],

@@ -48,7 +48,7 @@ def test_scores_agree_with_transformers_on_real_pages(prompt, llama_backend, smo
     # order of floating-point operations differs. (Running the Q4_1 file as shipped differed by up to 0.10.)
     assert np.max(np.abs(a - b)) < 0.02, np.abs(a - b)
     assert spearman(a, b) >= 0.99
-    for x, y in zip(ours.results, peer.results):
+    for x, y in zip(ours.results, peer.results, strict=True):
         assert x.probs.keys() == y.probs.keys() and x.truncated == y.truncated
         assert abs(x.label_mass - y.label_mass) < 0.05
 

@@ -200,7 +200,7 @@ def measure_label_quality(
         gen = label_documents(sample, prompt, gen_config, backend=backend, text_field=text_field, id_field=id_field,
                               progress="datashop label quality: generate mode",
                               cache_path=cache_dir / "generate.jsonl" if cache_dir else None)
-        ok = [(b, r) for b, r in zip(base, gen.results) if r.score is not None]
+        ok = [(b, r) for b, r in zip(base, gen.results, strict=True) if r.score is not None]
         parsed = len(ok) / len(sample)
         if len(ok) >= 3:
             modes_rho = spearman([b for b, _ in ok], [r.score for _, r in ok])
@@ -210,9 +210,10 @@ def measure_label_quality(
         else:
             para_prompt = dataclasses.replace(prompt, template=prompt.paraphrase, paraphrase=None)
             para = label_documents(sample, para_prompt, dataclasses.replace(config, mode="logprobs"), backend=backend,
-                                   text_field=text_field, id_field=id_field, progress="datashop label quality: paraphrase",
+                                   text_field=text_field, id_field=id_field,
+                                   progress="datashop label quality: paraphrase",
                                    cache_path=cache_dir / "paraphrase.jsonl" if cache_dir else None)
-            pairs = [(b, r.score) for b, r in zip(base, para.results) if r.score is not None]
+            pairs = [(b, r.score) for b, r in zip(base, para.results, strict=True) if r.score is not None]
             if len(pairs) >= 3:
                 a, b = np.asarray([x for x, _ in pairs]), np.asarray([y for _, y in pairs])
                 para_rho = spearman(a, b)
