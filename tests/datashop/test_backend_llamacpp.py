@@ -76,3 +76,19 @@ def test_missing_gguf_names_what_it_needs() -> None:
 
     with pytest.raises(FileNotFoundError, match="needs a GGUF file"):
         gguf_path("/nonexistent/model-dir")
+
+
+def test_helper_processes_label_exactly_as_one_process(llama_backend, corpus_docs) -> None:
+    """Idle cores become single-threaded helper processes, each scoring a share of every batch: same scores."""
+    from zephyr.datashop.backend_llamacpp import LlamaCppBackend
+
+    two = LlamaCppBackend(CONFIG)
+    two.processes = 2  # what idle_cores() gives on an idle 2-core machine
+    docs = corpus_docs[::8][:6]
+    try:
+        split = label_documents(docs, FEW_SHOT, CONFIG, backend=two)
+    finally:
+        two.close()
+    one = label_documents(docs, FEW_SHOT, CONFIG, backend=llama_backend)
+    assert [r.score for r in split.results] == pytest.approx([r.score for r in one.results], abs=1e-6)
+    assert two._pool is None  # close() ended the helpers

@@ -17,9 +17,10 @@ Other GGUF files (`model: /path/x.gguf`) are used as they are.
 
 Speed: every prompt of a run shares its instructions and few-shot examples, so their keys and values
 are computed once and kept in the KV cache; each document then costs one `llama_decode` over its own
-tokens only (one batched matrix-matrix pass per document, `threads` cores, set once when the model
-loads). Prompts arrive sorted by length, and the prefix shared with the previous prompt is reused,
-whatever it is.
+tokens only (one batched matrix-matrix pass per document). Prompts arrive sorted by length, and the
+prefix shared with the previous prompt is reused, whatever it is. Cores: every idle core runs one
+single-threaded llama.cpp process (this one plus spawned helpers, each loading the model once) that
+scores a share of each batch; threads are set once, when a process loads the model.
 """
 
 from __future__ import annotations
@@ -158,8 +159,13 @@ class LlamaCppBackend:
     def __init__(self, config: LabelerConfig) -> None:
         # llama.cpp's threads meet at a spinning barrier after every operation: on cores other jobs also use, a
         # descheduled thread stalls the others (measured at load 14 on 2 cores: 2 threads 0.05 docs/s, 1 thread
-        # 0.36). So, like the transformers backend, it takes the cores the load average leaves idle.
-        self.threads = config.torch_threads or idle_cores()
+        # 0.36; at load 5: 0.24 vs 1.95). So by default it uses the cores the load average leaves idle as
+        # single-threaded processes, each labeling its share of every batch: no barrier spans two cores.
+        # `torch_threads` set: one process with that many threads.
+        self.threads = config.torch_threads or 1
+        self.processes = 1 if config.torch_threads else idle_cores()
+        self._config = config
+        self._pool: Any = None
         _llama_cpp()  # fail first, and with the install command, when llama-cpp-python is missing
         self.tokenizer = _tokenizer_for(config.model, config.tokenizer)
         self.codec = HFCodec(self.tokenizer)
@@ -176,8 +182,22 @@ class LlamaCppBackend:
         self._cached: list[int] = []
 
     def close(self) -> None:
-        # The model stays in the per-process cache (load_llama) for the next stage or run.
-        pass
+        # The model stays in the per-process cache (load_llama) for the next stage or run; helpers end.
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _helpers(self) -> Any:
+        """Single-threaded helper processes (one per extra idle core), started on first use."""
+        if self._pool is None:
+            import dataclasses
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            config = dataclasses.replace(self._config, torch_threads=1)
+            self._pool = ProcessPoolExecutor(self.processes - 1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_start_helper, initargs=(config,))
+        return self._pool
 
     def _encode(self, prompt: str) -> list[int]:
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -215,6 +235,19 @@ class LlamaCppBackend:
         return out
 
     def label_probs(self, prompts: Sequence[str], labels: Sequence[str]) -> list[dict[str, float]]:
+        if self.processes > 1 and len(prompts) > 1:
+            # Contiguous shares: prompts arrive sorted by length, so each process gets similar work and keeps
+            # reusing its own cached prefix. This process labels the first share while the helpers run.
+            shares = [list(x) for x in np.array_split(np.arange(len(prompts)), self.processes) if len(x)]
+            futures = [self._helpers().submit(_helper_label_probs, [prompts[i] for i in share], tuple(labels))
+                       for share in shares[1:]]
+            out = self._label_probs([prompts[i] for i in shares[0]], labels)
+            for future in futures:
+                out.extend(future.result())
+            return out
+        return self._label_probs(prompts, labels)
+
+    def _label_probs(self, prompts: Sequence[str], labels: Sequence[str]) -> list[dict[str, float]]:
         from zephyr.datashop.backend_transformers import label_token_ids
 
         key = tuple(labels)
@@ -240,3 +273,14 @@ class LlamaCppBackend:
                 new.append(nxt)
             texts.append(self.tokenizer.decode(new, skip_special_tokens=True))
         return texts
+
+
+_HELPER: list[LlamaCppBackend] = []
+
+
+def _start_helper(config: LabelerConfig) -> None:
+    _HELPER.append(LlamaCppBackend(config))
+
+
+def _helper_label_probs(prompts: list[str], labels: tuple[str, ...]) -> list[dict[str, float]]:
+    return _HELPER[0].label_probs(prompts, labels)
