@@ -49,7 +49,9 @@ def test_every_multilingual_page_extracts(shared_data):
     pages = sorted((shared_data / "web-pages").glob("*.html.gz"))
     assert len(pages) > 100
     lengths = {p.name: len(html_to_text(gzip.open(p).read())) for p in pages}
-    assert sum(n >= 200 for n in lengths.values()) >= 0.9 * len(pages), sorted(lengths.items(), key=lambda kv: kv[1])[:15]
+    assert sum(n >= 200 for n in lengths.values()) >= 0.9 * len(pages), sorted(lengths.items(), key=lambda kv: kv[1])[
+        :15
+    ]
 
 
 MARKUP = """<html><head><title>Guide</title></head><body>

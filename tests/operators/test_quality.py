@@ -23,8 +23,20 @@ from zephyr.operators.quality import (
 @pytest.fixture(scope="module")
 def english_articles(shared_data):
     truth = json.loads((shared_data / "aeb-dev" / "ground-truth.json").read_text())
-    english_sites = ("nytimes.com", "latimes.com", "cnn.com", "reuters.com", "smithsonianmag.com", "quantamagazine.org",
-                     "livescience.com", "cnbc.com", "politifact.com", "spokesman.com", "aljazeera.com", "thesun.co.uk")
+    english_sites = (
+        "nytimes.com",
+        "latimes.com",
+        "cnn.com",
+        "reuters.com",
+        "smithsonianmag.com",
+        "quantamagazine.org",
+        "livescience.com",
+        "cnbc.com",
+        "politifact.com",
+        "spokesman.com",
+        "aljazeera.com",
+        "thesun.co.uk",
+    )
     return [v["articleBody"] for v in truth.values() if any(s in v["url"] for s in english_sites)]
 
 
@@ -100,10 +112,10 @@ def test_each_rule_reports_its_stable_reason(english_articles):
     assert _reason(article + "\nThe config is {a: 1} in this file.", C4Quality()) == "c4_curly_bracket"
     assert _reason(" ".join(words[:300]), C4Quality()) == "c4_too_few_sentences"  # one line, no end punct
     assert _reason("\n".join(w for w in words[:300]), FineWebQuality()) == "fineweb_line_punct_ratio"
-    short_lines = "\n".join(" ".join(words[i:i + 3]) + "." for i in range(0, 600, 3))
+    short_lines = "\n".join(" ".join(words[i : i + 3]) + "." for i in range(0, 600, 3))
     assert _reason(short_lines, FineWebQuality()) == "fineweb_short_line_ratio"
     assert _reason(article + "\n" + lines[0], FineWebQuality()) == "fineweb_char_dup_ratio"
-    listy = "\n".join(" ".join(words[i:i + 2]) + "." for i in range(0, 600, 2))
+    listy = "\n".join(" ".join(words[i : i + 2]) + "." for i in range(0, 600, 2))
     lenient = FineWebQuality(max_short_lines_ratio=1.0, max_dup_line_char_frac=1.0)
     assert _reason(listy, lenient) == "fineweb_list_ratio"
 

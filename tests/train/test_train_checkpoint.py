@@ -11,7 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zephyr.train.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from zephyr.train.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from zephyr.train.trainer import read_metrics, train
 
 
@@ -40,7 +46,9 @@ def test_train_checkpoint_keep_latest_and_incomplete(tmp_path):
     with pytest.raises(CheckpointError, match="incomplete"):
         load_checkpoint(tmp_path / "step_00000009", _state(0.0))
     wrong = {**_state(0.0), "w": jnp.zeros((4, 4), jnp.float32)}
-    with pytest.raises(CheckpointError, match=r"float32\[3, 4\] in the checkpoint but the state expects float32\[4, 4\]"):
+    with pytest.raises(
+        CheckpointError, match=r"float32\[3, 4\] in the checkpoint but the state expects float32\[4, 4\]"
+    ):
         load_checkpoint(latest_checkpoint(tmp_path), wrong)
     save_checkpoint(tmp_path, 5, _state(5), keep=2)  # stale temporaries are cleaned up by the next save
     assert not (tmp_path / ".step_00000010.tmp-123").exists()

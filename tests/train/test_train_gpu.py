@@ -60,7 +60,9 @@ def test_gpu_flash_attention_with_documents_matches_xla(impl, dtype, tolerance, 
     probe = jnp.asarray(rng.normal(size=(b, s, n, h)), jnp.float32)
 
     def run(impl, dtype):
-        out, vjp = jax.vjp(lambda q, kk, v: causal_attention(q, kk, v, seg, impl), *(x.astype(dtype) for x in (q, kk, v)))
+        out, vjp = jax.vjp(
+            lambda q, kk, v: causal_attention(q, kk, v, seg, impl), *(x.astype(dtype) for x in (q, kk, v))
+        )
         return [np.asarray(x, np.float32) for x in (out, *vjp(probe.astype(dtype)))]
 
     with jax.default_matmul_precision("highest"):

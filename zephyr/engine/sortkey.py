@@ -68,7 +68,9 @@ def encode_array(values: pa.Array) -> pa.Array:
     kind = values.type
     n = len(values)
     if values.null_count == 0 and (pa.types.is_signed_integer(kind) or kind in (pa.uint8(), pa.uint16(), pa.uint32())):
-        shifted = (values.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64) ^ np.uint64(_INT_OFFSET)).astype(">u8")
+        shifted = (
+            values.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64) ^ np.uint64(_INT_OFFSET)
+        ).astype(">u8")
         rows = np.empty((n, 9), np.uint8)
         rows[:, 0] = _INT
         rows[:, 1:] = shifted.view(np.uint8).reshape(n, 8)

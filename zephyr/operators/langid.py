@@ -62,7 +62,9 @@ def _load(backend: str, model_path: str | None):
         try:
             import fasttext
         except ImportError as exc:
-            raise ImportError("LanguageId(backend='fasttext') needs fasttext: pip install 'fasttext-numpy2-wheel>=0.9.2'") from exc
+            raise ImportError(
+                "LanguageId(backend='fasttext') needs fasttext: pip install 'fasttext-numpy2-wheel>=0.9.2'"
+            ) from exc
         fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence its load-time deprecation notice
         return fasttext.load_model(str(path))
     raise ValueError(f"LanguageId.backend must be 'py3langid' or 'fasttext', got {backend!r}")
@@ -97,7 +99,9 @@ class LanguageId:
         if self.max_chars <= 0:
             raise ValueError(f"LanguageId.max_chars must be positive, got {self.max_chars}")
         if isinstance(self.languages, str):
-            raise TypeError(f"LanguageId.languages must be a tuple of codes, e.g. ('en',), got the string {self.languages!r}")
+            raise TypeError(
+                f"LanguageId.languages must be a tuple of codes, e.g. ('en',), got the string {self.languages!r}"
+            )
 
     def predict(self, texts: Sequence[str]) -> list[tuple[str, float]]:
         """(language, score) for each text; empty text -> ("und", 0.0)."""
@@ -135,7 +139,7 @@ class LanguageId:
         return out
 
     def __call__(self, doc: dict) -> dict:
-        (lang, score), = self.predict([doc.get(self.text_field) or ""])
+        ((lang, score),) = self.predict([doc.get(self.text_field) or ""])
         return self._decide(doc, lang, score)
 
     def batch(self, docs: Sequence[dict]) -> list[dict]:

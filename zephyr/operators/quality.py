@@ -223,16 +223,25 @@ class GopherRepetition:
     dup_para_char_frac: float = 0.20
     top_ngram_char_frac: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
     dup_ngram_char_frac: tuple[tuple[int, float], ...] = (
-        (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10),
+        (5, 0.15),
+        (6, 0.14),
+        (7, 0.13),
+        (8, 0.12),
+        (9, 0.11),
+        (10, 0.10),
     )
 
     def __post_init__(self) -> None:
         for n, _ in self.top_ngram_char_frac:
             if n not in (2, 3, 4):
-                raise ValueError(f"GopherRepetition.top_ngram_char_frac supports n in 2..4 (signals computed), got n={n}")
+                raise ValueError(
+                    f"GopherRepetition.top_ngram_char_frac supports n in 2..4 (signals computed), got n={n}"
+                )
         for n, _ in self.dup_ngram_char_frac:
             if not 5 <= n <= 10:
-                raise ValueError(f"GopherRepetition.dup_ngram_char_frac supports n in 5..10 (signals computed), got n={n}")
+                raise ValueError(
+                    f"GopherRepetition.dup_ngram_char_frac supports n in 5..10 (signals computed), got n={n}"
+                )
 
     def check(self, s: dict[str, float | int]) -> str | None:
         if s["dup_line_frac"] > self.dup_line_frac:

@@ -26,8 +26,29 @@ _text = normalized_text
 
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 _BLOCKS = frozenset(
-    {"p", "div", "section", "article", "main", "header", "footer", "address", "center", "details",
-     "summary", "dl", "dt", "dd", "figure", "figcaption", "caption", "form", "fieldset", "tr", "hgroup"}
+    {
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "header",
+        "footer",
+        "address",
+        "center",
+        "details",
+        "summary",
+        "dl",
+        "dt",
+        "dd",
+        "figure",
+        "figcaption",
+        "caption",
+        "form",
+        "fieldset",
+        "tr",
+        "hgroup",
+    }
 )
 _SKIP = frozenset({"-comment", "img", "picture", "source", "head", "title", "style", "script", "noscript"})
 
