@@ -278,7 +278,9 @@ def build_sample_warc(path: str, *, config: SampleConfig) -> dict[str, Any]:
         originals.append((url, body))
 
     # Planted duplicates: copies of English articles that pass the default filters, so dedup sees them.
-    candidates = [(u, b) for (rel, _), (u, b) in zip(config.pages, originals) if rel.startswith("aeb-dev/")]
+    candidates = [
+        (u, b) for (rel, _), (u, b) in zip(config.pages, originals, strict=False) if rel.startswith("aeb-dev/")
+    ]
     rng.shuffle(candidates)
     wanted = config.exact_duplicates + config.near_duplicates
     chosen: list[tuple[str, bytes]] = []

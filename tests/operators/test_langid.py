@@ -47,7 +47,7 @@ BACKENDS = [
 def test_real_pages_in_several_languages(texts, backend):
     lid = LanguageId(backend=backend)
     results = lid.predict([texts[name] for name in texts])
-    for name, (lang, score) in zip(texts, results):
+    for name, (lang, score) in zip(texts, results, strict=False):
         assert lang == PAGES[name], (name, lang, score)
         assert 0.5 < score <= 1.0
     # batch and one-by-one agree
@@ -61,8 +61,8 @@ def test_short_real_snippets(texts, backend):
     for name in ("heise.de.lithium", "theguardian.com.academics", "franceculture.fr.idees"):
         snippets += [(PAGES[name], line[:100]) for line in texts[name].split("\n") if len(line) >= 60][:10]
     predicted = lid.predict([s for _, s in snippets])
-    accuracy = sum(p == lang for (lang, _), (p, _) in zip(snippets, predicted)) / len(snippets)
-    assert accuracy >= 0.85, list(zip(snippets, predicted))
+    accuracy = sum(p == lang for (lang, _), (p, _) in zip(snippets, predicted, strict=False)) / len(snippets)
+    assert accuracy >= 0.85, list(zip(snippets, predicted, strict=False))
 
 
 def test_document_fields_filters_and_counters(texts):

@@ -40,7 +40,7 @@ def test_train_checkpoint_keep_latest_and_incomplete(tmp_path):
     assert latest_checkpoint(tmp_path) == tmp_path / "step_00000004"
     restored, meta = load_checkpoint(latest_checkpoint(tmp_path), _state(0.0))
     assert meta["step"] == 4
-    for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(_state(4))):
+    for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(_state(4)), strict=False):
         assert got.dtype == want.dtype  # bfloat16 survives
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     with pytest.raises(CheckpointError, match="incomplete"):
@@ -66,7 +66,7 @@ def test_train_resume_is_bit_exact(tiny_run, tmp_path):
     shutil.rmtree(run_dir / "checkpoints" / f"step_{n:08d}")
     resumed = train(dataclasses.replace(config, output_dir=str(run_dir)))
     assert resumed.steps == n
-    for a, b in zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state)):
+    for a, b in zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state), strict=False):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert resumed.final_loss == straight.final_loss
     assert resumed.eval == straight.eval

@@ -39,7 +39,7 @@ def test_gpu_pallas_loss_matches_reference(dtype, tolerance):
         want, want_grads = objective(reference_linear_cross_entropy)(hidden, weight)
         got, got_grads = objective(pallas_linear_cross_entropy)(hidden, weight)
     np.testing.assert_allclose(float(got), float(want), rtol=tolerance)
-    for g, w in zip(got_grads, want_grads):
+    for g, w in zip(got_grads, want_grads, strict=False):
         g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
         assert np.abs(g - w).max() <= tolerance * np.abs(w).max()
 
@@ -67,5 +67,5 @@ def test_gpu_flash_attention_with_documents_matches_xla(impl, dtype, tolerance, 
 
     with jax.default_matmul_precision("highest"):
         want, got = run("xla", jnp.float32), run(impl, dtype)
-    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want, strict=False):
         assert np.abs(g - w).max() <= tolerance * np.abs(w).max(), (impl, name, np.abs(g - w).max(), np.abs(w).max())

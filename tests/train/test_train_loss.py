@@ -60,7 +60,7 @@ def test_train_fused_per_token_outputs_and_arbitrary_cotangents():
         lambda: outputs_and_vjp(lambda h, w, y: fused_linear_cross_entropy(h, w, y, vocab_block=64, token_block=16))
     )()
     ref = jax.jit(lambda: outputs_and_vjp(reference_linear_cross_entropy))()
-    for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(ref)):  # ce, lse, d hidden, d weight
+    for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(ref), strict=False):  # ce, lse, d hidden, d weight
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
@@ -106,7 +106,7 @@ def test_train_pallas_interpret_matches_reference():
         )
         got, grads = jax.jit(jax.value_and_grad(loss(fn), argnums=(0, 1)))(hidden, weight)
         np.testing.assert_allclose(got, ref, atol=1e-5)
-        for g, r in zip(grads, ref_grads):
+        for g, r in zip(grads, ref_grads, strict=False):
             np.testing.assert_allclose(g, r, atol=1e-5)
 
 

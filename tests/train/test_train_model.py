@@ -54,7 +54,7 @@ def test_train_variant_lowers_training_step(name):
     step = make_train_step(cfg, optimizer, eos_id=0)
     new_state, metrics = jax.eval_shape(step, state, tokens)
     assert jax.tree.structure(new_state) == jax.tree.structure(state)
-    for before, after in zip(jax.tree.leaves(state), jax.tree.leaves(new_state)):
+    for before, after in zip(jax.tree.leaves(state), jax.tree.leaves(new_state), strict=False):
         assert (before.shape, before.dtype) == (after.shape, after.dtype)
     assert metrics["loss"].shape == () and metrics["loss"].dtype == jnp.float32
     lowered = jax.jit(step).lower(state, tokens)
@@ -102,7 +102,7 @@ def test_train_pallas_flash_attention_matches_xla_with_documents():
 
     (want, want_grads), (got, got_grads) = loss("xla"), loss("pallas")
     np.testing.assert_allclose(got, want, rtol=1e-5)
-    for g, w in zip(got_grads, want_grads):
+    for g, w in zip(got_grads, want_grads, strict=False):
         np.testing.assert_allclose(g, w, atol=1e-4 * float(jnp.abs(w).max()))
 
 
@@ -141,7 +141,7 @@ def test_train_model_highest_precision_is_the_same_model(numpy_init):
     cfg = dataclasses.replace(BASE, remat="none", tie_embeddings=False)
     fast, exact = numpy_init(cfg), numpy_init(dataclasses.replace(cfg, matmul_precision="highest"))
     assert exact.blocks.mlp.precision == "highest" and exact.blocks.attn.cfg.matmul_precision == "highest"
-    for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(exact)):
+    for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(exact), strict=False):
         np.testing.assert_array_equal(a, b)
     logits = jax.jit(lambda m, t: m.logits(t))
     np.testing.assert_allclose(

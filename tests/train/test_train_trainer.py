@@ -100,7 +100,7 @@ def test_train_data_parallel_on_four_fake_cpu_devices(tiny_config, tmp_path):
     assert (one["per_device_rows"], four["per_device_rows"]) == ([8], [2])
     assert four["state_devices"] == 4 and four["all_reduce"] and not one["all_reduce"]
     assert one["losses"][-1] < one["losses"][0]
-    for a, b in zip(one["losses"], four["losses"]):
+    for a, b in zip(one["losses"], four["losses"], strict=False):
         assert abs(a - b) < 1e-5 * abs(a), (one["losses"], four["losses"])  # same math, another summation order
     import numpy as np
 

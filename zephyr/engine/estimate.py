@@ -86,7 +86,7 @@ def estimate_plan(
     scale = 1 / fraction if fraction else 0.0
     workers = config.num_workers
     estimates = []
-    for stage, stats in zip(physical.stages, run.stages):
+    for stage, stats in zip(physical.stages, run.stages, strict=False):
         ran_on = max(1, min(stages[stage.index].num_shards, workers))
         estimates.append(
             StageEstimate(

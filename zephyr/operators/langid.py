@@ -113,7 +113,7 @@ class LanguageId:
             return out
         if self.backend == "fasttext":
             labels, probs = model.predict([clipped[i].replace("\n", " ") for i in todo], k=1)
-            for i, label, prob in zip(todo, labels, probs):
+            for i, label, prob in zip(todo, labels, probs, strict=False):
                 out[i] = (label[0].removeprefix("__label__"), min(1.0, float(prob[0])))
         else:
             for i in todo:
@@ -145,7 +145,7 @@ class LanguageId:
     def batch(self, docs: Sequence[dict]) -> list[dict]:
         """Classify many documents in one model call (fastText predicts a list natively)."""
         results = self.predict([d.get(self.text_field) or "" for d in docs])
-        return [self._decide(d, lang, score) for d, (lang, score) in zip(docs, results)]
+        return [self._decide(d, lang, score) for d, (lang, score) in zip(docs, results, strict=False)]
 
     def map_batch(self, batch):
         """`Dataset.map_batches` step: a pyarrow RecordBatch in, the same batch plus `lang`,
@@ -158,7 +158,7 @@ class LanguageId:
         names = batch.schema.names
         previous = batch.column("filter_reason").to_pylist() if "filter_reason" in names else [None] * len(langs)
         reasons = []
-        for lang, score, before in zip(langs, scores, previous):
+        for lang, score, before in zip(langs, scores, previous, strict=False):
             counters.increment(f"langid/{lang}")
             reason = before
             if not before:

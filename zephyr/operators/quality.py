@@ -84,7 +84,7 @@ def _top_ngram_char_fraction(ids: list[int], lengths: list[int], n: int, total_c
     """Characters covered by the most frequent n-gram (count x its length) over all word characters."""
     if len(ids) < n or total_chars == 0:
         return 0.0
-    grams = Counter(zip(*(ids[k:] for k in range(n))))
+    grams = Counter(zip(*(ids[k:] for k in range(n)), strict=False))
     gram, count = grams.most_common(1)[0]
     if count <= 1:
         return 0.0
@@ -103,7 +103,7 @@ def _dup_ngram_char_fractions(ids: list[int], lengths: list[int], sizes: range, 
     smallest = sizes[0]
     if len(ids) < smallest or total_chars == 0:
         return out
-    grams = list(zip(*(ids[k:] for k in range(smallest))))
+    grams = list(zip(*(ids[k:] for k in range(smallest)), strict=False))
     counts = Counter(grams)
     candidates = [i for i, g in enumerate(grams) if counts[g] > 1]
     if not candidates:
@@ -119,7 +119,7 @@ def _dup_ngram_char_fractions(ids: list[int], lengths: list[int], sizes: range, 
                 covered[i : i + n] = b"\x01" * n
             else:
                 seen.add(gram)
-        out[n] = sum(length for length, c in zip(lengths, covered) if c) / total_chars
+        out[n] = sum(length for length, c in zip(lengths, covered, strict=False) if c) / total_chars
     return out
 
 

@@ -104,9 +104,8 @@ class _Writer:
             if tag == "pre":
                 self._pre(node)
                 continue
-            if tag == "table":
-                if self._data_table(node):
-                    continue
+            if tag == "table" and self._data_table(node):
+                continue
             if tag in _HEADINGS:
                 self.flush()
                 heading = _text(node)
