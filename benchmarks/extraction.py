@@ -106,7 +106,7 @@ def main() -> int:
     if args.quick:
         ids = ids[::3]
     repeat = 1 if args.quick else max(1, args.repeat)
-    pages = {i: gzip.open(DATA / "html" / f"{i}.html.gz").read() for i in ids}
+    pages = {i: gzip.decompress((DATA / "html" / f"{i}.html.gz").read_bytes()) for i in ids}
     extractors = _extractors()
     names = list(extractors)
 

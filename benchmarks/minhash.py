@@ -53,10 +53,8 @@ import subprocess
 import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
 from itertools import combinations
+from pathlib import Path
 
 from zephyr import Dataset, execution
 from zephyr.operators.fuzzy_dedup import (
@@ -75,9 +73,13 @@ from zephyr.operators.minhash_corpus import (
     score_clusters,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "aeb-dev" / "ground-truth.json"
 PEER_PYTHON = REPO / ".venv-peers" / "bin" / "python"
-PEERS_SETUP = "python3 -m venv .venv-peers && .venv-peers/bin/pip install 'datatrove==0.10.1' 'xxhash<4' spacy regex tokenizers orjson"
+PEERS_SETUP = (
+    "python3 -m venv .venv-peers && "
+    ".venv-peers/bin/pip install 'datatrove==0.10.1' 'xxhash<4' spacy regex tokenizers orjson"
+)
 
 
 def _load() -> str:

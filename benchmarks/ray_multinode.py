@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         nodes.add("node_b")
         ray.init(address=nodes.address, log_to_driver=False)
         print(
-            f"cluster: 3 raylets, {ray.cluster_resources()['CPU']:.0f} CPUs, up in {time.perf_counter() - started:.1f} s",
+            f"cluster: 3 raylets, {ray.cluster_resources()['CPU']:.0f} CPUs, "
+            f"up in {time.perf_counter() - started:.1f} s",
             flush=True,
         )
         base = {"backend": "ray", "ray_address": nodes.address, "workers": 2, "progress": False, "summary": False}
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             marker.unlink(missing_ok=True)
             killed: list[float] = []
 
-            def killer() -> None:
+            def killer(marker: Path = marker, killed: list[float] = killed) -> None:
                 while not marker.exists():
                     time.sleep(0.02)
                 nodes.kill_raylet("node_a")

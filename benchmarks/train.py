@@ -203,7 +203,11 @@ def bench_memory(quick: bool) -> dict:
         h = jax.ShapeDtypeStruct((n, d), jnp.float32)
         w = jax.ShapeDtypeStruct((d, VOCAB), jnp.float32)
         y = jax.ShapeDtypeStruct((n,), jnp.int32)
-        fn = jax.value_and_grad(lambda h, w, y: linear_cross_entropy_loss(h, w, y, impl=impl)[0], argnums=(0, 1))
+
+        def loss(h, w, y, impl: str = impl):
+            return linear_cross_entropy_loss(h, w, y, impl=impl)[0]
+
+        fn = jax.value_and_grad(loss, argnums=(0, 1))
         mem = jax.jit(fn).lower(h, w, y).compile().memory_analysis()
         out[f"{impl}_temp_bytes"] = mem.temp_size_in_bytes
         out[f"{impl}_peak_bytes"] = mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes
@@ -240,17 +244,21 @@ def main() -> None:
 
     mb = 1024 * 1024
     print(
-        f"\nzephyr.train vs transformers LlamaForCausalLM (PyTorch {__import__('torch').__version__}), CPU x{os.cpu_count()}"
+        f"\nzephyr.train vs transformers LlamaForCausalLM (PyTorch {__import__('torch').__version__}), "
+        f"CPU x{os.cpu_count()}"
     )
     print(
-        f"model: {speed['params'] / 1e6:.1f}M params, batch {speed['batch']} x {speed['seq_len']} tokens, f32, AdamW + clip, torch threads {speed['torch_threads']}"
+        f"model: {speed['params'] / 1e6:.1f}M params, batch {speed['batch']} x {speed['seq_len']} tokens, "
+        f"f32, AdamW + clip, torch threads {speed['torch_threads']}"
     )
     print(f"{'':28}{'ours':>14}{'transformers':>14}{'ratio':>8}")
     print(
-        f"{'train tokens/s (wall)':28}{speed['ours_tok_s']:>14,.0f}{speed['peer_tok_s']:>14,.0f}{speed['ours_tok_s'] / speed['peer_tok_s']:>8.2f}"
+        f"{'train tokens/s (wall)':28}{speed['ours_tok_s']:>14,.0f}{speed['peer_tok_s']:>14,.0f}"
+        f"{speed['ours_tok_s'] / speed['peer_tok_s']:>8.2f}"
     )
     print(
-        f"{'train tokens / CPU-second':28}{speed['ours_tok_per_cpu_s']:>14,.0f}{speed['peer_tok_per_cpu_s']:>14,.0f}{speed['ours_tok_per_cpu_s'] / speed['peer_tok_per_cpu_s']:>8.2f}"
+        f"{'train tokens / CPU-second':28}{speed['ours_tok_per_cpu_s']:>14,.0f}{speed['peer_tok_per_cpu_s']:>14,.0f}"
+        f"{speed['ours_tok_per_cpu_s'] / speed['peer_tok_per_cpu_s']:>8.2f}"
     )
     print(f"{'first-step loss (same init)':28}{speed['ours_first_loss']:>14.5f}{speed['peer_first_loss']:>14.5f}")
     print(f"ours compile + first step: {speed['ours_compile_s']:.1f} s")
@@ -265,7 +273,9 @@ def main() -> None:
         f, r = memory[f"fused_{key}_bytes"], memory[f"reference_{key}_bytes"]
         print(f"{label + f' ({n:,} tokens)':44}{f / mb:>10.1f}MB{r / mb:>10.1f}MB{f / max(r, 1):>13.3f}")
     print(
-        f"\nload average (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; {time.perf_counter() - started:.0f} s"
+        f"\nload average (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
+        f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; "
+        f"{time.perf_counter() - started:.0f} s"
     )
     figures = {
         "bench": "train",

@@ -94,7 +94,7 @@ def bench_kernel(quick: bool) -> list[dict]:
         weight = jnp.asarray(rng.normal(size=(d, v)) * 0.05, dtype)
         labels = jnp.asarray(rng.integers(0, v, n), jnp.int32)
 
-        def objective(impl):
+        def objective(impl, labels=labels):
             def f(h, w):
                 ce, lse = impl(h, w, labels)
                 return jnp.mean(ce) + 1e-4 * jnp.mean(lse**2)
@@ -330,15 +330,18 @@ def main() -> None:
         kernel,
         lambda r: f"{r['kernel']:<24} {r['dtype']:<9}",
         lambda r: (
-            f"{r['ms']:8.2f} {r['temp_mb']:9.1f} {r['loss_rel_err']:9.1e} {r['dhidden_rel_err']:9.1e} {r['dweight_rel_err']:9.1e}"
+            f"{r['ms']:8.2f} {r['temp_mb']:9.1f} {r['loss_rel_err']:9.1e} "
+            f"{r['dhidden_rel_err']:9.1e} {r['dweight_rel_err']:9.1e}"
         ),
     )
     _print_rows(
-        f"{'run (attention:loss:batch:remat)':<34} {'tokens/s':>10} {'MFU':>7} {'step ms':>8} {'peak GB':>8} {'compile s':>9}",
+        f"{'run (attention:loss:batch:remat)':<34} {'tokens/s':>10} {'MFU':>7} {'step ms':>8} "
+        f"{'peak GB':>8} {'compile s':>9}",
         training,
         lambda r: f"{r['run']:<34}",
         lambda r: (
-            f"{r['tokens_per_s']:10,.0f} {100 * r['mfu']:6.1f}% {r['step_ms']:8.1f} {r['peak_memory_gb']:8.1f} {r['compile_s']:9.1f}"
+            f"{r['tokens_per_s']:10,.0f} {100 * r['mfu']:6.1f}% {r['step_ms']:8.1f} "
+            f"{r['peak_memory_gb']:8.1f} {r['compile_s']:9.1f}"
         ),
     )
     best = max((r for r in training if "mfu" in r), key=lambda r: r["mfu"], default=None)

@@ -1,7 +1,8 @@
 """Common Crawl: WARC -> extract -> language id -> quality -> PII -> exact + fuzzy dedup -> tokenize.
 
     zephyr run recipes/common_crawl.py                          # a small WARC built from real pages
-    zephyr run recipes/common_crawl.py --input 's3://commoncrawl/crawl-data/CC-MAIN-2024-18/segments/*/warc/*.warc.gz' \\
+    zephyr run recipes/common_crawl.py \\
+        --input 's3://commoncrawl/crawl-data/CC-MAIN-2024-18/segments/*/warc/*.warc.gz' \\
         --output /mnt/out/cc --backend ray --scratch gs://bucket/scratch
 
 Input: WARC files (`--input`, a local path, glob or gs:// / s3:// URL; read through Zephyr's filesystem
@@ -319,7 +320,10 @@ def build_sample_warc(path: str, *, config: SampleConfig) -> dict[str, Any]:
     for i in range(config.redirects):
         url, _ = originals[rng.randrange(len(originals))]
         old = re.sub(r"^https://", "http://", url) + f"?old={i}"
-        body = f'<html><body><h1>Moved Permanently</h1><p>The document has moved <a href="{url}">here</a>.</p></body></html>'
+        body = (
+            f'<html><body><h1>Moved Permanently</h1><p>The document has moved <a href="{url}">here</a>.</p>'
+            "</body></html>"
+        )
         responses.append((old, 301, "Moved Permanently", "text/html", body.encode(), [("Location", url)], "redirect"))
     for i in range(config.errors):
         status, reason = (404, "Not Found") if i % 2 == 0 else (503, "Service Unavailable")
@@ -652,7 +656,8 @@ def format_summary(result: RecipeResult) -> str:
     if "sample" in steps:
         s = steps["sample"].summary
         lines.append(
-            f"input: built sample, {s['files']} WARC files, {s['warc_records']:,} records from {s['source_pages']} real pages; "
+            f"input: built sample, {s['files']} WARC files, {s['warc_records']:,} records "
+            f"from {s['source_pages']} real pages; "
             f"planted {s['planted_exact_duplicates']} exact + {s['planted_near_duplicates']} near duplicates, "
             f"{s['planted_non_200']} non-200, {s['planted_non_html']} non-HTML"
         )
@@ -682,7 +687,8 @@ def format_summary(result: RecipeResult) -> str:
     )
     t = steps["tokenize"].summary
     lines.append(
-        f"tokens: {t['tokens']:,} in {t['tokenized_documents']:,} documents ({t['tokenizer']}, {t['dtype']}) -> {t['store']}"
+        f"tokens: {t['tokens']:,} in {t['tokenized_documents']:,} documents "
+        f"({t['tokenizer']}, {t['dtype']}) -> {t['store']}"
     )
     return "\n".join(lines)
 

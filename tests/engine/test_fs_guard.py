@@ -178,10 +178,10 @@ def test_budget_exceeded_names_path_bytes_budget_and_variable(store: Store, monk
     for needle in (url, "5,000 bytes", "8,000 bytes", "ZEPHYR_CROSS_REGION_BUDGET=", store.far_location, store.region):
         assert needle in message, (needle, message)
     assert cross_region_bytes() == 5000  # the refused cat moved nothing
-    with pytest.raises(CrossRegionBudgetExceeded):  # a streaming read stops when it crosses the line
-        with open_url(url, "rb", compression=None) as handle:
-            while handle.read(1000):
-                pass
+    # a streaming read stops when it crosses the line
+    with pytest.raises(CrossRegionBudgetExceeded), open_url(url, "rb", compression=None) as handle:
+        while handle.read(1000):
+            pass
     assert 8000 < cross_region_bytes() <= 9000
     with pytest.raises(CrossRegionBudgetExceeded):  # spent: opening for read is refused at once
         open_url(url, "rb")

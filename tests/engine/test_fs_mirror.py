@@ -218,7 +218,8 @@ from zephyr.fs import url_to_fs
 from zephyr.fs.mirror import MirrorFileSystem
 from zephyr.fs.transfer_budget import cross_region_bytes
 
-barrier, index, total, local_lock, key = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
+barrier, index, total = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+local_lock, key = sys.argv[4] == "1", sys.argv[5]
 if local_lock:
     fs, path = url_to_fs("mirror://" + key)
 else:  # the lock object in the bucket alone must keep the copy single

@@ -58,9 +58,11 @@ def far(gcs_env, monkeypatch):
 def test_workers_share_one_budget_per_run(far, monkeypatch, scratch):
     bucket, urls = far
     monkeypatch.setenv("ZEPHYR_CROSS_REGION_BUDGET", "1300000")
-    with execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False, max_user_retries=0):
-        with pytest.raises((CrossRegionBudgetExceeded, UserCodeError)) as raised:
-            Dataset.from_files(urls).map(lambda r: len(r["text"])).collect()
+    with (
+        execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False, max_user_retries=0),
+        pytest.raises((CrossRegionBudgetExceeded, UserCodeError)) as raised,
+    ):
+        Dataset.from_files(urls).map(lambda r: len(r["text"])).collect()
     assert_run_refusal(raised.value, bucket, 1_300_000)
 
 

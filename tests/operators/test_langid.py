@@ -23,7 +23,10 @@ PAGES = {
 
 @pytest.fixture(scope="module")
 def texts(shared_data):
-    out = {name: html_to_text(gzip.open(shared_data / "web-pages" / f"{name}.html.gz").read()) for name in PAGES}
+    out = {
+        name: html_to_text(gzip.decompress((shared_data / "web-pages" / f"{name}.html.gz").read_bytes()))
+        for name in PAGES
+    }
     truth = json.loads((shared_data / "aeb-dev" / "ground-truth.json").read_text())
     for key, lang in (("wday.ru", "ru"), ("kabarislamia.com", "id"), ("entermedia.co.kr", "ko")):
         out[key] = next(v["articleBody"] for v in truth.values() if key in v["url"])

@@ -83,7 +83,7 @@ def test_resumed_run_logs_every_step_once(tiny_run, tmp_path):
     """A run that died after its last checkpoint had logged later steps; resumed, it trains them again and
     must not log them twice (the log then matches the straight run's, step for step)."""
     config, straight = tiny_run
-    n, k = config.steps, config.checkpoint_every
+    n = config.steps
     run_dir = tmp_path / "run"
     shutil.copytree(Path(config.output_dir), run_dir)
     shutil.rmtree(run_dir / "checkpoints" / f"step_{n:08d}")  # died after logging step n, before its checkpoint

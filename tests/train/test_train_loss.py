@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -101,8 +102,8 @@ def test_train_pallas_interpret_matches_reference():
 
     ref, ref_grads = jax.jit(jax.value_and_grad(loss(reference_linear_cross_entropy), argnums=(0, 1)))(hidden, weight)
     for d_block in (4, 16):  # D=12 in three chunks, and in one chunk padded with zeros
-        fn = lambda h, w, y: pallas_linear_cross_entropy(
-            h, w, y, token_block=8, vocab_block=16, d_block=d_block, interpret=True
+        fn = functools.partial(
+            pallas_linear_cross_entropy, token_block=8, vocab_block=16, d_block=d_block, interpret=True
         )
         got, grads = jax.jit(jax.value_and_grad(loss(fn), argnums=(0, 1)))(hidden, weight)
         np.testing.assert_allclose(got, ref, atol=1e-5)

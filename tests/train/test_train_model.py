@@ -125,7 +125,8 @@ def test_train_linear_highest_sums_long_contractions_more_exactly():
         err_default.mean(),
     )
     np.testing.assert_allclose(highest, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
-    # A ragged last block, a contraction shorter than one block, and bf16 (one dot at full precision) keep shapes and values.
+    # A ragged last block, a contraction shorter than one block, and bf16 (one dot at full precision)
+    # keep shapes and values.
     for k in (SUM_BLOCK * 3 + 5, SUM_BLOCK - 1):
         xs, ws = x[:4, :k], w[:k, :8]
         np.testing.assert_allclose(

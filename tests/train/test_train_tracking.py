@@ -43,7 +43,8 @@ def _wandb_records(path):
 
     from wandb.proto import wandb_internal_pb2
 
-    data = open(path, "rb").read()
+    with open(path, "rb") as fh:
+        data = fh.read()
     assert data[:4] == b":W&B", f"{path} is not a W&B run file: {data[:7]!r}"
     pos, block, parts = 7, 32768, b""
     while pos + 7 <= len(data):

@@ -357,7 +357,8 @@ class Dataset:
         if partition_by is not None:
             if "{" + partition_by + "}" not in pattern:
                 raise ValueError(
-                    f"output pattern {pattern!r} has no {{{partition_by}}} placeholder for partition_by={partition_by!r}; use e.g. 'out/{{{partition_by}}}/part-{{shard:05d}}.jsonl.zst'"
+                    f"output pattern {pattern!r} has no {{{partition_by}}} placeholder for "
+                    f"partition_by={partition_by!r}; use e.g. 'out/{{{partition_by}}}/part-{{shard:05d}}.jsonl.zst'"
                 )
             if skip_existing:
                 raise ValueError(

@@ -106,11 +106,13 @@ def estimate_plan(
 def format_estimate(estimates: list[StageEstimate], workers: int) -> str:
     lines = [
         f"estimate at full size on {workers} worker(s), from a run on a sample of the input shards:",
-        f"  {'stage':<6}{'records in':>14}{'records out':>14}{'MB in':>10}{'MB out':>10}{'scratch MB':>12}{'wall s':>10}",
+        f"  {'stage':<6}{'records in':>14}{'records out':>14}{'MB in':>10}{'MB out':>10}"
+        f"{'scratch MB':>12}{'wall s':>10}",
     ]
     for e in estimates:
         lines.append(
-            f"  {e.index:<6}{e.records_in:>14,}{e.records_out:>14,}{e.bytes_in / 1e6:>10,.1f}{e.bytes_out / 1e6:>10,.1f}"
+            f"  {e.index:<6}{e.records_in:>14,}{e.records_out:>14,}"
+            f"{e.bytes_in / 1e6:>10,.1f}{e.bytes_out / 1e6:>10,.1f}"
             f"{e.scratch_bytes / 1e6:>12,.1f}{e.seconds:>10,.1f}  {e.name}"
         )
     total = sum(e.seconds for e in estimates)

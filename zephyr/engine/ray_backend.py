@@ -332,10 +332,9 @@ class RayBackend:
 
     def _kill_actors(self) -> None:
         for actor in self._actors if ray.is_initialized() and not self._cluster_lost else ():
-            try:
+            # An actor of an earlier Ray session is already gone: nothing left to kill.
+            with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
-            except Exception:  # noqa: BLE001 - an actor of an earlier Ray session is already gone
-                pass
         self._actors = []
 
     # --------------------------------------------------------------------------------- helpers

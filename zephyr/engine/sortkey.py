@@ -78,7 +78,10 @@ def encode_array(values: pa.Array) -> pa.Array:
         return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(rows)])
     if values.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raw = pc.replace_substring(values.cast(pa.large_binary()), b"\x00", b"\x00\xff")
-        bind = lambda b: pa.scalar(b, pa.large_binary())
+
+        def bind(b: bytes) -> pa.Scalar:
+            return pa.scalar(b, pa.large_binary())
+
         return pc.binary_join_element_wise(bind(b"\x05"), raw, bind(_END), bind(b""))
     return binary_array([encode(v) for v in values.to_pylist()])
 

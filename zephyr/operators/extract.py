@@ -614,7 +614,8 @@ def extract_page(
     `html` may be bytes (the charset is detected, see `zephyr.operators.charset`) or str.
     Never raises on bad markup: a page with no recognizable content yields empty strings.
 
-    >>> extract_page("<html><body><nav>Home</nav><article><p>" + "Real prose, here. " * 20 + "</p></article></body></html>").text[:10]
+    >>> page = "<html><body><nav>Home</nav><article><p>" + "Real prose, here. " * 20 + "</p></article></body></html>"
+    >>> extract_page(page).text[:10]
     'Real prose'
     """
     parser_cls = _require_selectolax()
