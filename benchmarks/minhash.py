@@ -50,14 +50,11 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
 from itertools import combinations
+from pathlib import Path
 
 from zephyr import Dataset, execution
 from zephyr.operators.fuzzy_dedup import (
@@ -76,10 +73,12 @@ from zephyr.operators.minhash_corpus import (
     score_clusters,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "aeb-dev" / "ground-truth.json"
 PEER_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 PEERS_SETUP = (
-    "python3 -m venv .venv-peers && .venv-peers/bin/pip install 'datatrove==0.10.1' 'xxhash<4' spacy regex tokenizers orjson"
+    "python3 -m venv .venv-peers && "
+    ".venv-peers/bin/pip install 'datatrove==0.10.1' 'xxhash<4' spacy regex tokenizers orjson"
 )
 
 
@@ -223,7 +222,7 @@ def datasketch_whole(docs: list[dict]) -> tuple[float, dict[str, str]]:
 
 # --------------------------------------------------------------------------- datatrove (peer venv)
 
-PEER_SCRIPT = r'''
+PEER_SCRIPT = r"""
 import json, sys, time, tempfile, logging, os
 from loguru import logger
 logger.remove()
@@ -246,7 +245,7 @@ t4 = run([JsonlReader(corpus_dir), MinhashDedupFilter(input_folder=f"{work}/remo
           JsonlWriter(f"{work}/out", compression=None)], 1, "s4")
 kept = sum(1 for name in os.listdir(f"{work}/out") for _ in open(f"{work}/out/{name}"))
 print(json.dumps({"signature_s": t1, "buckets_s": t2, "cluster_s": t3, "filter_s": t4, "kept": kept}))
-'''
+"""
 
 
 def datatrove_peer(docs: list[dict], work: str) -> dict | str:
@@ -306,49 +305,74 @@ def main() -> None:
     load_after = _load()
 
     rows = [
-        ("signatures (docs/s per core)", f"{ours_sig:,.0f}", f"{peer_sig:,.0f}",
-         f"{dt['signatures']:,.0f}" if isinstance(dt, dict) else "-"),
-        ("whole dedup (docs/s per core)", f"{ours_rate:,.0f}", f"{peer_rate:,.0f}",
-         f"{dt['whole']:,.0f}" if isinstance(dt, dict) else "-"),
+        (
+            "signatures (docs/s per core)",
+            f"{ours_sig:,.0f}",
+            f"{peer_sig:,.0f}",
+            f"{dt['signatures']:,.0f}" if isinstance(dt, dict) else "-",
+        ),
+        (
+            "whole dedup (docs/s per core)",
+            f"{ours_rate:,.0f}",
+            f"{peer_rate:,.0f}",
+            f"{dt['whole']:,.0f}" if isinstance(dt, dict) else "-",
+        ),
         ("removal precision", f"{ours_q.removal_precision:.3f}", f"{peer_q.removal_precision:.3f}", "-"),
-        ("strict pair precision / recall", f"{ours_q.precision:.3f} / {ours_q.recall:.3f}",
-         f"{peer_q.precision:.3f} / {peer_q.recall:.3f}", "-"),
-        ("closure precision / recall", f"{ours_q.closure_precision:.3f} / {ours_q.closure_recall:.3f}",
-         f"{peer_q.closure_precision:.3f} / {peer_q.closure_recall:.3f}", "-"),
-        ("documents removed", f"{ours_stats['duplicates_removed']}",
-         f"{sum(1 for k, v in peer_clusters.items() if k != v)}",
-         f"{dt['removed']}" if isinstance(dt, dict) else "-"),
+        (
+            "strict pair precision / recall",
+            f"{ours_q.precision:.3f} / {ours_q.recall:.3f}",
+            f"{peer_q.precision:.3f} / {peer_q.recall:.3f}",
+            "-",
+        ),
+        (
+            "closure precision / recall",
+            f"{ours_q.closure_precision:.3f} / {ours_q.closure_recall:.3f}",
+            f"{peer_q.closure_precision:.3f} / {peer_q.closure_recall:.3f}",
+            "-",
+        ),
+        (
+            "documents removed",
+            f"{ours_stats['duplicates_removed']}",
+            f"{sum(1 for k, v in peer_clusters.items() if k != v)}",
+            f"{dt['removed']}" if isinstance(dt, dict) else "-",
+        ),
     ]
     print(f"\n{'':32}{'zephyr':>18}{'datasketch':>18}{'datatrove':>14}")
     for name, *values in rows:
         print(f"{name:32}" + "".join(f"{v:>18}" if i < 2 else f"{v:>14}" for i, v in enumerate(values)))
-    print(f"\nzephyr: verification on, {ours_stats['candidate_edges']} candidate edges -> "
-          f"{ours_stats['verified_edges']} verified, {ours_stats['cc_iterations']} CC rounds; "
-          "datasketch/datatrove: no verification")
+    print(
+        f"\nzephyr: verification on, {ours_stats['candidate_edges']} candidate edges -> "
+        f"{ours_stats['verified_edges']} verified, {ours_stats['cc_iterations']} CC rounds; "
+        "datasketch/datatrove: no verification"
+    )
     if not isinstance(dt, dict):
         print(f"datatrove: {dt}")
     print(f"load after: {load_after}")
-    print(json.dumps({
-        "bench": "minhash",
-        "documents": len(docs),
-        "mean_chars": round(mean_chars),
-        "ours_signatures_docs_s_per_core": round(ours_sig),
-        "datasketch_signatures_docs_s_per_core": round(peer_sig),
-        "datatrove_signatures_docs_s_per_core": round(dt["signatures"]) if isinstance(dt, dict) else None,
-        "ours_dedup_docs_s_per_core": round(ours_rate),
-        "datasketch_dedup_docs_s_per_core": round(peer_rate),
-        "datatrove_dedup_docs_s_per_core": round(dt["whole"]) if isinstance(dt, dict) else None,
-        "ours_removal_precision": round(ours_q.removal_precision, 4),
-        "ours_pair_precision": round(ours_q.precision, 4),
-        "ours_pair_recall": round(ours_q.recall, 4),
-        "ours_cluster_precision": round(ours_q.closure_precision, 4),
-        "ours_cluster_recall": round(ours_q.closure_recall, 4),
-        "datasketch_removal_precision": round(peer_q.removal_precision, 4),
-        "datasketch_pair_precision": round(peer_q.precision, 4),
-        "datasketch_pair_recall": round(peer_q.recall, 4),
-        "cc_iterations": ours_stats["cc_iterations"],
-        "load": load_after,
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "minhash",
+                "documents": len(docs),
+                "mean_chars": round(mean_chars),
+                "ours_signatures_docs_s_per_core": round(ours_sig),
+                "datasketch_signatures_docs_s_per_core": round(peer_sig),
+                "datatrove_signatures_docs_s_per_core": round(dt["signatures"]) if isinstance(dt, dict) else None,
+                "ours_dedup_docs_s_per_core": round(ours_rate),
+                "datasketch_dedup_docs_s_per_core": round(peer_rate),
+                "datatrove_dedup_docs_s_per_core": round(dt["whole"]) if isinstance(dt, dict) else None,
+                "ours_removal_precision": round(ours_q.removal_precision, 4),
+                "ours_pair_precision": round(ours_q.precision, 4),
+                "ours_pair_recall": round(ours_q.recall, 4),
+                "ours_cluster_precision": round(ours_q.closure_precision, 4),
+                "ours_cluster_recall": round(ours_q.closure_recall, 4),
+                "datasketch_removal_precision": round(peer_q.removal_precision, 4),
+                "datasketch_pair_precision": round(peer_q.precision, 4),
+                "datasketch_pair_recall": round(peer_q.recall, 4),
+                "cc_iterations": ours_stats["cc_iterations"],
+                "load": load_after,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

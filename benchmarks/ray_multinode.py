@@ -70,16 +70,34 @@ def _noop(x):
 def _start_emulator() -> tuple[subprocess.Popen, str]:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
-                             "--in-memory", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+            "-q",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(300):
         try:
             urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=1).close()
             break
         except Exception:  # noqa: BLE001 - not up yet
             time.sleep(0.1)
-    request = urllib.request.Request(f"{endpoint}/storage/v1/b?project=bench", data=json.dumps({"name": "zbench"}).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{endpoint}/storage/v1/b?project=bench",
+        data=json.dumps({"name": "zbench"}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     urllib.request.urlopen(request, timeout=10).close()
     return proc, endpoint
 
@@ -94,10 +112,21 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="zephyr-bench-multinode-"))
     emulator, endpoint = _start_emulator()
-    os.environ.update(STORAGE_EMULATOR_HOST=endpoint, GCE_METADATA_HOST="127.0.0.1:9", ZEPHYR_METADATA_TIMEOUT="0.2",
-                      ZB_MARKER=str(tmp / "node_a-started"))
-    nodes = LocalNodes(env={"PYTHONPATH": str(REPO), "STORAGE_EMULATOR_HOST": endpoint, "GCE_METADATA_HOST": "127.0.0.1:9",
-                            "ZEPHYR_METADATA_TIMEOUT": "0.2", "ZB_MARKER": os.environ["ZB_MARKER"]})
+    os.environ.update(
+        STORAGE_EMULATOR_HOST=endpoint,
+        GCE_METADATA_HOST="127.0.0.1:9",
+        ZEPHYR_METADATA_TIMEOUT="0.2",
+        ZB_MARKER=str(tmp / "node_a-started"),
+    )
+    nodes = LocalNodes(
+        env={
+            "PYTHONPATH": str(REPO),
+            "STORAGE_EMULATOR_HOST": endpoint,
+            "GCE_METADATA_HOST": "127.0.0.1:9",
+            "ZEPHYR_METADATA_TIMEOUT": "0.2",
+            "ZB_MARKER": os.environ["ZB_MARKER"],
+        }
+    )
     figures: dict = {"bench": "ray_multinode", "tasks": tasks, "records": records}
     try:
         started = time.perf_counter()
@@ -105,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         nodes.add("node_a")
         nodes.add("node_b")
         ray.init(address=nodes.address, log_to_driver=False)
-        print(f"cluster: 3 raylets, {ray.cluster_resources()['CPU']:.0f} CPUs, up in {time.perf_counter() - started:.1f} s", flush=True)
+        print(
+            f"cluster: 3 raylets, {ray.cluster_resources()['CPU']:.0f} CPUs, "
+            f"up in {time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
         base = {"backend": "ray", "ray_address": nodes.address, "workers": 2, "progress": False, "summary": False}
 
         # ---- per-task overhead
@@ -137,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             marker.unlink(missing_ok=True)
             killed: list[float] = []
 
-            def killer() -> None:
+            def killer(marker: Path = marker, killed: list[float] = killed) -> None:
                 while not marker.exists():
                     time.sleep(0.02)
                 nodes.kill_raylet("node_a")
@@ -151,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                 seconds = time.perf_counter() - t0
             retries = [r for stage in result.stages for r in stage.retries]
             results[kill] = (result.outputs, seconds, retries, killed[0] - t0 if killed else None)
-            print(f"  run {'with node_a killed' if kill else 'undisturbed'}: {seconds:.1f} s, {len(retries)} retries", flush=True)
+            print(
+                f"  run {'with node_a killed' if kill else 'undisturbed'}: {seconds:.1f} s, {len(retries)} retries",
+                flush=True,
+            )
         assert results[True][0] == results[False][0], "outputs differ after a node was lost"
         figures["run_s_undisturbed"] = results[False][1]
         figures["run_s_node_killed"] = results[True][1]

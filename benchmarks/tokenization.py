@@ -29,8 +29,11 @@ import sys
 
 # This file is named like the stdlib module `tokenize` (which `inspect` and `linecache` import):
 # drop this script's folder from the import path before anything imports it by that name.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))] if (
-    os := __import__("os")) else sys.path
+sys.path[:] = (
+    [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+    if (os := __import__("os"))
+    else sys.path
+)
 
 import argparse
 import gzip
@@ -194,14 +197,18 @@ def main() -> int:
         ]
         if peer.get("cpu_s"):
             rows.append(("datatrove tokenizer step (jsonl -> .ds)", peer["tokens"], peer["cpu_s"], peer["wall_s"]))
-        print(f"\ninput: {len(docs):,} documents, {mb:.1f} MB of text, 4 files; tokenizer {info.name} "
-              f"(vocab {info.vocab_size:,}, engine {info.engine}); load {load_s:.2f}s; load average {load}")
+        print(
+            f"\ninput: {len(docs):,} documents, {mb:.1f} MB of text, 4 files; tokenizer {info.name} "
+            f"(vocab {info.vocab_size:,}, engine {info.engine}); load {load_s:.2f}s; load average {load}"
+        )
         print(f"{'pipeline':<42} {'tokens':>11} {'CPU s':>8} {'wall s':>8} {'M tok/s/core':>13}")
         for name, n, c, w in rows:
             wall = f"{w:8.2f}" if w is not None else f"{'-':>8}"
             print(f"{name:<42} {n:>11,} {c:8.2f} {wall} {n / c / 1e6:13.2f}")
-        print(f"store verify: {'OK' if report.ok else report.problems}; documents differing from tokenizers: "
-              f"{mismatched} of {store.num_documents}; EOS on every document: {eos_ok}")
+        print(
+            f"store verify: {'OK' if report.ok else report.problems}; documents differing from tokenizers: "
+            f"{mismatched} of {store.num_documents}; EOS on every document: {eos_ok}"
+        )
         if peer.get("skipped"):
             print(f"datatrove: skipped ({peer['skipped']})")
         else:
@@ -241,8 +248,13 @@ def run_peer(work: Path, tok, store) -> dict:
     tok_json.write_text(tok.hf.to_str())
     out, logs = work / "peer-out", work / "peer-logs"
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([str(PEER_PYTHON), "-c", PEER_SCRIPT, str(work / "input" / "plain"), str(out),
-                           str(tok_json), str(logs)], capture_output=True, text=True, env=env, timeout=1800)
+    proc = subprocess.run(
+        [str(PEER_PYTHON), "-c", PEER_SCRIPT, str(work / "input" / "plain"), str(out), str(tok_json), str(logs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     if proc.returncode != 0:
         return {"skipped": f"datatrove run failed: {proc.stderr.strip().splitlines()[-1:]}"}
     timing = json.loads(proc.stdout.strip().splitlines()[-1])

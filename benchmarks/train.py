@@ -67,9 +67,19 @@ def bench_speed(quick: bool) -> dict:
     model_cfg = _model_config(quick)
     batch, seq = (8, 256) if not quick else (4, 128)
     steps_per_round, rounds = (3, 2) if not quick else (2, 2)
-    opt_cfg = OptimizerConfig(learning_rate=1e-3, warmup_steps=0, schedule="constant", weight_decay=0.1, max_grad_norm=1.0)
-    cfg = TrainConfig(model=model_cfg, loss=LossConfig(impl="fused"), optimizer=opt_cfg, data=DataConfig(seq_len=seq, batch_size=batch), steps=1000)
-    tokens = np.random.default_rng(0).integers(1, VOCAB, (batch, seq + 1)).astype(np.int32)  # no EOS: one document per row
+    opt_cfg = OptimizerConfig(
+        learning_rate=1e-3, warmup_steps=0, schedule="constant", weight_decay=0.1, max_grad_norm=1.0
+    )
+    cfg = TrainConfig(
+        model=model_cfg,
+        loss=LossConfig(impl="fused"),
+        optimizer=opt_cfg,
+        data=DataConfig(seq_len=seq, batch_size=batch),
+        steps=1000,
+    )
+    tokens = (
+        np.random.default_rng(0).integers(1, VOCAB, (batch, seq + 1)).astype(np.int32)
+    )  # no EOS: one document per row
 
     # ours
     optimizer = make_optimizer(opt_cfg, cfg.steps)
@@ -84,7 +94,9 @@ def bench_speed(quick: bool) -> dict:
 
     # peer: the same weights in transformers
     torch.manual_seed(0)
-    hf_cfg = transformers.LlamaConfig(**{k: v for k, v in hf_config_dict(model_cfg).items() if k not in ("architectures", "torch_dtype")})
+    hf_cfg = transformers.LlamaConfig(
+        **{k: v for k, v in hf_config_dict(model_cfg).items() if k not in ("architectures", "torch_dtype")}
+    )
     peer = transformers.LlamaForCausalLM(hf_cfg).float()
     peer.config._attn_implementation = "sdpa"
     result = peer.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in hf_weights.items()}, strict=False)
@@ -92,7 +104,9 @@ def bench_speed(quick: bool) -> dict:
     peer.tie_weights()
     assert peer.lm_head.weight.data_ptr() == peer.model.embed_tokens.weight.data_ptr()
     peer.train()
-    peer_opt = torch.optim.AdamW(peer.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, foreach=True)
+    peer_opt = torch.optim.AdamW(
+        peer.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, foreach=True
+    )
     x = torch.from_numpy(tokens[:, :-1].astype(np.int64))
     y = torch.from_numpy(tokens[:, 1:].astype(np.int64))
 
@@ -189,7 +203,11 @@ def bench_memory(quick: bool) -> dict:
         h = jax.ShapeDtypeStruct((n, d), jnp.float32)
         w = jax.ShapeDtypeStruct((d, VOCAB), jnp.float32)
         y = jax.ShapeDtypeStruct((n,), jnp.int32)
-        fn = jax.value_and_grad(lambda h, w, y: linear_cross_entropy_loss(h, w, y, impl=impl)[0], argnums=(0, 1))
+
+        def loss(h, w, y, impl: str = impl):
+            return linear_cross_entropy_loss(h, w, y, impl=impl)[0]
+
+        fn = jax.value_and_grad(loss, argnums=(0, 1))
         mem = jax.jit(fn).lower(h, w, y).compile().memory_analysis()
         out[f"{impl}_temp_bytes"] = mem.temp_size_in_bytes
         out[f"{impl}_peak_bytes"] = mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes
@@ -197,7 +215,13 @@ def bench_memory(quick: bool) -> dict:
     out["measured_tokens"] = measured_n
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for impl in ("fused", "reference"):
-        proc = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, impl, str(measured_n), str(d), str(VOCAB)], capture_output=True, text=True, env=env, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-c", _MEMORY_CHILD, impl, str(measured_n), str(d), str(VOCAB)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"memory child ({impl}) failed:\n{proc.stderr[-2000:]}")
         res = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -219,19 +243,40 @@ def main() -> None:
     load_after = os.getloadavg()
 
     mb = 1024 * 1024
-    print(f"\nzephyr.train vs transformers LlamaForCausalLM (PyTorch {__import__('torch').__version__}), CPU x{os.cpu_count()}")
-    print(f"model: {speed['params'] / 1e6:.1f}M params, batch {speed['batch']} x {speed['seq_len']} tokens, f32, AdamW + clip, torch threads {speed['torch_threads']}")
+    print(
+        f"\nzephyr.train vs transformers LlamaForCausalLM (PyTorch {__import__('torch').__version__}), "
+        f"CPU x{os.cpu_count()}"
+    )
+    print(
+        f"model: {speed['params'] / 1e6:.1f}M params, batch {speed['batch']} x {speed['seq_len']} tokens, "
+        f"f32, AdamW + clip, torch threads {speed['torch_threads']}"
+    )
     print(f"{'':28}{'ours':>14}{'transformers':>14}{'ratio':>8}")
-    print(f"{'train tokens/s (wall)':28}{speed['ours_tok_s']:>14,.0f}{speed['peer_tok_s']:>14,.0f}{speed['ours_tok_s'] / speed['peer_tok_s']:>8.2f}")
-    print(f"{'train tokens / CPU-second':28}{speed['ours_tok_per_cpu_s']:>14,.0f}{speed['peer_tok_per_cpu_s']:>14,.0f}{speed['ours_tok_per_cpu_s'] / speed['peer_tok_per_cpu_s']:>8.2f}")
+    print(
+        f"{'train tokens/s (wall)':28}{speed['ours_tok_s']:>14,.0f}{speed['peer_tok_s']:>14,.0f}"
+        f"{speed['ours_tok_s'] / speed['peer_tok_s']:>8.2f}"
+    )
+    print(
+        f"{'train tokens / CPU-second':28}{speed['ours_tok_per_cpu_s']:>14,.0f}{speed['peer_tok_per_cpu_s']:>14,.0f}"
+        f"{speed['ours_tok_per_cpu_s'] / speed['peer_tok_per_cpu_s']:>8.2f}"
+    )
     print(f"{'first-step loss (same init)':28}{speed['ours_first_loss']:>14.5f}{speed['peer_first_loss']:>14.5f}")
     print(f"ours compile + first step: {speed['ours_compile_s']:.1f} s")
     print(f"\nloss + grad memory at vocab {VOCAB:,}, hidden {memory['hidden']}:")
     print(f"{'':44}{'fused':>12}{'naive':>12}{'fused/naive':>13}")
-    for key, label, n in (("temp", "XLA temp buffers", memory["analysis_tokens"]), ("peak", "XLA temp + args + outputs", memory["analysis_tokens"]), ("measured_growth", "measured peak RSS growth", memory["measured_tokens"]), ("measured_working", "  same, less the gradient outputs", memory["measured_tokens"])):
+    for key, label, n in (
+        ("temp", "XLA temp buffers", memory["analysis_tokens"]),
+        ("peak", "XLA temp + args + outputs", memory["analysis_tokens"]),
+        ("measured_growth", "measured peak RSS growth", memory["measured_tokens"]),
+        ("measured_working", "  same, less the gradient outputs", memory["measured_tokens"]),
+    ):
         f, r = memory[f"fused_{key}_bytes"], memory[f"reference_{key}_bytes"]
         print(f"{label + f' ({n:,} tokens)':44}{f / mb:>10.1f}MB{r / mb:>10.1f}MB{f / max(r, 1):>13.3f}")
-    print(f"\nload average (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; {time.perf_counter() - started:.0f} s")
+    print(
+        f"\nload average (1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
+        f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}; "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     figures = {
         "bench": "train",
         "quick": args.quick,
@@ -247,8 +292,12 @@ def main() -> None:
         "naive_temp_mb": round(memory["reference_temp_bytes"] / mb, 1),
         "fused_over_naive_temp": round(memory["fused_temp_bytes"] / memory["reference_temp_bytes"], 4),
         "fused_over_naive_peak": round(memory["fused_peak_bytes"] / memory["reference_peak_bytes"], 4),
-        "fused_over_naive_measured": round(memory["fused_measured_growth_bytes"] / max(memory["reference_measured_growth_bytes"], 1), 4),
-        "fused_over_naive_measured_working": round(memory["fused_measured_working_bytes"] / max(memory["reference_measured_working_bytes"], 1), 4),
+        "fused_over_naive_measured": round(
+            memory["fused_measured_growth_bytes"] / max(memory["reference_measured_growth_bytes"], 1), 4
+        ),
+        "fused_over_naive_measured_working": round(
+            memory["fused_measured_working_bytes"] / max(memory["reference_measured_working_bytes"], 1), 4
+        ),
         "load_before": round(load_before[0], 2),
         "load_after": round(load_after[0], 2),
     }

@@ -48,7 +48,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-DEFAULT_RUNS = ("auto:fused:64:dots", "cudnn-nomask:fused:64:dots", "pallas64:fused:64:dots", "pallas:fused:64:dots", "cudnn:reference:32:dots", "cudnn:pallas:64:dots", "cudnn:fused:16:none")
+DEFAULT_RUNS = (
+    "auto:fused:64:dots",
+    "cudnn-nomask:fused:64:dots",
+    "pallas64:fused:64:dots",
+    "pallas:fused:64:dots",
+    "cudnn:reference:32:dots",
+    "cudnn:pallas:64:dots",
+    "cudnn:fused:16:none",
+)
 ATTENTION_TILES = {  # attention names in a run SPEC -> Pallas flash-attention tiles (fwd q, k; dkv q, kv; dq q, kv)
     "pallas": (128, 128, 32, 32, 32, 32),  # JAX's defaults
     "pallas64": (64, 64, 64, 64, 64, 64),  # zephyr.train.model.PALLAS_ATTENTION_BLOCKS
@@ -86,7 +94,7 @@ def bench_kernel(quick: bool) -> list[dict]:
         weight = jnp.asarray(rng.normal(size=(d, v)) * 0.05, dtype)
         labels = jnp.asarray(rng.integers(0, v, n), jnp.int32)
 
-        def objective(impl):
+        def objective(impl, labels=labels):
             def f(h, w):
                 ce, lse = impl(h, w, labels)
                 return jnp.mean(ce) + 1e-4 * jnp.mean(lse**2)
@@ -99,7 +107,9 @@ def bench_kernel(quick: bool) -> list[dict]:
         for vb, tb in FUSED_LOSS_BLOCKS:
             impls[f"xla {vb}x{tb}"] = functools.partial(fused_linear_cross_entropy, vocab_block=vb, token_block=tb)
         for tt, bv, dc, warps in PALLAS_LOSS_TILES:
-            impls[f"pallas {tt}x{bv}x{dc}/{warps}"] = functools.partial(pallas_linear_cross_entropy, token_block=tt, vocab_block=bv, d_block=dc, num_warps=warps)
+            impls[f"pallas {tt}x{bv}x{dc}/{warps}"] = functools.partial(
+                pallas_linear_cross_entropy, token_block=tt, vocab_block=bv, d_block=dc, num_warps=warps
+            )
         for name, impl in impls.items():
             row = {"kernel": name, "dtype": jnp.dtype(dtype).name, "tokens": n, "hidden": d, "vocab": v}
             try:
@@ -123,8 +133,17 @@ def smollm2_135m(attention: str, remat: str):
     from zephyr.train.config import ModelConfig
 
     return ModelConfig(
-        vocab_size=49152, hidden_dim=576, intermediate_dim=1536, num_layers=30, num_heads=9, num_kv_heads=3,
-        max_seq_len=2048, rope_theta=100000.0, tie_embeddings=True, remat=remat, attention_impl=attention,
+        vocab_size=49152,
+        hidden_dim=576,
+        intermediate_dim=1536,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        max_seq_len=2048,
+        rope_theta=100000.0,
+        tie_embeddings=True,
+        remat=remat,
+        attention_impl=attention,
     )
 
 
@@ -151,14 +170,41 @@ def bench_breakdown(batch: int) -> dict:
     kv = jnp.asarray(rng.normal(size=(batch, seq, cfg.num_kv_heads, h)), jnp.bfloat16)
     mlp = jax.tree.map(lambda a: a[0], model.blocks.mlp)
     parts = {
-        "body (30 blocks, no loss)": (jax.jit(jax.grad(lambda m: jnp.sum(m(tokens, seg).astype(jnp.float32)))), (model,)),
+        "body (30 blocks, no loss)": (
+            jax.jit(jax.grad(lambda m: jnp.sum(m(tokens, seg).astype(jnp.float32)))),
+            (model,),
+        ),
         "loss (fused, 8192 blocks)": (
-            jax.jit(jax.grad(lambda x, w: linear_cross_entropy_loss(x, w, tokens, vocab_block=8192, token_block=8192)[0], argnums=(0, 1))),
+            jax.jit(
+                jax.grad(
+                    lambda x, w: linear_cross_entropy_loss(x, w, tokens, vocab_block=8192, token_block=8192)[0],
+                    argnums=(0, 1),
+                )
+            ),
             (x, model.output_weight()),
         ),
-        "attention x1, doc mask": (jax.jit(jax.grad(lambda q, k, v: jnp.sum(causal_attention(q, k, v, seg, "cudnn").astype(jnp.float32)), argnums=(0, 1, 2))), (q, kv, kv)),
-        "attention x1, causal only": (jax.jit(jax.grad(lambda q, k, v: jnp.sum(causal_attention(q, k, v, None, "cudnn").astype(jnp.float32)), argnums=(0, 1, 2))), (q, kv, kv)),
-        "mlp x1": (jax.jit(jax.grad(lambda m, x: jnp.sum(MLP.__call__(m, x).astype(jnp.float32)), argnums=(0, 1))), (mlp, x)),
+        "attention x1, doc mask": (
+            jax.jit(
+                jax.grad(
+                    lambda q, k, v: jnp.sum(causal_attention(q, k, v, seg, "cudnn").astype(jnp.float32)),
+                    argnums=(0, 1, 2),
+                )
+            ),
+            (q, kv, kv),
+        ),
+        "attention x1, causal only": (
+            jax.jit(
+                jax.grad(
+                    lambda q, k, v: jnp.sum(causal_attention(q, k, v, None, "cudnn").astype(jnp.float32)),
+                    argnums=(0, 1, 2),
+                )
+            ),
+            (q, kv, kv),
+        ),
+        "mlp x1": (
+            jax.jit(jax.grad(lambda m, x: jnp.sum(MLP.__call__(m, x).astype(jnp.float32)), argnums=(0, 1))),
+            (mlp, x),
+        ),
     }
     row = {"batch": batch}
     for name, (fn, args) in parts.items():
@@ -173,22 +219,22 @@ def bench_breakdown(batch: int) -> dict:
 def bench_training(spec: str, steps: int) -> dict:
     import jax
     import numpy as np
-
-    from zephyr.train.config import DataConfig, LossConfig, OptimizerConfig, TrainConfig
-    from zephyr.train.optim import make_optimizer
-    from zephyr.train.trainer import init_state, jit_train_step, make_mesh, make_train_step, peak_flops_per_device
-
     from jax.experimental.pallas.ops.gpu.attention import BlockSizes
 
     import zephyr.train.model
     import zephyr.train.trainer
+    from zephyr.train.config import DataConfig, LossConfig, OptimizerConfig, TrainConfig
+    from zephyr.train.optim import make_optimizer
+    from zephyr.train.trainer import init_state, jit_train_step, make_mesh, make_train_step, peak_flops_per_device
 
     attention, loss, batch, remat, *blocks = spec.split(":")
     batch, seq = int(batch), 2048
     vocab_block = int(blocks[0]) if blocks else 8192
     if attention == "auto":
         attention = None
-    document_mask = attention is None or not attention.endswith("-nomask")  # -nomask: plain causal attention, a ceiling for the mask's cost
+    document_mask = attention is None or not attention.endswith(
+        "-nomask"
+    )  # -nomask: plain causal attention, a ceiling for the mask's cost
     attention = attention and attention.removesuffix("-nomask")
     segment_ids_from_eos = zephyr.train.trainer.segment_ids_from_eos
     if not document_mask:
@@ -199,8 +245,13 @@ def bench_training(spec: str, steps: int) -> dict:
     model = smollm2_135m(attention, remat)
     opt = OptimizerConfig(learning_rate=3e-4, warmup_steps=0, schedule="constant", weight_decay=0.1, max_grad_norm=1.0)
     cfg = TrainConfig(
-        model=model, loss=LossConfig(impl=loss, vocab_block=vocab_block, token_block=8192), optimizer=opt,
-        data=DataConfig(seq_len=seq, batch_size=batch), steps=1000, compute_dtype="bfloat16", param_dtype="float32",
+        model=model,
+        loss=LossConfig(impl=loss, vocab_block=vocab_block, token_block=8192),
+        optimizer=opt,
+        data=DataConfig(seq_len=seq, batch_size=batch),
+        steps=1000,
+        compute_dtype="bfloat16",
+        param_dtype="float32",
     )
     row = {"run": spec, "params": model.num_params(), "tokens_per_step": batch * seq}
     try:
@@ -254,10 +305,14 @@ def _print_rows(header: str, rows: list[dict], label: Callable[[dict], str], cel
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--runs", nargs="*", default=list(DEFAULT_RUNS), help="attention:loss:batch:remat, e.g. cudnn:fused:32:none")
+    parser.add_argument(
+        "--runs", nargs="*", default=list(DEFAULT_RUNS), help="attention:loss:batch:remat, e.g. cudnn:fused:32:none"
+    )
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-kernel", action="store_true")
-    parser.add_argument("--breakdown", type=int, default=0, metavar="BATCH", help="also time the step's parts at this batch")
+    parser.add_argument(
+        "--breakdown", type=int, default=0, metavar="BATCH", help="also time the step's parts at this batch"
+    )
     args = parser.parse_args()
 
     import jax
@@ -271,17 +326,39 @@ def main() -> None:
     breakdown = bench_breakdown(args.breakdown) if args.breakdown else None
 
     _print_rows(
-        f"{'kernel':<24} {'dtype':<9} {'ms':>8} {'temp MB':>9} {'loss err':>9} {'dh err':>9} {'dw err':>9}", kernel,
+        f"{'kernel':<24} {'dtype':<9} {'ms':>8} {'temp MB':>9} {'loss err':>9} {'dh err':>9} {'dw err':>9}",
+        kernel,
         lambda r: f"{r['kernel']:<24} {r['dtype']:<9}",
-        lambda r: f"{r['ms']:8.2f} {r['temp_mb']:9.1f} {r['loss_rel_err']:9.1e} {r['dhidden_rel_err']:9.1e} {r['dweight_rel_err']:9.1e}",
+        lambda r: (
+            f"{r['ms']:8.2f} {r['temp_mb']:9.1f} {r['loss_rel_err']:9.1e} "
+            f"{r['dhidden_rel_err']:9.1e} {r['dweight_rel_err']:9.1e}"
+        ),
     )
     _print_rows(
-        f"{'run (attention:loss:batch:remat)':<34} {'tokens/s':>10} {'MFU':>7} {'step ms':>8} {'peak GB':>8} {'compile s':>9}", training,
+        f"{'run (attention:loss:batch:remat)':<34} {'tokens/s':>10} {'MFU':>7} {'step ms':>8} "
+        f"{'peak GB':>8} {'compile s':>9}",
+        training,
         lambda r: f"{r['run']:<34}",
-        lambda r: f"{r['tokens_per_s']:10,.0f} {100 * r['mfu']:6.1f}% {r['step_ms']:8.1f} {r['peak_memory_gb']:8.1f} {r['compile_s']:9.1f}",
+        lambda r: (
+            f"{r['tokens_per_s']:10,.0f} {100 * r['mfu']:6.1f}% {r['step_ms']:8.1f} "
+            f"{r['peak_memory_gb']:8.1f} {r['compile_s']:9.1f}"
+        ),
     )
     best = max((r for r in training if "mfu" in r), key=lambda r: r["mfu"], default=None)
-    print(json.dumps({"bench": "train_gpu", "device": device, "jax": jax.__version__, "kernel": kernel, "training": training, "best_mfu": best and best["mfu"], "best_run": best and best["run"], "breakdown": breakdown}))
+    print(
+        json.dumps(
+            {
+                "bench": "train_gpu",
+                "device": device,
+                "jax": jax.__version__,
+                "kernel": kernel,
+                "training": training,
+                "best_mfu": best and best["mfu"],
+                "best_run": best and best["run"],
+                "breakdown": breakdown,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

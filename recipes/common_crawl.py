@@ -1,7 +1,8 @@
 """Common Crawl: WARC -> extract -> language id -> quality -> PII -> exact + fuzzy dedup -> tokenize.
 
     zephyr run recipes/common_crawl.py                          # a small WARC built from real pages
-    zephyr run recipes/common_crawl.py --input 's3://commoncrawl/crawl-data/CC-MAIN-2024-18/segments/*/warc/*.warc.gz' \\
+    zephyr run recipes/common_crawl.py \\
+        --input 's3://commoncrawl/crawl-data/CC-MAIN-2024-18/segments/*/warc/*.warc.gz' \\
         --output /mnt/out/cc --backend ray --scratch gs://bucket/scratch
 
 Input: WARC files (`--input`, a local path, glob or gs:// / s3:// URL; read through Zephyr's filesystem
@@ -46,7 +47,7 @@ import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -116,7 +117,9 @@ class SampleConfig:
 
 
 def _source_pages(data_dir: Path) -> list[Path]:
-    pages = sorted((data_dir / "aeb-dev" / "html").glob("*.html.gz")) + sorted((data_dir / "web-pages").glob("*.html.gz"))
+    pages = sorted((data_dir / "aeb-dev" / "html").glob("*.html.gz")) + sorted(
+        (data_dir / "web-pages").glob("*.html.gz")
+    )
     if not pages:
         raise FileNotFoundError(
             f"the default sample is built from the real pages in {data_dir}/aeb-dev/html/*.html.gz and "
@@ -176,7 +179,11 @@ def _near_duplicate(html: bytes, rng: random.Random) -> bytes:
                     words[j] = rng.choice(replacements)
                     edits += 1
             pieces[i] = "".join(words)
-        note = "<p>Update: this article was revised after publication to correct details.</p>" if match.start() == first else ""
+        note = (
+            "<p>Update: this article was revised after publication to correct details.</p>"
+            if match.start() == first
+            else ""
+        )
         return match.group(1) + "".join(pieces) + match.group(3) + note
 
     paragraph = re.compile(r"(<p\b[^>]*>)(.*?)(</p>)", re.S | re.I)
@@ -203,15 +210,26 @@ def _non_html_responses() -> list[tuple[str, str, bytes]]:
     """(url, content type, body) of responses a crawl fetches besides HTML pages."""
     return [
         ("https://www.example.org/robots.txt", "text/plain", b"User-agent: *\nDisallow: /private/\n"),
-        ("https://api.example.org/v1/items?page=2", "application/json",
-         json.dumps({"items": [{"id": 1, "name": "first"}, {"id": 2, "name": "second"}], "next": 3}).encode()),
+        (
+            "https://api.example.org/v1/items?page=2",
+            "application/json",
+            json.dumps({"items": [{"id": 1, "name": "first"}, {"id": 2, "name": "second"}], "next": 3}).encode(),
+        ),
         ("https://static.example.org/img/logo.png", "image/png", _tiny_png()),
         ("https://static.example.org/css/site.css", "text/css", b"body { font-family: sans-serif; margin: 0 }\n"),
     ]
 
 
-def _warc_record(kind: str, uri: str, payload: bytes, when: datetime, *, http: Any = None,
-                 extra: Sequence[tuple[str, str]] = (), content_type: str = "") -> tuple[bytes, str]:
+def _warc_record(
+    kind: str,
+    uri: str,
+    payload: bytes,
+    when: datetime,
+    *,
+    http: Any = None,
+    extra: Sequence[tuple[str, str]] = (),
+    content_type: str = "",
+) -> tuple[bytes, str]:
     """One WARC record as its own gzip member (as Common Crawl publishes: a reader can seek to any
     record), and its id. warcio's own gzip uses level 9, several times slower than zlib's default."""
     from warcio.warcwriter import WARCWriter
@@ -220,8 +238,15 @@ def _warc_record(kind: str, uri: str, payload: bytes, when: datetime, *, http: A
     headers.update(dict(extra))
     raw = io.BytesIO()
     writer = WARCWriter(raw, gzip=False)
-    record = writer.create_warc_record(uri, kind, payload=io.BytesIO(payload), length=len(payload), http_headers=http,
-                                       warc_headers_dict=headers, warc_content_type=content_type)
+    record = writer.create_warc_record(
+        uri,
+        kind,
+        payload=io.BytesIO(payload),
+        length=len(payload),
+        http_headers=http,
+        warc_headers_dict=headers,
+        warc_content_type=content_type,
+    )
     writer.write_record(record)
     return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0), headers["WARC-Record-ID"]
 
@@ -254,7 +279,9 @@ def build_sample_warc(path: str, *, config: SampleConfig) -> dict[str, Any]:
         originals.append((url, body))
 
     # Planted duplicates: copies of English articles that pass the default filters, so dedup sees them.
-    candidates = [(u, b) for (rel, _), (u, b) in zip(config.pages, originals) if rel.startswith("aeb-dev/")]
+    candidates = [
+        (u, b) for (rel, _), (u, b) in zip(config.pages, originals, strict=False) if rel.startswith("aeb-dev/")
+    ]
     rng.shuffle(candidates)
     wanted = config.exact_duplicates + config.near_duplicates
     chosen: list[tuple[str, bytes]] = []
@@ -271,19 +298,32 @@ def build_sample_warc(path: str, *, config: SampleConfig) -> dict[str, Any]:
         )
     planted: dict[str, list[dict[str, str]]] = {"exact_duplicates": [], "near_duplicates": []}
     for i, (url, body) in enumerate(chosen[: config.exact_duplicates]):
-        copy_url = re.sub(r"^https?://", "http://mirror.example.net/", url) + ("&" if "?" in url else "?") + f"utm_source=feed{i}"
+        copy_url = (
+            re.sub(r"^https?://", "http://mirror.example.net/", url)
+            + ("&" if "?" in url else "?")
+            + f"utm_source=feed{i}"
+        )
         responses.append((copy_url, 200, "OK", "text/html; charset=UTF-8", body, [], "exact_duplicate"))
         planted["exact_duplicates"].append({"url": copy_url, "original": url})
     for i, (url, body) in enumerate(chosen[config.exact_duplicates :]):
-        copy_url = re.sub(r"^https?://", "https://syndication.example.com/", url) + ("&" if "?" in url else "?") + f"rev={i + 2}"
-        responses.append((copy_url, 200, "OK", "text/html; charset=UTF-8", _near_duplicate(body, rng), [], "near_duplicate"))
+        copy_url = (
+            re.sub(r"^https?://", "https://syndication.example.com/", url)
+            + ("&" if "?" in url else "?")
+            + f"rev={i + 2}"
+        )
+        responses.append(
+            (copy_url, 200, "OK", "text/html; charset=UTF-8", _near_duplicate(body, rng), [], "near_duplicate")
+        )
         planted["near_duplicates"].append({"url": copy_url, "original": url})
 
     # Responses the reader must skip: redirects, errors, non-HTML.
     for i in range(config.redirects):
         url, _ = originals[rng.randrange(len(originals))]
         old = re.sub(r"^https://", "http://", url) + f"?old={i}"
-        body = f'<html><body><h1>Moved Permanently</h1><p>The document has moved <a href="{url}">here</a>.</p></body></html>'
+        body = (
+            f'<html><body><h1>Moved Permanently</h1><p>The document has moved <a href="{url}">here</a>.</p>'
+            "</body></html>"
+        )
         responses.append((old, 301, "Moved Permanently", "text/html", body.encode(), [("Location", url)], "redirect"))
     for i in range(config.errors):
         status, reason = (404, "Not Found") if i % 2 == 0 else (503, "Service Unavailable")
@@ -295,34 +335,52 @@ def build_sample_warc(path: str, *, config: SampleConfig) -> dict[str, Any]:
 
     order = list(range(len(responses)))
     rng.shuffle(order)
-    start = datetime.strptime(config.crawl_date, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    start = datetime.strptime(config.crawl_date, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     labels: Counter[str] = Counter()
     records = 0
     for shard in range(config.files):
         name = f"CC-MAIN-{start:%Y%m%d}-sample-{shard:05d}.warc.gz"
-        info = (f"software: zephyr recipes/common_crawl.py sample builder v{config.builder_version}\n"
-                f"format: WARC File Format 1.1\nisPartOf: CC-MAIN-sample\nsource-pages: {len(config.pages)}\n")
-        data, _ = _warc_record("warcinfo", "", info.encode(), start, extra=[("WARC-Filename", name)],
-                               content_type="application/warc-fields")
+        info = (
+            f"software: zephyr recipes/common_crawl.py sample builder v{config.builder_version}\n"
+            f"format: WARC File Format 1.1\nisPartOf: CC-MAIN-sample\nsource-pages: {len(config.pages)}\n"
+        )
+        data, _ = _warc_record(
+            "warcinfo",
+            "",
+            info.encode(),
+            start,
+            extra=[("WARC-Filename", name)],
+            content_type="application/warc-fields",
+        )
         members = [data]
         for index in order[shard :: config.files]:
             url, status, reason, content_type, body, extra_headers, label = responses[index]
             when = start + timedelta(seconds=3 * index)
             host = re.sub(r"^https?://([^/?]+).*$", r"\1", url)
             target = re.sub(r"^https?://[^/?]+", "", url) or "/"
-            request_headers = [("Host", host), ("User-Agent", "CCBot/2.0 (https://commoncrawl.org/faq/)"),
-                               ("Accept", "text/html,*/*;q=0.8")]
+            request_headers = [
+                ("Host", host),
+                ("User-Agent", "CCBot/2.0 (https://commoncrawl.org/faq/)"),
+                ("Accept", "text/html,*/*;q=0.8"),
+            ]
             request = StatusAndHeaders(f"GET {target} HTTP/1.1", request_headers, is_http_request=True)
             data, request_id = _warc_record("request", url, b"", when, http=request)
             members.append(data)
             response_headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *extra_headers]
             http = StatusAndHeaders(f"{status} {reason}", response_headers, protocol="HTTP/1.1")
-            data, response_id = _warc_record("response", url, body, when, http=http,
-                                             extra=[("WARC-Concurrent-To", request_id)])
+            data, response_id = _warc_record(
+                "response", url, body, when, http=http, extra=[("WARC-Concurrent-To", request_id)]
+            )
             members.append(data)
             fetch = f"fetchTimeMs: {50 + (index * 37) % 900}\n".encode()
-            data, _ = _warc_record("metadata", url, fetch, when, extra=[("WARC-Concurrent-To", response_id)],
-                                   content_type="application/warc-fields")
+            data, _ = _warc_record(
+                "metadata",
+                url,
+                fetch,
+                when,
+                extra=[("WARC-Concurrent-To", response_id)],
+                content_type="application/warc-fields",
+            )
             members.append(data)
             labels[label] += 1
         records += len(members)
@@ -414,7 +472,9 @@ def extract_step(path: str, *, config: ExtractStep, warcs: str | list[str]) -> d
 def langid_step(path: str, *, config: LanguageId, docs: str) -> dict[str, Any]:
     run = _kept_docs(docs).map_shard(config.map_shard).map(_CountOutcome()).write(join(path, DOCS, _PART)).execute()
     summary = _step_summary(run.counters, prefixes=("langid/dropped/",))
-    langs = {k.removeprefix("langid/"): v for k, v in run.counters.items() if k.startswith("langid/") and k.count("/") == 1}
+    langs = {
+        k.removeprefix("langid/"): v for k, v in run.counters.items() if k.startswith("langid/") and k.count("/") == 1
+    }
     summary["languages"] = dict(sorted(langs.items(), key=lambda kv: (-kv[1], kv[0])))
     return summary
 
@@ -470,15 +530,17 @@ def tokenize_step(path: str, *, config: TokenizeStep, docs: str) -> dict[str, An
     result = tokenize_dataset(join(documents, "*.jsonl.zst"), store, tokenizer=config.tokenizer)
     summary = _step_summary(run.counters)
     manifest = result.manifest
-    summary.update({
-        "documents": join(documents, "*.jsonl.zst"),
-        "store": result.output,
-        "tokenizer": manifest.get("tokenizer", {}).get("name", config.tokenizer),
-        "dtype": manifest.get("dtype"),
-        "tokens": int(manifest["tokens"]),
-        "tokenized_documents": int(manifest["documents"]),
-        "skipped": manifest.get("skipped", {}),
-    })
+    summary.update(
+        {
+            "documents": join(documents, "*.jsonl.zst"),
+            "store": result.output,
+            "tokenizer": manifest.get("tokenizer", {}).get("name", config.tokenizer),
+            "dtype": manifest.get("dtype"),
+            "tokens": int(manifest["tokens"]),
+            "tokenized_documents": int(manifest["documents"]),
+            "skipped": manifest.get("skipped", {}),
+        }
+    )
     return summary
 
 
@@ -560,7 +622,10 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
                 "--input and the filter settings (--languages, --min-language-score)"
             )
     steps["tokenize"] = runner.run(
-        "tokenize", tokenize_step, config=TokenizeStep(config.tokenizer, config.store), inputs={"docs": steps["fuzzy_dedup"]}
+        "tokenize",
+        tokenize_step,
+        config=TokenizeStep(config.tokenizer, config.store),
+        inputs={"docs": steps["fuzzy_dedup"]},
     )
     return RecipeResult(steps, config)
 
@@ -582,14 +647,17 @@ def format_summary(result: RecipeResult) -> str:
         status = "skipped" if out.skipped else f"{out.seconds:.1f}s"
         if "documents_in" in s:
             reasons.update(s["dropped"])
-            lines.append(f"{name:<12} {status:<8} {s['documents_in']:>8,} {s['documents_out']:>8,}  {_counts(s['dropped'], 4)}")
+            lines.append(
+                f"{name:<12} {status:<8} {s['documents_in']:>8,} {s['documents_out']:>8,}  {_counts(s['dropped'], 4)}"
+            )
         else:
             lines.append(f"{name:<12} {status:<8} {'':>8} {'':>8}  {out.path}")
     lines.append("")
     if "sample" in steps:
         s = steps["sample"].summary
         lines.append(
-            f"input: built sample, {s['files']} WARC files, {s['warc_records']:,} records from {s['source_pages']} real pages; "
+            f"input: built sample, {s['files']} WARC files, {s['warc_records']:,} records "
+            f"from {s['source_pages']} real pages; "
             f"planted {s['planted_exact_duplicates']} exact + {s['planted_near_duplicates']} near duplicates, "
             f"{s['planted_non_200']} non-200, {s['planted_non_html']} non-HTML"
         )
@@ -613,46 +681,84 @@ def format_summary(result: RecipeResult) -> str:
         f"{report['candidate_edges']:,} candidate edges, {report['cc_iterations']} connected-components rounds)"
     )
     pii = steps["pii"].summary["counters"]
-    lines.append(f"PII redacted: {pii.get('pii/email', 0):,} e-mails, {pii.get('pii/ip', 0):,} IPs, "
-                 f"{pii.get('pii/phone', 0):,} phones")
+    lines.append(
+        f"PII redacted: {pii.get('pii/email', 0):,} e-mails, {pii.get('pii/ip', 0):,} IPs, "
+        f"{pii.get('pii/phone', 0):,} phones"
+    )
     t = steps["tokenize"].summary
     lines.append(
-        f"tokens: {t['tokens']:,} in {t['tokenized_documents']:,} documents ({t['tokenizer']}, {t['dtype']}) -> {t['store']}"
+        f"tokens: {t['tokens']:,} in {t['tokenized_documents']:,} documents "
+        f"({t['tokenizer']}, {t['dtype']}) -> {t['store']}"
     )
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[str, Any]]:
     parser = argparse.ArgumentParser(
-        prog="zephyr run recipes/common_crawl.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="zephyr run recipes/common_crawl.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--input", action="append", default=[],
-                        help="WARC glob(s): local, gs://, s3:// (repeatable; default: build a sample)")
-    parser.add_argument("--output", default="out/common_crawl", help="root of every step's output (default: out/common_crawl)")
-    parser.add_argument("--languages", default="en", help="comma-separated ISO 639-1 codes to keep, or 'all' (default: en)")
-    parser.add_argument("--min-language-score", type=float, default=0.65, help="language id score below which a page is dropped")
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        help="WARC glob(s): local, gs://, s3:// (repeatable; default: build a sample)",
+    )
+    parser.add_argument(
+        "--output", default="out/common_crawl", help="root of every step's output (default: out/common_crawl)"
+    )
+    parser.add_argument(
+        "--languages", default="en", help="comma-separated ISO 639-1 codes to keep, or 'all' (default: en)"
+    )
+    parser.add_argument(
+        "--min-language-score", type=float, default=0.65, help="language id score below which a page is dropped"
+    )
     parser.add_argument("--fuzzy-threshold", type=float, default=0.8, help="Jaccard similarity of near duplicates")
     parser.add_argument("--num-shards", type=int, default=None, help="shards of the dedup shuffles")
     parser.add_argument("--tokenizer", default="smollm2", help="tokenizer source (default: SmolLM2, offline)")
-    parser.add_argument("--store", default=None, help="local directory for the token store (needed with a remote --output)")
-    parser.add_argument("--sample-pages", type=int, default=None, help="build the sample from the first N real pages only")
-    parser.add_argument("--data-dir", default=None, help="where the sample's real pages are (default: <repo>/../shared/data)")
-    parser.add_argument("--force", action="append", default=[], help="rerun this step even if it completed (repeatable)")
+    parser.add_argument(
+        "--store", default=None, help="local directory for the token store (needed with a remote --output)"
+    )
+    parser.add_argument(
+        "--sample-pages", type=int, default=None, help="build the sample from the first N real pages only"
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="where the sample's real pages are (default: <repo>/../shared/data)"
+    )
+    parser.add_argument(
+        "--force", action="append", default=[], help="rerun this step even if it completed (repeatable)"
+    )
     # Under `zephyr run` the engine takes these; they are here for `python recipes/common_crawl.py`.
-    parser.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
-                        help="skip (and count) unreadable input records and files instead of failing (default: raise)")
+    parser.add_argument(
+        "--on-bad-record",
+        choices=("raise", "skip"),
+        default=None,
+        help="skip (and count) unreadable input records and files instead of failing (default: raise)",
+    )
     parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     codes = tuple(code.strip() for code in args.languages.split(",") if code.strip())
     languages = None if codes in ((), ("all",)) else codes
     config = RecipeConfig(
-        input=tuple(args.input), output=args.output, languages=languages, min_language_score=args.min_language_score,
-        fuzzy_threshold=args.fuzzy_threshold, num_shards=args.num_shards, tokenizer=args.tokenizer, store=args.store,
-        sample_pages=args.sample_pages, data_dir=args.data_dir, force=tuple(args.force),
+        input=tuple(args.input),
+        output=args.output,
+        languages=languages,
+        min_language_score=args.min_language_score,
+        fuzzy_threshold=args.fuzzy_threshold,
+        num_shards=args.num_shards,
+        tokenizer=args.tokenizer,
+        store=args.store,
+        sample_pages=args.sample_pages,
+        data_dir=args.data_dir,
+        force=tuple(args.force),
     )
-    engine = {k: v for k, v in (("backend", args.backend), ("workers", args.workers),
-                                ("on_bad_record", args.on_bad_record)) if v is not None}
+    engine = {
+        k: v
+        for k, v in (("backend", args.backend), ("workers", args.workers), ("on_bad_record", args.on_bad_record))
+        if v is not None
+    }
     return config, engine
 
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -61,13 +61,13 @@ def build_sample_stores(root: Path, *, tokenizer: str, chars: int) -> dict[str, 
     write_jsonl(prose, root / "text" / "prose.jsonl")
     write_jsonl(code, root / "text" / "code.jsonl")
     if tokenizer == "small":
-        tokenizer = train_bpe_tokenizer([d["text"] for d in prose + code], root / "tokenizer" / "tokenizer.json",
-                                        vocab_size=1024)
+        tokenizer = train_bpe_tokenizer(
+            [d["text"] for d in prose + code], root / "tokenizer" / "tokenizer.json", vocab_size=1024
+        )
     stores = {}
     for name in ("prose", "code"):
         out = root / "stores" / name
-        tokenize_dataset(str(root / "text" / f"{name}.jsonl"), str(out), tokenizer=tokenizer,
-                         validation_fraction=0.15)
+        tokenize_dataset(str(root / "text" / f"{name}.jsonl"), str(out), tokenizer=tokenizer, validation_fraction=0.15)
         stores[name] = str(out)
     return stores
 
@@ -77,8 +77,10 @@ def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:
     (a, a_path), (b, b_path) = list(stores.items())[:2]
     for name, path in ((a, a_path), (b, b_path)):
         if not (Path(path) / "validation" / "manifest.json").is_file():
-            raise SystemExit(f"store {path} ({name}) has no validation/ split to evaluate on; tokenize it with "
-                             "--validation-fraction 0.01 (or similar).")
+            raise SystemExit(
+                f"store {path} ({name}) has no validation/ split to evaluate on; tokenize it with "
+                "--validation-fraction 0.01 (or similar)."
+            )
     fractions = [0.5, 0.75] if not args.quick else [0.75]
     heavy = f"baseline+{b}75"
     config = {
@@ -87,12 +89,18 @@ def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:
         "confidence": args.confidence,
         "primary_eval": b,
         "baseline": {"mixture": {a: [a_path, 0.75], b: [b_path, 0.25]}},
-        "candidates": [{"sweep": {"dataset": b, "fractions": fractions}},
-                       {"name": f"{heavy}-shuffled-{b}", "negative_control": {"dataset": b, "of": heavy}}],
+        "candidates": [
+            {"sweep": {"dataset": b, "fractions": fractions}},
+            {"name": f"{heavy}-shuffled-{b}", "negative_control": {"dataset": b, "of": heavy}},
+        ],
         "model": {"preset": args.model},
         "optimizer": {"learning_rate": args.learning_rate, "warmup_steps": max(1, args.steps // 10)},
-        "train": {"steps": args.steps, "seq_len": args.seq_len, "batch_size": args.batch_size,
-                  "eval_batches": args.eval_batches},
+        "train": {
+            "steps": args.steps,
+            "seq_len": args.seq_len,
+            "batch_size": args.batch_size,
+            "eval_batches": args.eval_batches,
+        },
         "eval": {a: str(Path(a_path) / "validation"), b: str(Path(b_path) / "validation")},
         "backend": args.backend,
         "ray": {"gpus_per_run": args.gpus_per_run},
@@ -103,13 +111,24 @@ def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="zephyr run recipes/mixture_ablation.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="zephyr run recipes/mixture_ablation.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--output", default="out/mixture_ablation", help="where stores, runs and the report go")
-    parser.add_argument("--store", action="append", default=[], metavar="NAME=PATH",
-                        help="an existing token store (give two: A, then B); default: build prose and code stores")
-    parser.add_argument("--tokenizer", default="small",
-                        help="for built stores: 'small' (a 1024-entry BPE trained here) or a tokenizer source")
+    parser.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="an existing token store (give two: A, then B); default: build prose and code stores",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="small",
+        help="for built stores: 'small' (a 1024-entry BPE trained here) or a tokenizer source",
+    )
     parser.add_argument("--chars", type=int, default=300_000, help="characters of text per built store")
     parser.add_argument("--model", default="tiny", help="model preset: tiny, mini, 20m, 60m, 150m")
     parser.add_argument("--steps", type=int, default=200)
@@ -119,8 +138,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--seeds", default="0,1,2,3", help="comma-separated seeds (4: two or three rarely settle it)")
     parser.add_argument("--confidence", type=float, default=0.95)
-    parser.add_argument("--production-tokens", type=float, default=None,
-                        help="matched exposure for B: total tokens of the production run")
+    parser.add_argument(
+        "--production-tokens",
+        type=float,
+        default=None,
+        help="matched exposure for B: total tokens of the production run",
+    )
     parser.add_argument("--gpus-per-run", type=float, default=0.0)
     parser.add_argument("--quick", action="store_true", help="one candidate plus the control, 60 steps, 2 seeds")
     args = parser.parse_args(argv)
@@ -145,13 +168,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = ablation_dict(stores, args)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    print(f"ablation config: {out / 'ablation.yaml'} (rerun it with `zephyr ablate {out / 'ablation.yaml'}`)",
-          file=sys.stderr)
+    print(
+        f"ablation config: {out / 'ablation.yaml'} (rerun it with `zephyr ablate {out / 'ablation.yaml'}`)",
+        file=sys.stderr,
+    )
     outcome = run_ablation(ablation_config_from_dict(config))
     control = outcome.report.verdicts[-1]
     if control.difference.verdict != "worse":
-        print(f"warning: the negative control {control.mixture} did not come out worse ({control.difference.verdict}); "
-              "the ablation is too small or too noisy to trust: add steps or seeds.", file=sys.stderr)
+        print(
+            f"warning: the negative control {control.mixture} did not come out worse ({control.difference.verdict}); "
+            "the ablation is too small or too noisy to trust: add steps or seeds.",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -109,12 +109,16 @@ def normalize(path: str, *, config: dict, inputs: list[str]) -> dict:
 def exact_dedup(path: str, *, config: dict, docs: str) -> dict:
     # keep the copy from the highest-quality split (then the smallest id): deterministic; removed copies'
     # ids, reason and the id kept for each go to <path>/_removed (lineage, read by `zephyr ui`)
-    marked = dedup_documents(Dataset.from_files(join(docs, "*", "*.jsonl.zst")), order_key=_quality_order,
-                             num_shards=config["num_shards"])
+    marked = dedup_documents(
+        Dataset.from_files(join(docs, "*", "*.jsonl.zst")), order_key=_quality_order, num_shards=config["num_shards"]
+    )
     run = drop_removed(marked, join(path, LINEAGE_DIR)).write(join(path, "part-{shard:05d}.jsonl.zst")).execute()
     kept = run.stages[-1].records_out
-    return {"documents_in": run.stages[0].records_in, "documents_out": kept,
-            "duplicates_removed": run.stages[0].records_in - kept}
+    return {
+        "documents_in": run.stages[0].records_in,
+        "documents_out": kept,
+        "duplicates_removed": run.stages[0].records_in - kept,
+    }
 
 
 def fuzzy_dedup(path: str, *, config: dict, docs: str) -> dict:
@@ -123,11 +127,20 @@ def fuzzy_dedup(path: str, *, config: dict, docs: str) -> dict:
     report = find_duplicate_clusters(source, config=fuzzy, work_dir=join(path, "work"))
     annotated = annotate_clusters(source, report, config=fuzzy)
     # kept documents land per quality split in the same pass, ready for one token store per split
-    run = drop_removed(annotated, join(path, LINEAGE_DIR)).write(join(path, "docs", "{split}", "part-{shard:05d}.jsonl.zst"), partition_by="split").execute()
+    run = (
+        drop_removed(annotated, join(path, LINEAGE_DIR))
+        .write(join(path, "docs", "{split}", "part-{shard:05d}.jsonl.zst"), partition_by="split")
+        .execute()
+    )
     kept = run.stages[-1].records_out
-    return {"documents_in": report.documents, "documents_out": kept, "duplicates_removed": report.documents - kept,
-            "candidate_edges": report.candidate_edges, "verified_edges": report.verified_edges,
-            "cc_iterations": report.cc_iterations}
+    return {
+        "documents_in": report.documents,
+        "documents_out": kept,
+        "duplicates_removed": report.documents - kept,
+        "candidate_edges": report.candidate_edges,
+        "verified_edges": report.verified_edges,
+        "cc_iterations": report.cc_iterations,
+    }
 
 
 def tokenize(path: str, *, config: dict, docs: str) -> dict:
@@ -138,8 +151,12 @@ def tokenize(path: str, *, config: dict, docs: str) -> dict:
         fs, split_dir = url_to_fs(join(docs, "docs", split))
         if not fs.exists(split_dir):  # every document of this split was a duplicate
             continue
-        result = tokenize_dataset(join(docs, "docs", split, "*.jsonl.zst"), join(path, "stores", split),
-                                  tokenizer=config["tokenizer"], validation_fraction=config["validation_fraction"])
+        result = tokenize_dataset(
+            join(docs, "docs", split, "*.jsonl.zst"),
+            join(path, "stores", split),
+            tokenizer=config["tokenizer"],
+            validation_fraction=config["validation_fraction"],
+        )
         validation = result.validation_manifest or {}
         summary[split] = {
             "store": result.output,
@@ -165,15 +182,28 @@ def train(path: str, *, config: dict, mixture_path: str, stores: dict) -> dict:
     from zephyr.train import train as run_training
 
     mix = json.loads((Path(mixture_path) / "mixture.json").read_text())
-    eval_sets = {s: str(Path(info["store"]) / "validation") for s, info in stores.items()
-                 if info["validation_tokens"] > 4 * config["seq_len"]}
+    eval_sets = {
+        s: str(Path(info["store"]) / "validation")
+        for s, info in stores.items()
+        if info["validation_tokens"] > 4 * config["seq_len"]
+    }
     cfg = TrainConfig(
-        model=ModelConfig(vocab_size=config["vocab_size"], hidden_dim=config["hidden_dim"],
-                          intermediate_dim=3 * config["hidden_dim"], num_layers=config["num_layers"],
-                          num_heads=config["num_heads"], num_kv_heads=config["num_heads"], max_seq_len=config["seq_len"]),
+        model=ModelConfig(
+            vocab_size=config["vocab_size"],
+            hidden_dim=config["hidden_dim"],
+            intermediate_dim=3 * config["hidden_dim"],
+            num_layers=config["num_layers"],
+            num_heads=config["num_heads"],
+            num_kv_heads=config["num_heads"],
+            max_seq_len=config["seq_len"],
+        ),
         optimizer=OptimizerConfig(learning_rate=config["learning_rate"], warmup_steps=10),
-        data=DataConfig(train={s: (p, w) for s, (p, w) in mix.items() if w > 0}, eval=eval_sets,
-                        seq_len=config["seq_len"], batch_size=config["batch_size"]),
+        data=DataConfig(
+            train={s: (p, w) for s, (p, w) in mix.items() if w > 0},
+            eval=eval_sets,
+            seq_len=config["seq_len"],
+            batch_size=config["batch_size"],
+        ),
         steps=config["steps"],
         output_dir=path,
         eval_batches=2,
@@ -181,8 +211,12 @@ def train(path: str, *, config: dict, mixture_path: str, stores: dict) -> dict:
         progress=sys.stderr.isatty(),
     )
     result = run_training(cfg)
-    return {"steps": result.steps, "final_loss": result.final_loss, "eval": result.eval,
-            "tokens_per_second": result.tokens_per_second}
+    return {
+        "steps": result.steps,
+        "final_loss": result.final_loss,
+        "eval": result.eval,
+        "tokens_per_second": result.tokens_per_second,
+    }
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -202,19 +236,34 @@ class RecipeConfig:
 def parse_args(argv: list[str] | None = None) -> RecipeConfig:
     # zephyr's parser: no abbreviations, one-line errors, defaults shown in --help
     parser = ZephyrArgumentParser(prog="zephyr run recipes/nemotron_cc.py", description=__doc__)
-    parser.add_argument("--input", action="append", default=[],
-                        help="glob(s) of Nemotron-CC .jsonl.zst files (default: the embedded sample)")
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        help="glob(s) of Nemotron-CC .jsonl.zst files (default: the embedded sample)",
+    )
     parser.add_argument("--output", default="out/nemotron_cc", help="root of every step's output (local)")
-    parser.add_argument("--weights", default="", help="mixture weights, e.g. high_actual=0.5,medium=0.5 "
-                        "(default: proportional to each split's tokens)")
+    parser.add_argument(
+        "--weights",
+        default="",
+        help="mixture weights, e.g. high_actual=0.5,medium=0.5 (default: proportional to each split's tokens)",
+    )
     parser.add_argument("--no-train", action="store_true", help="skip the short training run on the mixture")
     parser.add_argument("--train-steps", type=int, default=60, help="steps of the short training run")
     parser.add_argument("--tokenizer", default="smollm2", help="tokenizer.json path or hub name (default: SmolLM2)")
     parser.add_argument("--num-shards", type=int, default=4, help="shards of the dedup shuffles")
-    parser.add_argument("--sample-docs-per-split", type=int, default=420,
-                        help="size of the embedded sample (used when no --input is given)")
-    parser.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
-                        help="skip (and count) unreadable input records and files instead of failing (default: raise)")
+    parser.add_argument(
+        "--sample-docs-per-split",
+        type=int,
+        default=420,
+        help="size of the embedded sample (used when no --input is given)",
+    )
+    parser.add_argument(
+        "--on-bad-record",
+        choices=("raise", "skip"),
+        default=None,
+        help="skip (and count) unreadable input records and files instead of failing (default: raise)",
+    )
     args = parser.parse_args(argv)
     weights = {}
     for item in filter(None, args.weights.split(",")):
@@ -225,8 +274,17 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
             weights[name] = float(value)
         except ValueError:
             parser.error(f"--weights: {name}={value!r} is not a number; write e.g. {name}=0.5")
-    return RecipeConfig(args.input, args.output, weights, not args.no_train, args.train_steps, args.tokenizer,
-                        args.num_shards, args.sample_docs_per_split, args.on_bad_record)
+    return RecipeConfig(
+        args.input,
+        args.output,
+        weights,
+        not args.no_train,
+        args.train_steps,
+        args.tokenizer,
+        args.num_shards,
+        args.sample_docs_per_split,
+        args.on_bad_record,
+    )
 
 
 def run(config: RecipeConfig) -> dict[str, StepOutput]:
@@ -240,11 +298,16 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
         inputs = [str(sample / "*" / "*.jsonl.zst")]
     docs = steps.run("normalize", normalize, config={}, inputs={"inputs": inputs})
     exact = steps.run("exact_dedup", exact_dedup, config={"num_shards": config.num_shards}, inputs={"docs": docs})
-    fuzzy = steps.run("fuzzy_dedup", fuzzy_dedup, config={"threshold": 0.8, "num_shards": config.num_shards},
-                      inputs={"docs": exact})
+    fuzzy = steps.run(
+        "fuzzy_dedup", fuzzy_dedup, config={"threshold": 0.8, "num_shards": config.num_shards}, inputs={"docs": exact}
+    )
     splits = sorted(docs.summary["splits"], key=lambda s: SPLIT_RANK.get(s, len(SPLIT_RANK)))
-    tokens = steps.run("tokenize", tokenize, config={"splits": splits, "tokenizer": config.tokenizer,
-                                                      "validation_fraction": 0.05}, inputs={"docs": fuzzy})
+    tokens = steps.run(
+        "tokenize",
+        tokenize,
+        config={"splits": splits, "tokenizer": config.tokenizer, "validation_fraction": 0.05},
+        inputs={"docs": fuzzy},
+    )
     mix = steps.run("mixture", mixture, config={"weights": config.weights}, inputs={"stores": tokens.summary})
     outputs = {"normalize": docs, "exact_dedup": exact, "fuzzy_dedup": fuzzy, "tokenize": tokens, "mixture": mix}
     if config.train:
@@ -253,9 +316,18 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
         any_store = next(iter(tokens.summary.values()))["store"]
         vocab_size = int(open_store(any_store).manifest["vocab_size"])
         outputs["train"] = steps.run(
-            "train", train,
-            config={"steps": config.train_steps, "seq_len": 128, "batch_size": 8, "hidden_dim": 128, "num_layers": 2,
-                    "num_heads": 4, "learning_rate": 3e-3, "vocab_size": vocab_size},
+            "train",
+            train,
+            config={
+                "steps": config.train_steps,
+                "seq_len": 128,
+                "batch_size": 8,
+                "hidden_dim": 128,
+                "num_layers": 2,
+                "num_heads": 4,
+                "learning_rate": 3e-3,
+                "vocab_size": vocab_size,
+            },
             inputs={"mixture_path": mix, "stores": tokens.summary},
         )
     return outputs
@@ -277,13 +349,17 @@ def print_summary(outputs: dict[str, StepOutput]) -> None:
     print(f"\n{'split':<15} {'documents':>10} {'tokens':>12} {'weight':>7}")
     for split, info in tokens.items():
         print(f"{split:<15} {info['documents']:>10,} {info['tokens']:>12,} {mix[split][1]:>7.3f}")
-    print(f"{'total':<15} {sum(i['documents'] for i in tokens.values()):>10,} "
-          f"{sum(i['tokens'] for i in tokens.values()):>12,}")
+    print(
+        f"{'total':<15} {sum(i['documents'] for i in tokens.values()):>10,} "
+        f"{sum(i['tokens'] for i in tokens.values()):>12,}"
+    )
     fuzzy = outputs["fuzzy_dedup"].summary
-    print(f"\nexact duplicates removed: {outputs['exact_dedup'].summary['duplicates_removed']:,}; "
-          f"near duplicates removed: {fuzzy['duplicates_removed']:,} "
-          f"({fuzzy['verified_edges']:,} verified of {fuzzy['candidate_edges']:,} candidate edges, "
-          f"{fuzzy['cc_iterations']} connected-components rounds)")
+    print(
+        f"\nexact duplicates removed: {outputs['exact_dedup'].summary['duplicates_removed']:,}; "
+        f"near duplicates removed: {fuzzy['duplicates_removed']:,} "
+        f"({fuzzy['verified_edges']:,} verified of {fuzzy['candidate_edges']:,} candidate edges, "
+        f"{fuzzy['cc_iterations']} connected-components rounds)"
+    )
     if "train" in outputs:
         t = outputs["train"].summary
         evals = ", ".join(f"{k} {v['loss']:.3f}" for k, v in sorted(t["eval"].items()))

@@ -1,6 +1,6 @@
 """A small example pipeline: word frequencies of the real pages in ../shared/data (or built-in text).
 
-    zephyr run recipes/word_count.py [--top 20]
+zephyr run recipes/word_count.py [--top 20]
 """
 
 from __future__ import annotations

@@ -29,8 +29,13 @@ __all__ = ["build_parser", "main", "run_script", "ZephyrArgumentParser", "add_en
 
 # Packages that add subcommands through `add_cli(subparsers)` (tokenize, inspect, verify, train, ...).
 _SUBCOMMAND_MODULES = (
-    "zephyr.tokenize.cli", "zephyr.train.cli", "zephyr.datashop.cli", "zephyr.ablate.cli", "zephyr.export_cli",
-    "zephyr.ui.cli", "zephyr.install_models",
+    "zephyr.tokenize.cli",
+    "zephyr.train.cli",
+    "zephyr.datashop.cli",
+    "zephyr.ablate.cli",
+    "zephyr.export_cli",
+    "zephyr.ui.cli",
+    "zephyr.install_models",
 )
 
 # Examples shown under each subcommand's --help when its package gives none.
@@ -72,8 +77,16 @@ Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).
   zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
 }
 
-_ENGINE_VALUE_FLAGS = ("--backend", "--workers", "--memory-per-worker", "--scratch", "--address", "--worker-cpus",
-                       "--worker-gpus", "--ray-pool-idle")
+_ENGINE_VALUE_FLAGS = (
+    "--backend",
+    "--workers",
+    "--memory-per-worker",
+    "--scratch",
+    "--address",
+    "--worker-cpus",
+    "--worker-gpus",
+    "--ray-pool-idle",
+)
 _ENGINE_SWITCHES = ("--dry-run", "--estimate", "-q", "--quiet", "-v", "--verbose", "-h", "--help", "--ray-dashboard")
 
 
@@ -106,9 +119,11 @@ def run_script(script: str, args: Sequence[str], overrides: dict | None = None) 
         if exit_.code not in (0, None) and isinstance(exit_.code, int) and exit_.code == 2:
             misplaced = [a for a in args if a.split("=", 1)[0] in _ENGINE_VALUE_FLAGS + ("--dry-run",)]
             if misplaced:
-                print(f"zephyr run: engine options go before the script path: "
-                      f"zephyr run {' '.join(misplaced)} ... {script} (the script got {' '.join(misplaced)})",
-                      file=sys.stderr)
+                print(
+                    f"zephyr run: engine options go before the script path: "
+                    f"zephyr run {' '.join(misplaced)} ... {script} (the script got {' '.join(misplaced)})",
+                    file=sys.stderr,
+                )
         raise
     finally:
         sys.argv = old_argv
@@ -156,8 +171,9 @@ def _import_script(path: Path):
     return module
 
 
-def _split_run_argv(tokens: Sequence[str], value_flags: Sequence[str] = _ENGINE_VALUE_FLAGS
-                    ) -> tuple[list[str], str | None, list[str]]:
+def _split_run_argv(
+    tokens: Sequence[str], value_flags: Sequence[str] = _ENGINE_VALUE_FLAGS
+) -> tuple[list[str], str | None, list[str]]:
     """(engine tokens, script, script args): options before the first positional are the engine's."""
     engine: list[str] = []
     i = 0
@@ -175,7 +191,7 @@ def _split_run_argv(tokens: Sequence[str], value_flags: Sequence[str] = _ENGINE_
         i += 1
     if i >= len(tokens):
         return engine, None, []
-    return engine, tokens[i], list(tokens[i + 1:])
+    return engine, tokens[i], list(tokens[i + 1 :])
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -183,9 +199,13 @@ def _run_command(args: argparse.Namespace) -> int:
     from zephyr.engine.run_record import RunRecorder, open_run
 
     overrides = engine_overrides(args)
-    recorder = RunRecorder(command=["zephyr", "run", *getattr(args, "raw_argv", [])], script=args.script,
-                           backend=overrides.get("backend"), workers=overrides.get("workers"),
-                           write_empty=not overrides.get("dry_run"))  # a dry run leaves no record
+    recorder = RunRecorder(
+        command=["zephyr", "run", *getattr(args, "raw_argv", [])],
+        script=args.script,
+        backend=overrides.get("backend"),
+        workers=overrides.get("workers"),
+        write_empty=not overrides.get("dry_run"),
+    )  # a dry run leaves no record
     scratch = overrides.get("scratch")
     from zephyr.engine.run_record import default_record_dir
 
@@ -212,11 +232,21 @@ def _add_verbosity(parser: argparse.ArgumentParser, *, top: bool = False) -> Non
     default = False if top else argparse.SUPPRESS
     existing = {s for a in parser._actions for s in a.option_strings}
     if "-q" not in existing:
-        parser.add_argument("-q", "--quiet", action="store_true", default=default,
-                            help="print only errors and final results: no progress, no summary table")
+        parser.add_argument(
+            "-q",
+            "--quiet",
+            action="store_true",
+            default=default,
+            help="print only errors and final results: no progress, no summary table",
+        )
     if "-v" not in existing:
-        parser.add_argument("-v", "--verbose", action="store_true", default=default,
-                            help="also print every engine job's table and tracebacks of errors")
+        parser.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=default,
+            help="also print every engine job's table and tracebacks of errors",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Raw web data to pretraining token mixtures, tested with small training runs.",
         epilog="Run 'zephyr COMMAND --help' for a command's options and examples.",
     )
-    parser.add_argument("--version", action="version", version=f"zephyr {_version()}",
-                        help="print the version and exit")
+    parser.add_argument(
+        "--version", action="version", version=f"zephyr {_version()}", help="print the version and exit"
+    )
     _add_verbosity(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = subparsers.add_parser(
@@ -236,14 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
         usage="zephyr run [engine options] SCRIPT [script arguments ...]",
     )
     add_engine_options(run)
-    run.add_argument("--dry-run", action="store_true",
-                     help="print the plan of every pipeline instead of running it")
-    run.add_argument("--estimate", action="store_true",
-                     help="with --dry-run: run each plan on a sample of its input shards and print per stage the "
-                          "records, bytes, scratch and wall time expected at full size")
+    run.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline instead of running it")
+    run.add_argument(
+        "--estimate",
+        action="store_true",
+        help="with --dry-run: run each plan on a sample of its input shards and print per stage the "
+        "records, bytes, scratch and wall time expected at full size",
+    )
     run.add_argument("script", metavar="SCRIPT", help="a Python file: defines main(), or runs a pipeline at top level")
-    run.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
-                     help="arguments for the script (everything after SCRIPT)")
+    run.add_argument(
+        "args", nargs=argparse.REMAINDER, metavar="...", help="arguments for the script (everything after SCRIPT)"
+    )
     run.set_defaults(func=_run_command)
     for module_name in _SUBCOMMAND_MODULES:
         if importlib.util.find_spec(module_name.rsplit(".", 1)[0]) is None:
@@ -272,7 +306,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     options = [a for a in run_parser._actions if a.option_strings]
     value_flags = tuple(s for a in options if a.nargs != 0 for s in a.option_strings)
     known = value_flags + tuple(s for a in options if a.nargs == 0 for s in a.option_strings)
-    engine, script, script_args = _split_run_argv(argv[position + 1:], value_flags)
+    engine, script, script_args = _split_run_argv(argv[position + 1 :], value_flags)
     unknown = [t for t in engine if t.startswith("-") and t.split("=", 1)[0] not in known]
     if unknown:
         run_parser.error(
@@ -281,7 +315,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
         )
     args = parser.parse_args([*argv[: position + 1], *engine, *([script] if script is not None else [])])
     args.args = script_args
-    args.raw_argv = argv[position + 1:]
+    args.raw_argv = argv[position + 1 :]
     return args
 
 
@@ -330,8 +364,11 @@ def _report(prog: str, error: Exception, *, verbose: bool) -> int:
     """Errors Zephyr raises on purpose: their message, no internal traceback (unless -v). Others: as Python does."""
     from zephyr.engine.errors import ZephyrError
 
-    known = isinstance(error, ZephyrError) or type(error).__name__ in ("ConfigError", "AblationConfigError",
-                                                                       "CheckpointError")
+    known = isinstance(error, ZephyrError) or type(error).__name__ in (
+        "ConfigError",
+        "AblationConfigError",
+        "CheckpointError",
+    )
     if not known:
         raise error
     if verbose:

@@ -50,8 +50,10 @@ def storage_error(error: BaseException, where: str) -> StorageError | None:
         if isinstance(current, OSError) and current.errno in _STORAGE_ERRNOS:
             what, fix = _STORAGE_ERRNOS[current.errno]
             path = current.filename or "(path not reported)"
-            return StorageError(f"{where}: {what}: {path} ({current.strerror or current}). This is the machine's "
-                                f"storage, not the data or the code: {fix}; then rerun (finished shards are kept).")
+            return StorageError(
+                f"{where}: {what}: {path} ({current.strerror or current}). This is the machine's "
+                f"storage, not the data or the code: {fix}; then rerun (finished shards are kept)."
+            )
         current = current.__cause__ or current.__context__
     return None
 

@@ -89,9 +89,11 @@ class StepRunner:
 
     def _stop(self, name: str, what: str) -> NoReturn:
         done = [f"{o.name} ({'reused' if o.skipped else 'ran'})" for o in self.history]
-        message = (f"[dry run] {len(done)} step(s) complete: {', '.join(done) or 'none'}. Next, step {name!r} would "
-                   f"run and write {what}; the steps after it read its output, so a dry run stops here. "
-                   "Nothing was written.")
+        message = (
+            f"[dry run] {len(done)} step(s) complete: {', '.join(done) or 'none'}. Next, step {name!r} would "
+            f"run and write {what}; the steps after it read its output, so a dry run stops here. "
+            "Nothing was written."
+        )
         print(message, flush=True)
         raise DryRunStop(message)
 
@@ -132,8 +134,11 @@ class StepRunner:
                 try:
                     fn(throwaway, config=config, **args)
                 except Exception as error:  # noqa: BLE001 - the step's code met the dry run's empty results
-                    print(f"[dry run] step {name!r} stopped on the dry run's empty results: {type(error).__name__}: "
-                          f"{str(error).splitlines()[0] if str(error) else ''}", flush=True)
+                    print(
+                        f"[dry run] step {name!r} stopped on the dry run's empty results: {type(error).__name__}: "
+                        f"{str(error).splitlines()[0] if str(error) else ''}",
+                        flush=True,
+                    )
             self._stop(name, path)
         else:
 
@@ -168,8 +173,14 @@ class StepRunner:
         live_view().remove(view_row)
         status = "cached" if output.skipped else "done"
         recorder.end_step(record, status, seconds=output.seconds, summary=output.summary)
-        log(f"step {name}: " + ("cached (an earlier run completed this version)" if output.skipped
-                                 else f"done in {format_duration(output.seconds)}"))
+        log(
+            f"step {name}: "
+            + (
+                "cached (an earlier run completed this version)"
+                if output.skipped
+                else f"done in {format_duration(output.seconds)}"
+            )
+        )
         if owned:
             recorder.finish("succeeded")  # rewritten as "running" when the next step starts
         return output

@@ -86,7 +86,11 @@ class S3Server:
         import boto3
 
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test"
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
         )
 
     def create_bucket(self, region: str, prefix: str = "zs3") -> str:
@@ -111,7 +115,18 @@ def _http_json(method: str, url: str, body: dict) -> dict:
 def gcs_server() -> Iterator[GcsServer]:
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gcp_storage_emulator",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--in-memory",
+        "-q",
+    ]
     with _serve(cmd, f"{endpoint}/storage/v1/b"):
         yield GcsServer(endpoint)
 
@@ -121,7 +136,11 @@ def s3_server() -> Iterator[S3Server]:
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
     moto = _VENV_BIN / "moto_server"
-    cmd = [str(moto), "-H", "127.0.0.1", "-p", str(port)] if moto.exists() else [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    cmd = (
+        [str(moto), "-H", "127.0.0.1", "-p", str(port)]
+        if moto.exists()
+        else [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    )
     with _serve(cmd, f"{endpoint}/moto-api/"):
         yield S3Server(endpoint)
 

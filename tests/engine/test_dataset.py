@@ -74,9 +74,11 @@ def test_group_by_secondary_sort_generator_reducer(backend):
             previous = r["ts"]
             yield {"user": user, "ts": r["ts"]}
 
-    out = Dataset.from_list(records, num_shards=4).group_by(
-        lambda r: r["user"], sessions, sort_by=lambda r: r["ts"], num_shards=3
-    ).collect()
+    out = (
+        Dataset.from_list(records, num_shards=4)
+        .group_by(lambda r: r["user"], sessions, sort_by=lambda r: r["ts"], num_shards=3)
+        .collect()
+    )
     assert len(out) == 300
     by_user: dict[int, list[int]] = {}
     for r in out:
@@ -87,9 +89,11 @@ def test_group_by_secondary_sort_generator_reducer(backend):
 
 def test_group_by_descending_sort_tuple_keys_and_ties_keep_input_order(local):
     records = [{"k": ("a", i % 2), "score": i % 3, "i": i} for i in range(30)]
-    out = Dataset.from_list(records, num_shards=3).group_by(
-        lambda r: r["k"], lambda k, items: (k, [r["i"] for r in items]), sort_by=lambda r: -r["score"]
-    ).collect()
+    out = (
+        Dataset.from_list(records, num_shards=3)
+        .group_by(lambda r: r["k"], lambda k, items: (k, [r["i"] for r in items]), sort_by=lambda r: -r["score"])
+        .collect()
+    )
     got = dict(out)
     for key in (("a", 0), ("a", 1)):
         expected = sorted((r for r in records if r["k"] == key), key=lambda r: -r["score"])  # stable sort
@@ -114,16 +118,20 @@ def test_combiner_pre_aggregates_on_map_side(backend):
         seen_by_reducer.append(len(pairs))
         return word, sum(c for _, c in pairs)
 
-    out = Dataset.from_list(words, num_shards=3).map(lambda w: (w, 1)).group_by(
-        lambda p: p[0], reducer, combiner=add
-    ).collect()
+    out = (
+        Dataset.from_list(words, num_shards=3)
+        .map(lambda w: (w, 1))
+        .group_by(lambda p: p[0], reducer, combiner=add)
+        .collect()
+    )
     assert dict(out) == {"a": 1500, "b": 1000, "c": 500}
 
 
 def test_combiner_really_reduces_shuffled_rows(local):
     ds = Dataset.from_list([("k", 1)] * 1000, num_shards=2)
-    run = ds.group_by(lambda p: p[0], lambda k, ps: (k, sum(c for _, c in ps)),
-                      combiner=lambda k, ps: (k, sum(c for _, c in ps))).execute()
+    run = ds.group_by(
+        lambda p: p[0], lambda k, ps: (k, sum(c for _, c in ps)), combiner=lambda k, ps: (k, sum(c for _, c in ps))
+    ).execute()
     assert run.outputs == [("k", 1000)]
     assert run.stages[0].records_out == 1000 and run.stages[1].records_in == 2  # one row per shard
 
@@ -138,12 +146,13 @@ def test_sorted_merge_join_inner_left_and_many_to_many(backend):
     left = Dataset.from_list([{"id": i % 4, "l": i} for i in range(8)], num_shards=2)
     right = Dataset.from_list([{"id": i, "r": i * 10} for i in (1, 2, 2, 9)], num_shards=3)
     inner = left.sorted_merge_join(right, left_key=lambda r: r["id"], right_key=lambda r: r["id"]).collect()
-    expected = sorted(
-        (lv, rv) for lv in range(8) for rid, rv in ((1, 10), (2, 20), (2, 20), (9, 90)) if lv % 4 == rid
-    )
+    expected = sorted((lv, rv) for lv in range(8) for rid, rv in ((1, 10), (2, 20), (2, 20), (9, 90)) if lv % 4 == rid)
     assert sorted((r["l"], r["r"]) for r in inner) == expected
     outer = left.sorted_merge_join(
-        right, left_key=lambda r: r["id"], right_key=lambda r: r["id"], how="left",
+        right,
+        left_key=lambda r: r["id"],
+        right_key=lambda r: r["id"],
+        how="left",
         combine=lambda lrec, rrec: (lrec["l"], None if rrec is None else rrec["r"]),
     ).collect()
     assert sorted(outer, key=lambda t: (t[0], t[1] or 0)) == sorted(
@@ -273,6 +282,7 @@ def test_parquet_batches_flow_straight_into_map_batches(local, tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"x": list(range(5000)), "s": [str(i) for i in range(5000)]}), tmp_path / "a.parquet")
+
     def inc(batch):
         assert isinstance(batch, pa.RecordBatch)
         return batch.set_column(0, "x", pa.compute.add(batch.column("x"), 1))
@@ -280,12 +290,14 @@ def test_parquet_batches_flow_straight_into_map_batches(local, tmp_path):
     def halve(batch):
         return batch.filter(pa.compute.equal(pa.compute.bit_wise_and(batch.column("x"), 1), 0))
 
-    run = (Dataset.from_files(str(tmp_path / "*.parquet")).map_batches(inc, batch_size=1000)
-           .map_batches(halve).execute())
+    run = Dataset.from_files(str(tmp_path / "*.parquet")).map_batches(inc, batch_size=1000).map_batches(halve).execute()
     assert [r["x"] for r in run.outputs] == list(range(2, 5001, 2))
     assert run.stages[0].records_in == 5000 and run.stages[0].records_out == 2500
-    written = (Dataset.from_files(str(tmp_path / "*.parquet")).map_batches(inc, batch_size=1000)
-               .write_parquet(str(tmp_path / "out" / "p-{shard}.parquet")))
+    written = (
+        Dataset.from_files(str(tmp_path / "*.parquet"))
+        .map_batches(inc, batch_size=1000)
+        .write_parquet(str(tmp_path / "out" / "p-{shard}.parquet"))
+    )
     assert pq.read_table(written[0]).column("x").to_pylist() == list(range(1, 5001))
 
 
@@ -295,7 +307,11 @@ def test_partitioned_write_splits_each_shard_by_field_in_one_pass(local, tmp_pat
     monkeypatch.setattr(partitioned, "_PARTITION_BUFFER", 7)  # spill to disk many times over
     langs = ["en", "de", "fr", "en", "en", "de"]
     records = [{"id": i, "lang": langs[i % len(langs)], "text": f"doc {i}"} for i in range(100)]
-    run = Dataset.from_list(records, num_shards=3).write(str(tmp_path / "{lang}" / "part-{shard:05d}.jsonl.zst"), partition_by="lang").execute()
+    run = (
+        Dataset.from_list(records, num_shards=3)
+        .write(str(tmp_path / "{lang}" / "part-{shard:05d}.jsonl.zst"), partition_by="lang")
+        .execute()
+    )
     assert sorted(run.outputs) == sorted(str(p) for p in tmp_path.glob("*/part-*.jsonl.zst"))
     assert {p.parent.name for p in tmp_path.glob("*/*")} == {"en", "de", "fr"} and len(run.outputs) == 9
     for lang in ("en", "de", "fr"):
@@ -311,9 +327,13 @@ def test_partitioned_parquet_write_from_arrow_batches(local, tmp_path):
     table = pa.table({"id": list(range(50)), "split": ["high" if i % 3 else "low" for i in range(50)]})
     pq.write_table(table, tmp_path / "in.parquet")
     out = tmp_path / "out"
-    Dataset.from_files(str(tmp_path / "in.parquet")).write(str(out / "split={split}" / "{shard}.parquet"), partition_by="split").execute()
+    Dataset.from_files(str(tmp_path / "in.parquet")).write(
+        str(out / "split={split}" / "{shard}.parquet"), partition_by="split"
+    ).execute()
     high, low = pq.read_table(out / "split=high" / "0.parquet"), pq.read_table(out / "split=low" / "0.parquet")
-    assert high.column("id").to_pylist() == [i for i in range(50) if i % 3] and set(high.column("split").to_pylist()) == {"high"}
+    assert high.column("id").to_pylist() == [i for i in range(50) if i % 3] and set(
+        high.column("split").to_pylist()
+    ) == {"high"}
     assert low.column("id").to_pylist() == list(range(0, 50, 3))
 
 
@@ -323,6 +343,8 @@ def test_partitioned_write_errors_name_the_record(local, tmp_path):
         Dataset.from_list([{"lang": "en"}]).write(str(tmp_path / "part-{shard}.jsonl"), partition_by="lang")
     with pytest.raises(UserCodeError, match=r"record 2: partition_by='lang' but the record has no 'lang' field"):
         Dataset.from_list([{"lang": "en"}, {"text": "x"}]).write(pattern, partition_by="lang").execute()
-    with pytest.raises(UserCodeError, match=r"record 1: partition_by='lang' needs a non-empty string or int without '/'"):
+    with pytest.raises(
+        UserCodeError, match=r"record 1: partition_by='lang' needs a non-empty string or int without '/'"
+    ):
         Dataset.from_list([{"lang": "../etc"}]).write(pattern, partition_by="lang").execute()
     assert not list(tmp_path.rglob("*.jsonl"))  # nothing half-written

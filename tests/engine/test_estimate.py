@@ -28,7 +28,9 @@ def test_estimate_scales_a_sample_run_and_writes_nothing(tmp_path, capsys):
         .group_by(lambda r: r["k"], lambda k, items: {"k": k, "n": sum(1 for _ in items)}, num_shards=2)
         .write(str(out / "part-{shard:05d}.jsonl"))
     )
-    with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False, dry_run=True, estimate=True) as config:
+    with execution(
+        backend="local", scratch=str(tmp_path / "scratch"), summary=False, dry_run=True, estimate=True
+    ) as config:
         run = pipeline.execute()
         estimates = estimate_plan(plan(pipeline, config), config, execute_plan, sample_shards=2)
     printed = capsys.readouterr().out
@@ -40,7 +42,7 @@ def test_estimate_scales_a_sample_run_and_writes_nothing(tmp_path, capsys):
     assert second.records_out == 4 * 50  # groups are per sample: the estimate scales them too
 
 
-ESTIMATE_SCRIPT = '''
+ESTIMATE_SCRIPT = """
 import sys
 from zephyr import Dataset
 
@@ -48,7 +50,7 @@ def main():
     inputs, out = sys.argv[1], sys.argv[2]
     Dataset.from_files(inputs).group_by(lambda r: r["k"], lambda k, items: {"k": k, "n": sum(1 for _ in items)},
                                         num_shards=2).write(out + "/part-{shard:05d}.jsonl").execute()
-'''
+"""
 
 
 def test_zephyr_run_dry_run_estimate_prints_full_size_figures(tmp_path):
@@ -62,9 +64,24 @@ def test_zephyr_run_dry_run_estimate_prints_full_size_figures(tmp_path):
     script.write_text(ESTIMATE_SCRIPT)
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "zephyr.cli", "run", "--backend", "local", "--scratch", str(tmp_path / "scratch"),
-         "--dry-run", "--estimate", str(script), str(tmp_path / "in" / "*.jsonl"), str(out)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "zephyr.cli",
+            "run",
+            "--backend",
+            "local",
+            "--scratch",
+            str(tmp_path / "scratch"),
+            "--dry-run",
+            "--estimate",
+            str(script),
+            str(tmp_path / "in" / "*.jsonl"),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
     assert done.returncode == 0, done.stderr

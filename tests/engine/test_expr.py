@@ -30,7 +30,7 @@ EXPRESSIONS = [
     col("score") >= 0.5,
     col("n") < 5,
     col("n") <= 3,
-    0.4 < col("score"),
+    col("score") > 0.4,
     (col("lang") == "en") & (col("score") > 0.4),
     (col("lang") == "en") | (col("score") > 1),
     ~(col("lang") == "en"),
@@ -192,8 +192,15 @@ def test_three_evaluators_agree_on_random_data(tmp_path) -> None:
     vfile = vx.open(str(path))
     schema = vfile.dtype.to_arrow_schema()
     atoms = [
-        col("a") > 0, col("a") <= -1, col("b") >= 0.25, col("s") == "en", col("s").isin(["fr", "ünï"]),
-        col("a").is_null(), col("b").is_not_null(), (col("a") + 2) == 2, col("s") != "",
+        col("a") > 0,
+        col("a") <= -1,
+        col("b") >= 0.25,
+        col("s") == "en",
+        col("s").isin(["fr", "ünï"]),
+        col("a").is_null(),
+        col("b").is_not_null(),
+        (col("a") + 2) == 2,
+        col("s") != "",
     ]
     exprs = []
     for _ in range(60):

@@ -44,10 +44,19 @@ def _make_store(request, monkeypatch, kind: str) -> Store:
     if kind == "gcs":
         server = request.getfixturevalue("gcs_env")
         monkeypatch.setenv("ZEPHYR_REGION", "us-central1")
-        return Store("gs", "us-central1", server.create_bucket("US"), server.create_bucket("EUROPE-WEST4"), "us", "europe-west4")
+        return Store(
+            "gs", "us-central1", server.create_bucket("US"), server.create_bucket("EUROPE-WEST4"), "us", "europe-west4"
+        )
     server = request.getfixturevalue("s3_env")
     monkeypatch.setenv("ZEPHYR_REGION", "us-east-1")
-    return Store("s3", "us-east-1", server.create_bucket("us-east-1"), server.create_bucket("eu-west-1"), "us-east-1", "eu-west-1")
+    return Store(
+        "s3",
+        "us-east-1",
+        server.create_bucket("us-east-1"),
+        server.create_bucket("eu-west-1"),
+        "us-east-1",
+        "eu-west-1",
+    )
 
 
 @pytest.fixture(params=["gcs", "s3"])
@@ -62,7 +71,10 @@ def gcs_store(request, monkeypatch) -> Store:
     return _make_store(request, monkeypatch, "gcs")
 
 
-RECORDS = [{"id": f"doc-{i}", "text": f"document number {i} " * (1 + i % 7), "source": "test", "metadata": {"i": i}} for i in range(400)]
+RECORDS = [
+    {"id": f"doc-{i}", "text": f"document number {i} " * (1 + i % 7), "source": "test", "metadata": {"i": i}}
+    for i in range(400)
+]
 
 
 def _write_samples(store: Store, bucket: str) -> tuple[str, str]:
@@ -166,10 +178,10 @@ def test_budget_exceeded_names_path_bytes_budget_and_variable(store: Store, monk
     for needle in (url, "5,000 bytes", "8,000 bytes", "ZEPHYR_CROSS_REGION_BUDGET=", store.far_location, store.region):
         assert needle in message, (needle, message)
     assert cross_region_bytes() == 5000  # the refused cat moved nothing
-    with pytest.raises(CrossRegionBudgetExceeded):  # a streaming read stops when it crosses the line
-        with open_url(url, "rb", compression=None) as handle:
-            while handle.read(1000):
-                pass
+    # a streaming read stops when it crosses the line
+    with pytest.raises(CrossRegionBudgetExceeded), open_url(url, "rb", compression=None) as handle:
+        while handle.read(1000):
+            pass
     assert 8000 < cross_region_bytes() <= 9000
     with pytest.raises(CrossRegionBudgetExceeded):  # spent: opening for read is refused at once
         open_url(url, "rb")
@@ -275,7 +287,6 @@ def test_dataset_pipeline_reads_and_writes_cloud_urls(store: Store) -> None:
     assert cross_region_bytes() >= _size(src)  # the far input was charged; the near output was not
 
 
-
 def test_atomic_write_commits_whole_files_and_leaves_nothing_on_error(store: Store) -> None:
     from zephyr.fs import atomic_write
 
@@ -293,10 +304,9 @@ def test_atomic_write_commits_whole_files_and_leaves_nothing_on_error(store: Sto
     # The GCS emulator answers 501 to cancelling a resumable upload (gcsfs then retries for ~30 s;
     # real GCS answers 499), so there the failure comes before the first block is sent.
     size = (6 << 20) if store.scheme == "s3" else (1 << 20)
-    with pytest.raises(KeyError):
-        with atomic_write(failed, "wb", compression=None) as handle:
-            handle.write(b"x" * size)
-            raise KeyError("the writer failed")
+    with pytest.raises(KeyError), atomic_write(failed, "wb", compression=None) as handle:
+        handle.write(b"x" * size)
+        raise KeyError("the writer failed")
     fs, path = url_to_fs(failed)
     fs.invalidate_cache()
     assert not fs.exists(path)

@@ -43,13 +43,26 @@ class Mirror:
 def _make_mirror(request, monkeypatch, scheme: str) -> Mirror:
     if scheme == "gs":
         server = request.getfixturevalue("gcs_env")
-        mirror = Mirror("gs", "us-central1", "europe-west4", server.create_bucket("US-CENTRAL1", "zmus"), server.create_bucket("EUROPE-WEST4", "zmeu"))
+        mirror = Mirror(
+            "gs",
+            "us-central1",
+            "europe-west4",
+            server.create_bucket("US-CENTRAL1", "zmus"),
+            server.create_bucket("EUROPE-WEST4", "zmeu"),
+        )
     else:
         server = request.getfixturevalue("s3_env")
-        mirror = Mirror("s3", "us-east-1", "eu-west-1", server.create_bucket("us-east-1", "zmus"), server.create_bucket("eu-west-1", "zmeu"))
+        mirror = Mirror(
+            "s3",
+            "us-east-1",
+            "eu-west-1",
+            server.create_bucket("us-east-1", "zmus"),
+            server.create_bucket("eu-west-1", "zmeu"),
+        )
     monkeypatch.setenv("ZEPHYR_REGION", mirror.local)
     monkeypatch.setenv(
-        "ZEPHYR_MIRROR_BUCKETS", f"{mirror.local}={scheme}://{mirror.local_bucket},{mirror.far}={scheme}://{mirror.far_bucket}"
+        "ZEPHYR_MIRROR_BUCKETS",
+        f"{mirror.local}={scheme}://{mirror.local_bucket},{mirror.far}={scheme}://{mirror.far_bucket}",
     )
     counters.reset()
     return mirror
@@ -120,7 +133,11 @@ def test_listing_merges_regions_local_wins_and_writes_go_local(gcs_mirror: Mirro
     assert entries["d/both.txt"]["size"] == len(b"local version")
     assert entries["d/both.txt"]["mirror_region"] == gcs_mirror.local
     assert entries["d/far-only.txt"]["mirror_region"] == gcs_mirror.far
-    assert expand_glob("mirror://d/*.txt") == ["mirror://d/both.txt", "mirror://d/far-only.txt", "mirror://d/local-only.txt"]
+    assert expand_glob("mirror://d/*.txt") == [
+        "mirror://d/both.txt",
+        "mirror://d/far-only.txt",
+        "mirror://d/local-only.txt",
+    ]
     assert fs.info("d/far-only.txt")["size"] == 3
     assert cross_region_bytes() == 0  # listing and info move no data
     with open_url("mirror://d/new.txt", "wb", compression=None) as handle:
@@ -152,7 +169,9 @@ def test_stale_lock_from_a_dead_or_expired_holder_is_broken(s3_mirror: Mirror) -
     now = time.time()
     expired = LockRecord("crashed-elsewhere", "other-host", 4242, now - 900, now - 300)
     write_lock_record(fs, f"{root}/.zephyr-locks/s/x.bin.lock", expired, exclusive=True)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     crashed_here = LockRecord("crashed-here", socket.gethostname(), int(dead.stdout), now, now + 3600)
     write_lock_record(fs, f"{root}/.zephyr-locks/s/y.bin.lock", crashed_here, exclusive=True)
     started = time.monotonic()
@@ -199,7 +218,8 @@ from zephyr.fs import url_to_fs
 from zephyr.fs.mirror import MirrorFileSystem
 from zephyr.fs.transfer_budget import cross_region_bytes
 
-barrier, index, total, local_lock, key = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
+barrier, index, total = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+local_lock, key = sys.argv[4] == "1", sys.argv[5]
 if local_lock:
     fs, path = url_to_fs("mirror://" + key)
 else:  # the lock object in the bucket alone must keep the copy single

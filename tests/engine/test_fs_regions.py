@@ -160,7 +160,14 @@ def test_explicit_unknown_region_skips_detection(monkeypatch, metadata_server) -
 # ----- budget --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("10GB", 10**10), ("512MiB", 512 * 2**20), ("0", 0), ("1_000", 1000), ("1.5 GB", 1_500_000_000), ("unlimited", None)],
+    [
+        ("10GB", 10**10),
+        ("512MiB", 512 * 2**20),
+        ("0", 0),
+        ("1_000", 1000),
+        ("1.5 GB", 1_500_000_000),
+        ("unlimited", None),
+    ],
 )
 def test_parse_bytes(text: str, value: int | None) -> None:
     assert parse_bytes(text) == value
@@ -182,7 +189,15 @@ def test_refused_charge_is_not_recorded_but_streamed_bytes_are(monkeypatch) -> N
         charge_cross_region("gs://b/y", 600, source="eu", destination="us-central1")
     assert cross_region_bytes() == 600  # refused before the transfer: nothing recorded
     message = str(info.value)
-    for needle in ("gs://b/y", "600 bytes", "1,000 bytes", "ZEPHYR_CROSS_REGION_BUDGET=", "ZEPHYR_ALLOW_CROSS_REGION=1", "'eu'", "'us-central1'"):
+    for needle in (
+        "gs://b/y",
+        "600 bytes",
+        "1,000 bytes",
+        "ZEPHYR_CROSS_REGION_BUDGET=",
+        "ZEPHYR_ALLOW_CROSS_REGION=1",
+        "'eu'",
+        "'us-central1'",
+    ):
         assert needle in message, (needle, message)
     with pytest.raises(CrossRegionBudgetExceeded):
         charge_cross_region("gs://b/z", 600, source="eu", destination="us-central1", transferred=True)

@@ -80,13 +80,23 @@ def test_expression_filter_on_records_is_evaluated_compiled(local):
     records = [{"a": 1}, {"a": None}, {}, {"a": 0}]
     assert Dataset.from_list(records, num_shards=1).map(dict).filter(col("a") >= 1).collect() == [{"a": 1}]
     assert Dataset.from_list(records, num_shards=1).map(dict).select("a").collect() == [
-        {"a": 1}, {"a": None}, {"a": None}, {"a": 0}
+        {"a": 1},
+        {"a": None},
+        {"a": None},
+        {"a": 0},
     ]
 
 
 def test_pipeline_pickles_and_runs_in_a_fresh_copy():
-    pipeline = Pipeline((Apply(abs, "map(abs)"), Keep(bool, "filter(bool)"), Expand(range, "flat_map(range)"),
-                         Limit(4, "take_per_shard(4)"), Project(("x",), "select(x)")))
+    pipeline = Pipeline(
+        (
+            Apply(abs, "map(abs)"),
+            Keep(bool, "filter(bool)"),
+            Expand(range, "flat_map(range)"),
+            Limit(4, "take_per_shard(4)"),
+            Project(("x",), "select(x)"),
+        )
+    )
     copy = pickle.loads(pickle.dumps(Pipeline(pipeline.steps[:4])))
     assert list(copy(iter([-3, 0, 2]), "test")) == [0, 1, 2, 0]
     with pytest.raises(UserCodeError, match=r"select\(x\) failed in test, on record #0: AttributeError"):

@@ -44,8 +44,12 @@ def test_worker_knows_no_logical_op():
 def test_stages_are_tagged_inputs_and_outputs():
     left = Dataset.from_list(range(10), num_shards=2).map(abs)
     right = Dataset.from_list(range(5), num_shards=1)
-    ds = (left.sorted_merge_join(right, left_key=abs, right_key=abs)
-          .group_by(lambda r: r, lambda k, v: k).reshard(3).filter(bool))
+    ds = (
+        left.sorted_merge_join(right, left_key=abs, right_key=abs)
+        .group_by(lambda r: r, lambda k, v: k)
+        .reshard(3)
+        .filter(bool)
+    )
     stages = plan(ds, CONFIG).stages
     assert [type(s.input) for s in stages] == [ListInput, ListInput, JoinInput, GroupInput, ReshardInput]
     assert [type(s.output) for s in stages] == [Scatter, Scatter, Scatter, Scatter, Collect]
@@ -66,9 +70,11 @@ def test_arrow_fast_paths_are_chosen_at_plan_time(tmp_path):
     batched = plan(files.map_batches(lambda b: b, batch_size=7).write(str(tmp_path / "o-{shard}.parquet")), CONFIG)
     stage = batched.stages[0]
     assert isinstance(stage.input, FileInput) and stage.input.batch_rows == 7
-    assert isinstance(stage.output, FileSink) and stage.output.batches and [type(s) for s in stage.ops.steps] == [
-        BatchApply
-    ]
+    assert (
+        isinstance(stage.output, FileSink)
+        and stage.output.batches
+        and [type(s) for s in stage.ops.steps] == [BatchApply]
+    )
 
     by_records = plan(files.map(dict).group_by("user", lambda k, v: k), CONFIG).stages[0]
     assert isinstance(by_records.input, FileInput) and by_records.input.batch_rows is None

@@ -70,7 +70,9 @@ def test_narrow_ops_and_writers_match_processes(ray_cluster, tmp_path):
                 expected.append({k: out[k] for k in ("id", "user", "ts", "len")})
     outputs = {}
     for backend in ("processes", "ray"):
-        with execution(backend=backend, workers=2, scratch=str(tmp_path / f"s-{backend}"), progress=False, summary=False):
+        with execution(
+            backend=backend, workers=2, scratch=str(tmp_path / f"s-{backend}"), progress=False, summary=False
+        ):
             paths_jsonl = ds.write_jsonl(str(tmp_path / backend / "part-{shard:05d}-of-{total:05d}.jsonl.zst"))
             paths_parquet = ds.write_parquet(str(tmp_path / backend / "part-{shard:05d}.parquet"))
         records_jsonl = []
@@ -94,7 +96,13 @@ def _with_length(record):
 
 def _first_last_count(user, items):
     items = list(items)
-    return {"user": user, "first": items[0]["ts"], "last": items[-1]["ts"], "n": len(items), "ts": [r["ts"] for r in items]}
+    return {
+        "user": user,
+        "first": items[0]["ts"],
+        "last": items[-1]["ts"],
+        "n": len(items),
+        "ts": [r["ts"] for r in items],
+    }
 
 
 def _grouped(map_fn) -> Dataset:
@@ -122,7 +130,9 @@ def test_group_by_with_secondary_sort_matches_processes(ray_cluster, grouped_ref
 
 
 def test_join_matches_processes(ray_cluster, tmp_path):
-    users = Dataset.from_list([{"user": f"u{i:02d}", "country": ["de", "fr", "us"][i % 3]} for i in range(0, 37, 2)], num_shards=2)
+    users = Dataset.from_list(
+        [{"user": f"u{i:02d}", "country": ["de", "fr", "us"][i % 3]} for i in range(0, 37, 2)], num_shards=2
+    )
     joined = Dataset.from_list(_events(), num_shards=3).sorted_merge_join(
         users,
         left_key=lambda r: r["user"],
@@ -227,8 +237,14 @@ def test_actor_pool_stays_warm_across_runs_only_when_asked(ray_cluster, tmp_path
     ds = Dataset.from_list(range(8), num_shards=8).map(pid)
 
     def pids(run_dir: str, workers: int, idle: float) -> set[int]:
-        with execution(backend="ray", workers=workers, scratch=str(tmp_path / run_dir), progress=False,
-                       summary=False, ray_pool_idle_s=idle):
+        with execution(
+            backend="ray",
+            workers=workers,
+            scratch=str(tmp_path / run_dir),
+            progress=False,
+            summary=False,
+            ray_pool_idle_s=idle,
+        ):
             return set(ds.collect())
 
     first, second = pids("a", 2, 30), pids("b", 2, 30)
@@ -280,10 +296,19 @@ def test_two_drivers_on_one_cluster_both_finish(ray_cluster, tmp_path):
     script = tmp_path / "second_driver.py"
     script.write_text(_SECOND_DRIVER)
     address = ray.get_runtime_context().gcs_address
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
-    second = subprocess.Popen([sys.executable, str(script), address, str(tmp_path / "s2")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]),
+    }
+    second = subprocess.Popen(
+        [sys.executable, str(script), address, str(tmp_path / "s2")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
+
         def slow(x):
             time.sleep(0.2)
             return x * 2

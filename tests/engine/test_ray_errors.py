@@ -67,11 +67,21 @@ def _free_port() -> int:
 def _zephyr_run(tmp_path: Path, script: str, *args: str, timeout: float = 120, env: dict | None = None):
     path = tmp_path / "pipeline.py"
     path.write_text(textwrap.dedent(script))
-    environ = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **(env or {})}
+    environ = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        **(env or {}),
+    }
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "zephyr.cli", "run", "--scratch", str(tmp_path / "scratch"), *args, str(path)],
-        capture_output=True, text=True, timeout=timeout, env=environ, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environ,
+        cwd=tmp_path,
     )
     return done, time.monotonic() - started
 
@@ -107,12 +117,15 @@ def test_auto_without_a_cluster_is_one_line(tmp_path):
 def test_dead_raylet_is_an_error_naming_what_died(tmp_path):
     """#17 item 13: killing ray::DashboardAgent takes the raylet down; the driver used to wait forever."""
     started = tmp_path / "started"
-    done, seconds = _zephyr_run(tmp_path, _KILL_AGENT, "--backend", "ray", "--workers", "2",
-                                env={"STARTED": str(started)}, timeout=240)
+    done, seconds = _zephyr_run(
+        tmp_path, _KILL_AGENT, "--backend", "ray", "--workers", "2", env={"STARTED": str(started)}, timeout=240
+    )
     assert "killed DashboardAgent" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     assert done.returncode == 1, done.stderr[-3000:]
     last = _error_lines(done.stderr)[-1]
-    assert last.startswith("zephyr run: error: ClusterError: lost the Ray cluster: the raylet of this driver's node"), done.stderr[-3000:]
+    assert last.startswith("zephyr run: error: ClusterError: lost the Ray cluster: the raylet of this driver's node"), (
+        done.stderr[-3000:]
+    )
     assert "ray::DashboardAgent (pid" in last and "run the same command again to resume" in last
     killed_at = float(done.stdout.split("killed DashboardAgent")[1].split(" at ")[1].split()[0])
     assert time.time() - killed_at < 90  # bounded: the raylet dies ~1 s after its agent, we notice in 0.5 s

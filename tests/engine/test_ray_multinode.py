@@ -16,8 +16,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from zephyr import Dataset, UserCodeError, counters, execution  # noqa: E402
-from zephyr.fs import url_to_fs  # noqa: E402
 from zephyr.engine.ray_local import LocalNodes  # noqa: E402
+from zephyr.fs import url_to_fs  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
@@ -28,13 +28,15 @@ def cluster(gcs_server):
     """Head + node_a + node_b; every node's workers import this checkout and reach the GCS emulator."""
     if ray.is_initialized():
         ray.shutdown()
-    nodes = LocalNodes(env={
-        "PYTHONPATH": str(REPO),  # "the package is installed on every node"
-        "STORAGE_EMULATOR_HOST": gcs_server.endpoint,
-        "GCE_METADATA_HOST": "127.0.0.1:9",
-        "ZEPHYR_METADATA_TIMEOUT": "0.2",
-        "ZEPHYR_REGION": "us-central1",  # the nodes' region: "US" buckets are near, EUROPE-WEST4 far
-    })
+    nodes = LocalNodes(
+        env={
+            "PYTHONPATH": str(REPO),  # "the package is installed on every node"
+            "STORAGE_EMULATOR_HOST": gcs_server.endpoint,
+            "GCE_METADATA_HOST": "127.0.0.1:9",
+            "ZEPHYR_METADATA_TIMEOUT": "0.2",
+            "ZEPHYR_REGION": "us-central1",  # the nodes' region: "US" buckets are near, EUROPE-WEST4 far
+        }
+    )
     try:
         nodes.start()
         nodes.add("node_a")
@@ -97,9 +99,14 @@ def test_work_spreads_over_both_nodes_in_their_own_directories(cluster, bucket):
 
 
 def test_group_by_and_join_match_processes(cluster, bucket, tmp_path):
-    users = Dataset.from_list([{"user": f"u{i:02d}", "country": ["de", "fr", "us"][i % 3]} for i in range(0, 29, 2)], num_shards=2)
+    users = Dataset.from_list(
+        [{"user": f"u{i:02d}", "country": ["de", "fr", "us"][i % 3]} for i in range(0, 29, 2)], num_shards=2
+    )
     joined = Dataset.from_list(_events(), num_shards=3).sorted_merge_join(
-        users, left_key=lambda r: r["user"], right_key=lambda r: r["user"], how="left",
+        users,
+        left_key=lambda r: r["user"],
+        right_key=lambda r: r["user"],
+        how="left",
         combine=lambda e, u: {**e, "country": u["country"] if u else None},
     )
     for ds in (_grouped(), joined):
@@ -153,7 +160,7 @@ def test_tokenize_into_a_bucket_store_matches_processes(cluster, bucket, tmp_pat
         result = tokenize_dataset(f"gs://{bucket}/in/*.jsonl.zst", f"gs://{bucket}/stores/ray")
     assert result.shards_written == 3
     fs.invalidate_cache()
-    names = sorted(p[len(f"{bucket}/stores/ray/"):] for p in fs.find(f"{bucket}/stores/ray"))
+    names = sorted(p[len(f"{bucket}/stores/ray/") :] for p in fs.find(f"{bucket}/stores/ray"))
     assert "manifest.json" in names and any(n.endswith("tokens.bin") for n in names)
     for name in names:
         assert fs.cat_file(f"{bucket}/stores/ray/{name}") == fs.cat_file(f"{bucket}/stores/processes/{name}"), name
@@ -187,7 +194,9 @@ def test_a_stage_asking_for_what_no_node_has_is_one_clear_error(cluster, bucket)
     from zephyr.engine.backends import ClusterError  # noqa: F401  (the same family of errors)
 
     ds = Dataset.from_list(list(range(4)), num_shards=2).map(_cwd_slow, resources={"gpus": 1})
-    with pytest.raises(RuntimeError, match=r"cannot hold one Zephyr worker asking for .*gpus=1.0.*short of GPU 1 \(cluster has 0\)"):
+    with pytest.raises(
+        RuntimeError, match=r"cannot hold one Zephyr worker asking for .*gpus=1.0.*short of GPU 1 \(cluster has 0\)"
+    ):
         _run(ds, "ray", f"gs://{bucket}/scratch", cluster)
 
 

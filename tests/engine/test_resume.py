@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-SCRIPT = '''
+SCRIPT = """
 import argparse, time
 from zephyr import Dataset
 
@@ -33,13 +33,26 @@ def main():
         .map(slow)
         .group_by(lambda r: r["id"] % 7, by_bucket, sort_by=lambda r: -r["id"], num_shards=3)
         .write_jsonl(args.out + "/part-{shard:05d}-of-{total:05d}.jsonl.zst"))
-'''
+"""
 
 
 def _zephyr(script: Path, out: Path, scratch: Path) -> list[str]:
     # engine options before the script path; the script's own (--out) after it
-    return [sys.executable, "-m", "zephyr.cli", "run", "--backend", "processes", "--workers", "2",
-            "--scratch", str(scratch), str(script), "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "zephyr.cli",
+        "run",
+        "--backend",
+        "processes",
+        "--workers",
+        "2",
+        "--scratch",
+        str(scratch),
+        str(script),
+        "--out",
+        str(out),
+    ]
 
 
 def _records(out: Path) -> list[dict]:
@@ -58,12 +71,18 @@ def test_kill_9_mid_stage_then_rerun_is_identical_to_clean_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
     clean_out = tmp_path / "clean"
-    subprocess.run(_zephyr(script, clean_out, tmp_path / "scratch-clean"), check=True, env=env,
-                   capture_output=True, timeout=240)
+    subprocess.run(
+        _zephyr(script, clean_out, tmp_path / "scratch-clean"), check=True, env=env, capture_output=True, timeout=240
+    )
 
     out, scratch = tmp_path / "killed", tmp_path / "scratch"
-    victim = subprocess.Popen(_zephyr(script, out, scratch), env=env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(
+        _zephyr(script, out, scratch),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     done_files: list[Path] = []
     while time.monotonic() < deadline:
@@ -76,8 +95,9 @@ def test_kill_9_mid_stage_then_rerun_is_identical_to_clean_run(tmp_path):
     assert 4 <= len(done_files) < 12, "the kill should land while stage 0 is running"
     assert not list(out.glob("*.jsonl.zst")), "nothing should be written before the last stage"
 
-    rerun = subprocess.run(_zephyr(script, out, scratch), check=True, env=env, capture_output=True,
-                           text=True, timeout=240)
+    rerun = subprocess.run(
+        _zephyr(script, out, scratch), check=True, env=env, capture_output=True, text=True, timeout=240
+    )
     assert "resumed" in rerun.stderr, rerun.stderr
 
     clean, resumed = _records(clean_out), _records(out)

@@ -39,7 +39,9 @@ def assert_run_refusal(error: BaseException, bucket: str, budget: int) -> None:
     assert re.search(rf"gs://{bucket}/far/part-\d\.jsonl is stored in 'europe-west4'", message), message
     assert "machine is in 'us-central1'" in message
     assert "this run's cross-region transfer (all workers together)" in message
-    total = int(re.search(r"the run has read .*?\(([\d,]+) bytes\) across regions so far", message).group(1).replace(",", ""))
+    total = int(
+        re.search(r"the run has read .*?\(([\d,]+) bytes\) across regions so far", message).group(1).replace(",", "")
+    )
     # what the run (both workers) read before this read: near the budget, past it at most by bytes a
     # streaming read had already received when it was charged (recorded, as they were paid for)
     assert budget - FILE_BYTES < total <= budget + FILE_BYTES
@@ -56,9 +58,11 @@ def far(gcs_env, monkeypatch):
 def test_workers_share_one_budget_per_run(far, monkeypatch, scratch):
     bucket, urls = far
     monkeypatch.setenv("ZEPHYR_CROSS_REGION_BUDGET", "1300000")
-    with execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False, max_user_retries=0):
-        with pytest.raises((CrossRegionBudgetExceeded, UserCodeError)) as raised:
-            Dataset.from_files(urls).map(lambda r: len(r["text"])).collect()
+    with (
+        execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False, max_user_retries=0),
+        pytest.raises((CrossRegionBudgetExceeded, UserCodeError)) as raised,
+    ):
+        Dataset.from_files(urls).map(lambda r: len(r["text"])).collect()
     assert_run_refusal(raised.value, bucket, 1_300_000)
 
 

@@ -39,7 +39,13 @@ def test_requests_are_parsed_merged_per_stage_and_filled_from_the_run():
 def _device_and_window(record):
     start = time.monotonic()
     time.sleep(0.3)
-    return {"i": record, "device": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(), "start": start, "end": time.monotonic()}
+    return {
+        "i": record,
+        "device": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "pid": os.getpid(),
+        "start": start,
+        "end": time.monotonic(),
+    }
 
 
 def _max_overlap(records) -> int:

@@ -16,7 +16,10 @@ REPO = Path(__file__).resolve().parents[2]
 def test_extraction_benchmark_quick(shared_data):
     out = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "extraction.py"), "--quick"],
-        capture_output=True, text=True, timeout=600, check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     ).stdout
     figures = json.loads(out.strip().splitlines()[-1])
     assert figures["bench"] == "extraction" and figures["pages"] == 20

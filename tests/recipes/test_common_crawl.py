@@ -11,9 +11,6 @@ from zephyr import Dataset, execution
 from zephyr.tokenize import open_store, verify_store
 
 
-
-
-
 def _docs(step_path: str, sub: str = "docs") -> list[dict]:
     with execution(backend="local"):
         return Dataset.from_files(str(Path(step_path) / sub / "*.jsonl.zst")).collect()
@@ -109,8 +106,11 @@ def test_remote_input_and_output_through_the_fs_layer(load_recipe, shared_data, 
         with pytest.raises(ValueError, match="--store"):
             recipe.run_recipe(recipe.RecipeConfig(input=(f"{root}/crawl/*.warc.gz",), output=f"{root}/out"))
         with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False, progress=False):
-            result = recipe.run_recipe(recipe.RecipeConfig(
-                input=(f"{root}/crawl/*.warc.gz",), output=f"{root}/out", store=str(tmp_path / "store")))
+            result = recipe.run_recipe(
+                recipe.RecipeConfig(
+                    input=(f"{root}/crawl/*.warc.gz",), output=f"{root}/out", store=str(tmp_path / "store")
+                )
+            )
         steps = result.steps
         assert "sample" not in steps
         assert steps["extract"].summary["counters"]["warc/records"] == built["warc_records"]

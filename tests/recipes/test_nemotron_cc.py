@@ -9,14 +9,19 @@ import pytest
 from zephyr import execution
 
 
-
-
-
 @pytest.mark.timeout(600)
 def test_nemotron_recipe_on_small_sample(load_recipe, tmp_path, capsys):
     recipe = load_recipe("nemotron_cc")
-    argv = ["--output", str(tmp_path / "out"), "--sample-docs-per-split", "80", "--train-steps", "4",
-            "--num-shards", "2"]
+    argv = [
+        "--output",
+        str(tmp_path / "out"),
+        "--sample-docs-per-split",
+        "80",
+        "--train-steps",
+        "4",
+        "--num-shards",
+        "2",
+    ]
     with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False, progress=False):
         outputs = recipe.run(recipe.parse_args(argv))
         recipe.print_summary(outputs)
@@ -25,7 +30,9 @@ def test_nemotron_recipe_on_small_sample(load_recipe, tmp_path, capsys):
 
     normalize, exact, fuzzy = (outputs[k].summary for k in ("normalize", "exact_dedup", "fuzzy_dedup"))
     planted = json.loads((tmp_path / "out" / "sample-80" / "planted.json").read_text())
-    assert normalize["documents_in"] == normalize["documents_out"] == 80 * 7 + len(planted["exact"]) + len(planted["near"])
+    assert (
+        normalize["documents_in"] == normalize["documents_out"] == 80 * 7 + len(planted["exact"]) + len(planted["near"])
+    )
     assert exact["documents_in"] == normalize["documents_out"]
     # every planted exact copy is removed (some sources may themselves be copies: at least most)
     assert exact["duplicates_removed"] >= 0.8 * len(planted["exact"])

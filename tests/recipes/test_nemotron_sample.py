@@ -17,7 +17,8 @@ def _docs(root, split):
 
 
 def test_sample_beyond_the_distinct_passages_builds_every_split(load_recipe, tmp_path):
-    """1000 docs per split used to raise ZeroDivisionError (the medium_low pool slice was empty at 688 or more on the machine of the issue)."""
+    """1000 docs per split used to raise ZeroDivisionError (the medium_low pool slice was empty at 688 or more
+    on the machine of the issue)."""
     sample = load_recipe("nemotron_sample")
     root = sample.build_sample(tmp_path / "s", docs_per_split=1000, files_per_split=1)
     planted = json.loads((root / "planted.json").read_text())

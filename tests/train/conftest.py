@@ -49,7 +49,14 @@ def tiny_run(article_stores: dict[str, str], tmp_path_factory: pytest.TempPathFa
     """
     from zephyr.train.trainer import train
 
-    config = _tiny_config(article_stores, tmp_path_factory.mktemp("tiny_run") / "run", steps=24, checkpoint_every=16, keep_checkpoints=5, log_every=1)
+    config = _tiny_config(
+        article_stores,
+        tmp_path_factory.mktemp("tiny_run") / "run",
+        steps=24,
+        checkpoint_every=16,
+        keep_checkpoints=5,
+        log_every=1,
+    )
     return config, train(config)
 
 
@@ -64,12 +71,16 @@ def tiny_config(article_stores: dict[str, str], tmp_path: Path):
 
 
 def _tiny_config(stores: dict[str, str], output_dir: Path, **overrides) -> TrainConfig:
-    model = ModelConfig(vocab_size=49152, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=2, num_kv_heads=1, max_seq_len=64)
+    model = ModelConfig(
+        vocab_size=49152, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=2, num_kv_heads=1, max_seq_len=64
+    )
     defaults = dict(
         model=model,
         loss=LossConfig(vocab_block=8192, token_block=256),
         optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=3, decay_fraction=0.2),
-        data=DataConfig(train={"articles": (stores["train"], 1.0)}, eval={"heldout": stores["eval"]}, seq_len=64, batch_size=4),
+        data=DataConfig(
+            train={"articles": (stores["train"], 1.0)}, eval={"heldout": stores["eval"]}, seq_len=64, batch_size=4
+        ),
         steps=30,
         output_dir=str(output_dir),
         log_every=5,

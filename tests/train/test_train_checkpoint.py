@@ -11,7 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zephyr.train.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from zephyr.train.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from zephyr.train.trainer import read_metrics, train
 
 
@@ -34,13 +40,15 @@ def test_train_checkpoint_keep_latest_and_incomplete(tmp_path):
     assert latest_checkpoint(tmp_path) == tmp_path / "step_00000004"
     restored, meta = load_checkpoint(latest_checkpoint(tmp_path), _state(0.0))
     assert meta["step"] == 4
-    for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(_state(4))):
+    for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(_state(4)), strict=False):
         assert got.dtype == want.dtype  # bfloat16 survives
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     with pytest.raises(CheckpointError, match="incomplete"):
         load_checkpoint(tmp_path / "step_00000009", _state(0.0))
     wrong = {**_state(0.0), "w": jnp.zeros((4, 4), jnp.float32)}
-    with pytest.raises(CheckpointError, match=r"float32\[3, 4\] in the checkpoint but the state expects float32\[4, 4\]"):
+    with pytest.raises(
+        CheckpointError, match=r"float32\[3, 4\] in the checkpoint but the state expects float32\[4, 4\]"
+    ):
         load_checkpoint(latest_checkpoint(tmp_path), wrong)
     save_checkpoint(tmp_path, 5, _state(5), keep=2)  # stale temporaries are cleaned up by the next save
     assert not (tmp_path / ".step_00000010.tmp-123").exists()
@@ -58,7 +66,7 @@ def test_train_resume_is_bit_exact(tiny_run, tmp_path):
     shutil.rmtree(run_dir / "checkpoints" / f"step_{n:08d}")
     resumed = train(dataclasses.replace(config, output_dir=str(run_dir)))
     assert resumed.steps == n
-    for a, b in zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state)):
+    for a, b in zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state), strict=False):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert resumed.final_loss == straight.final_loss
     assert resumed.eval == straight.eval
@@ -75,7 +83,7 @@ def test_resumed_run_logs_every_step_once(tiny_run, tmp_path):
     """A run that died after its last checkpoint had logged later steps; resumed, it trains them again and
     must not log them twice (the log then matches the straight run's, step for step)."""
     config, straight = tiny_run
-    n, k = config.steps, config.checkpoint_every
+    n = config.steps
     run_dir = tmp_path / "run"
     shutil.copytree(Path(config.output_dir), run_dir)
     shutil.rmtree(run_dir / "checkpoints" / f"step_{n:08d}")  # died after logging step n, before its checkpoint

@@ -39,7 +39,7 @@ def test_gpu_pallas_loss_matches_reference(dtype, tolerance):
         want, want_grads = objective(reference_linear_cross_entropy)(hidden, weight)
         got, got_grads = objective(pallas_linear_cross_entropy)(hidden, weight)
     np.testing.assert_allclose(float(got), float(want), rtol=tolerance)
-    for g, w in zip(got_grads, want_grads):
+    for g, w in zip(got_grads, want_grads, strict=False):
         g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
         assert np.abs(g - w).max() <= tolerance * np.abs(w).max()
 
@@ -60,10 +60,12 @@ def test_gpu_flash_attention_with_documents_matches_xla(impl, dtype, tolerance, 
     probe = jnp.asarray(rng.normal(size=(b, s, n, h)), jnp.float32)
 
     def run(impl, dtype):
-        out, vjp = jax.vjp(lambda q, kk, v: causal_attention(q, kk, v, seg, impl), *(x.astype(dtype) for x in (q, kk, v)))
+        out, vjp = jax.vjp(
+            lambda q, kk, v: causal_attention(q, kk, v, seg, impl), *(x.astype(dtype) for x in (q, kk, v))
+        )
         return [np.asarray(x, np.float32) for x in (out, *vjp(probe.astype(dtype)))]
 
     with jax.default_matmul_precision("highest"):
         want, got = run("xla", jnp.float32), run(impl, dtype)
-    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want, strict=False):
         assert np.abs(g - w).max() <= tolerance * np.abs(w).max(), (impl, name, np.abs(g - w).max(), np.abs(w).max())

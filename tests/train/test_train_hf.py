@@ -19,10 +19,18 @@ from zephyr.train.hf import config_from_hf, export_hf, from_hf_model, hf_config_
 _logits = jax.jit(lambda model, tokens: model.logits(tokens))
 
 
-def _tiny_llama(tie: bool) -> "transformers.LlamaForCausalLM":
+def _tiny_llama(tie: bool) -> transformers.LlamaForCausalLM:
     config = transformers.LlamaConfig(
-        vocab_size=211, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
-        max_position_embeddings=64, rope_theta=50000.0, rms_norm_eps=1e-6, tie_word_embeddings=tie,
+        vocab_size=211,
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rope_theta=50000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=tie,
     )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -16,7 +17,9 @@ from zephyr.train.pallas_loss import pallas_linear_cross_entropy
 def _inputs(n: int, d: int, v: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     hidden = jnp.asarray(rng.standard_normal((n, d)), jnp.float32)
-    weight = jnp.asarray(rng.standard_normal((d, v)) / np.sqrt(d) * 3.0, jnp.float32)  # peaked softmax, like a trained head
+    weight = jnp.asarray(
+        rng.standard_normal((d, v)) / np.sqrt(d) * 3.0, jnp.float32
+    )  # peaked softmax, like a trained head
     labels = jnp.asarray(rng.integers(0, v, n), jnp.int32)
     token_weights = jnp.asarray((rng.random(n) > 0.2) * rng.uniform(0.5, 2.0, n), jnp.float32)  # some tokens masked
     return hidden, weight, labels, token_weights
@@ -36,7 +39,9 @@ def test_train_fused_loss_and_grads_match_reference(n, d, v, vocab_block, token_
         return lambda h, w: linear_cross_entropy_loss(h, w, labels, token_weights, z_loss=1e-3, impl=impl, **kw)[0]
 
     (ref, (ref_dh, ref_dw)) = jax.jit(jax.value_and_grad(loss("reference"), argnums=(0, 1)))(hidden, weight)
-    (got, (dh, dw)) = jax.jit(jax.value_and_grad(loss("fused", vocab_block=vocab_block, token_block=token_block), argnums=(0, 1)))(hidden, weight)
+    (got, (dh, dw)) = jax.jit(
+        jax.value_and_grad(loss("fused", vocab_block=vocab_block, token_block=token_block), argnums=(0, 1))
+    )(hidden, weight)
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-6)
     np.testing.assert_allclose(dh, ref_dh, atol=1e-5)
     np.testing.assert_allclose(dw, ref_dw, atol=1e-5)
@@ -52,16 +57,28 @@ def test_train_fused_per_token_outputs_and_arbitrary_cotangents():
         out, vjp = jax.vjp(lambda h, w: fn(h, w, labels), hidden, weight)
         return out, vjp((g[0], g[1]))
 
-    fused = jax.jit(lambda: outputs_and_vjp(lambda h, w, y: fused_linear_cross_entropy(h, w, y, vocab_block=64, token_block=16)))()
+    fused = jax.jit(
+        lambda: outputs_and_vjp(lambda h, w, y: fused_linear_cross_entropy(h, w, y, vocab_block=64, token_block=16))
+    )()
     ref = jax.jit(lambda: outputs_and_vjp(reference_linear_cross_entropy))()
-    for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(ref)):  # ce, lse, d hidden, d weight
+    for got, want in zip(jax.tree.leaves(fused), jax.tree.leaves(ref), strict=False):  # ce, lse, d hidden, d weight
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_train_fused_loss_bf16_close_to_f32_reference():
     hidden, weight, labels, token_weights = _inputs(64, 32, 500)
     ref = jax.jit(lambda: linear_cross_entropy_loss(hidden, weight, labels, token_weights, impl="reference")[0])()
-    got = jax.jit(lambda: linear_cross_entropy_loss(hidden.astype(jnp.bfloat16), weight.astype(jnp.bfloat16), labels, token_weights, impl="fused", vocab_block=128, token_block=32)[0])()
+    got = jax.jit(
+        lambda: linear_cross_entropy_loss(
+            hidden.astype(jnp.bfloat16),
+            weight.astype(jnp.bfloat16),
+            labels,
+            token_weights,
+            impl="fused",
+            vocab_block=128,
+            token_block=32,
+        )[0]
+    )()
     assert got.dtype == jnp.float32
     assert abs(float(got) - float(ref)) < 0.05 * abs(float(ref))
 
@@ -85,10 +102,12 @@ def test_train_pallas_interpret_matches_reference():
 
     ref, ref_grads = jax.jit(jax.value_and_grad(loss(reference_linear_cross_entropy), argnums=(0, 1)))(hidden, weight)
     for d_block in (4, 16):  # D=12 in three chunks, and in one chunk padded with zeros
-        fn = lambda h, w, y: pallas_linear_cross_entropy(h, w, y, token_block=8, vocab_block=16, d_block=d_block, interpret=True)
+        fn = functools.partial(
+            pallas_linear_cross_entropy, token_block=8, vocab_block=16, d_block=d_block, interpret=True
+        )
         got, grads = jax.jit(jax.value_and_grad(loss(fn), argnums=(0, 1)))(hidden, weight)
         np.testing.assert_allclose(got, ref, atol=1e-5)
-        for g, r in zip(grads, ref_grads):
+        for g, r in zip(grads, ref_grads, strict=False):
             np.testing.assert_allclose(g, r, atol=1e-5)
 
 
@@ -101,7 +120,16 @@ def test_train_step_memory_has_no_tokens_by_vocab_buffer():
     from zephyr.train.config import ModelConfig
     from zephyr.train.model import Transformer
 
-    cfg = ModelConfig(vocab_size=8192, hidden_dim=16, intermediate_dim=32, num_layers=1, num_heads=1, num_kv_heads=1, max_seq_len=64, remat="none")
+    cfg = ModelConfig(
+        vocab_size=8192,
+        hidden_dim=16,
+        intermediate_dim=32,
+        num_layers=1,
+        num_heads=1,
+        num_kv_heads=1,
+        max_seq_len=64,
+        remat="none",
+    )
     b, s = 4, 64
     n, v = b * s, cfg.vocab_size
     model = jax.eval_shape(lambda: Transformer.init(cfg, key=jax.random.PRNGKey(0)))
@@ -110,7 +138,9 @@ def test_train_step_memory_has_no_tokens_by_vocab_buffer():
     def step(impl):
         def loss(m, t):
             hidden = m(t[:, :-1])
-            return linear_cross_entropy_loss(hidden, m.output_weight(), t[:, 1:], impl=impl, vocab_block=512, token_block=64)[0]
+            return linear_cross_entropy_loss(
+                hidden, m.output_weight(), t[:, 1:], impl=impl, vocab_block=512, token_block=64
+            )[0]
 
         return jax.jit(jax.grad(loss)).lower(model, tokens).compile()
 

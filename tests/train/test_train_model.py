@@ -14,7 +14,9 @@ from zephyr.train.model import SUM_BLOCK, Transformer, causal_attention, linear,
 from zephyr.train.optim import make_optimizer
 from zephyr.train.trainer import init_state, make_train_step
 
-BASE = ModelConfig(vocab_size=300, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, max_seq_len=32)
+BASE = ModelConfig(
+    vocab_size=300, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, max_seq_len=32
+)
 
 VARIANTS = {
     "base": {},
@@ -52,7 +54,7 @@ def test_train_variant_lowers_training_step(name):
     step = make_train_step(cfg, optimizer, eos_id=0)
     new_state, metrics = jax.eval_shape(step, state, tokens)
     assert jax.tree.structure(new_state) == jax.tree.structure(state)
-    for before, after in zip(jax.tree.leaves(state), jax.tree.leaves(new_state)):
+    for before, after in zip(jax.tree.leaves(state), jax.tree.leaves(new_state), strict=False):
         assert (before.shape, before.dtype) == (after.shape, after.dtype)
     assert metrics["loss"].shape == () and metrics["loss"].dtype == jnp.float32
     lowered = jax.jit(step).lower(state, tokens)
@@ -94,11 +96,13 @@ def test_train_pallas_flash_attention_matches_xla_with_documents():
     probe = jnp.asarray(rng.normal(size=(b, s, n, h)), jnp.float32)
 
     def loss(impl):
-        return jax.value_and_grad(lambda q, kk, v: jnp.sum(causal_attention(q, kk, v, seg, impl) * probe), argnums=(0, 1, 2))(q, kk, v)
+        return jax.value_and_grad(
+            lambda q, kk, v: jnp.sum(causal_attention(q, kk, v, seg, impl) * probe), argnums=(0, 1, 2)
+        )(q, kk, v)
 
     (want, want_grads), (got, got_grads) = loss("xla"), loss("pallas")
     np.testing.assert_allclose(got, want, rtol=1e-5)
-    for g, w in zip(got_grads, want_grads):
+    for g, w in zip(got_grads, want_grads, strict=False):
         np.testing.assert_allclose(g, w, atol=1e-4 * float(jnp.abs(w).max()))
 
 
@@ -106,18 +110,28 @@ def test_train_linear_highest_sums_long_contractions_more_exactly():
     """SmolLM2's MLP down projection shape (K=1536) with activations of the size its residual stream
     reaches: blocked pairwise summation lands closer to float64 than XLA's single f32 chain."""
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal((256, 1536)) * np.exp(rng.normal(0, 1.5, 1536))).astype(np.float32)  # heavy-tailed channels
+    x = (rng.standard_normal((256, 1536)) * np.exp(rng.normal(0, 1.5, 1536))).astype(
+        np.float32
+    )  # heavy-tailed channels
     w = (rng.standard_normal((1536, 576)) * 0.05).astype(np.float32)
     exact = x.astype(np.float64) @ w.astype(np.float64)
     run = jax.jit(linear, static_argnums=2)
     default, highest = np.asarray(run(x, w, "default")), np.asarray(run(x, w, "highest"))
     err_default, err_highest = np.abs(default - exact), np.abs(highest - exact)
-    assert err_highest.max() < err_default.max() and err_highest.mean() < 0.75 * err_default.mean(), (err_highest.max(), err_default.max(), err_highest.mean(), err_default.mean())
+    assert err_highest.max() < err_default.max() and err_highest.mean() < 0.75 * err_default.mean(), (
+        err_highest.max(),
+        err_default.max(),
+        err_highest.mean(),
+        err_default.mean(),
+    )
     np.testing.assert_allclose(highest, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
-    # A ragged last block, a contraction shorter than one block, and bf16 (one dot at full precision) keep shapes and values.
+    # A ragged last block, a contraction shorter than one block, and bf16 (one dot at full precision)
+    # keep shapes and values.
     for k in (SUM_BLOCK * 3 + 5, SUM_BLOCK - 1):
         xs, ws = x[:4, :k], w[:k, :8]
-        np.testing.assert_allclose(np.asarray(run(xs, ws, "highest")), xs.astype(np.float64) @ ws.astype(np.float64), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(run(xs, ws, "highest")), xs.astype(np.float64) @ ws.astype(np.float64), rtol=1e-5, atol=1e-5
+        )
     bf16 = run(jnp.asarray(x[:4], jnp.bfloat16), jnp.asarray(w, jnp.bfloat16), "highest")
     assert bf16.dtype == jnp.bfloat16 and bf16.shape == (4, 576)
 
@@ -128,10 +142,12 @@ def test_train_model_highest_precision_is_the_same_model(numpy_init):
     cfg = dataclasses.replace(BASE, remat="none", tie_embeddings=False)
     fast, exact = numpy_init(cfg), numpy_init(dataclasses.replace(cfg, matmul_precision="highest"))
     assert exact.blocks.mlp.precision == "highest" and exact.blocks.attn.cfg.matmul_precision == "highest"
-    for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(exact)):
+    for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(exact), strict=False):
         np.testing.assert_array_equal(a, b)
     logits = jax.jit(lambda m, t: m.logits(t))
-    np.testing.assert_allclose(np.asarray(logits(exact, tokens)), np.asarray(logits(fast, tokens)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(logits(exact, tokens)), np.asarray(logits(fast, tokens)), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_train_model_config_errors_suggest_fixes():
@@ -141,6 +157,8 @@ def test_train_model_config_errors_suggest_fixes():
         ModelConfig(matmul_precision="high")
     with pytest.raises(ValueError, match="set head_dim explicitly"):
         ModelConfig(hidden_dim=100, num_heads=3, num_kv_heads=1)
-    model = jax.eval_shape(lambda: Transformer.init(dataclasses.replace(BASE, max_seq_len=4), key=jax.random.PRNGKey(0)))
+    model = jax.eval_shape(
+        lambda: Transformer.init(dataclasses.replace(BASE, max_seq_len=4), key=jax.random.PRNGKey(0))
+    )
     with pytest.raises(ValueError, match="raise max_seq_len"):
         jax.eval_shape(model, jax.ShapeDtypeStruct((1, 8), jnp.int32))

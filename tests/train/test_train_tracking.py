@@ -20,9 +20,14 @@ def test_train_tensorboard_events_match_metrics_jsonl(tiny_config, tmp_path):
 
     out = tmp_path / "run"
     train(tiny_config(out, steps=10, log_every=2, checkpoint_every=6, tensorboard=True))
-    train(tiny_config(out, steps=14, log_every=2, checkpoint_every=6, tensorboard=True))  # resumes from the step-10 checkpoint
+    train(
+        tiny_config(out, steps=14, log_every=2, checkpoint_every=6, tensorboard=True)
+    )  # resumes from the step-10 checkpoint
     events = EventAccumulator(str(out / "tensorboard"), size_guidance={"tensors": 0, "scalars": 0}).Reload()
-    logged = {tag: {e.step: float(e.tensor_proto.float_val[0]) for e in events.Tensors(tag)} for tag in events.Tags()["tensors"]}
+    logged = {
+        tag: {e.step: float(e.tensor_proto.float_val[0]) for e in events.Tensors(tag)}
+        for tag in events.Tags()["tensors"]
+    }
     records = [r for r in _jsonl(str(out / "metrics.jsonl")) if "loss" in r and "event" not in r]
     assert sorted(logged["train/loss"]) == [2, 4, 6, 8, 10, 12, 14]  # both calls, one curve
     for r in records:
@@ -38,7 +43,8 @@ def _wandb_records(path):
 
     from wandb.proto import wandb_internal_pb2
 
-    data = open(path, "rb").read()
+    with open(path, "rb") as fh:
+        data = fh.read()
     assert data[:4] == b":W&B", f"{path} is not a W&B run file: {data[:7]!r}"
     pos, block, parts = 7, 32768, b""
     while pos + 7 <= len(data):
@@ -72,7 +78,9 @@ def test_train_wandb_offline_run_logs_metrics_and_resumes_same_run(tiny_config, 
             if kind == "run":
                 projects.add(record.run.project)
             elif kind == "history":
-                items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                items = {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+                }
                 history.setdefault(record.history.step.num, {}).update(items)
     assert projects == {"zephyr-tests"}
     records = {r["step"]: r for r in _jsonl(str(out / "metrics.jsonl")) if "loss" in r and "event" not in r}

@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 import yaml
 
 from zephyr.train.cli import add_cli
@@ -81,8 +80,19 @@ def test_train_data_parallel_on_four_fake_cpu_devices(tiny_config, tmp_path):
     config = tiny_config(tmp_path / "run", data=dataclasses_replace_batch(tiny_config, 8))
     import jax
 
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": jax.config.jax_compilation_cache_dir or "", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
-    proc = subprocess.run([sys.executable, "-c", _DATA_PARALLEL, json.dumps(config_to_dict(config))], capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": jax.config.jax_compilation_cache_dir or "",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _DATA_PARALLEL, json.dumps(config_to_dict(config))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     one, four = out["1"], out["4"]
@@ -90,7 +100,7 @@ def test_train_data_parallel_on_four_fake_cpu_devices(tiny_config, tmp_path):
     assert (one["per_device_rows"], four["per_device_rows"]) == ([8], [2])
     assert four["state_devices"] == 4 and four["all_reduce"] and not one["all_reduce"]
     assert one["losses"][-1] < one["losses"][0]
-    for a, b in zip(one["losses"], four["losses"]):
+    for a, b in zip(one["losses"], four["losses"], strict=False):
         assert abs(a - b) < 1e-5 * abs(a), (one["losses"], four["losses"])  # same math, another summation order
     import numpy as np
 
@@ -115,7 +125,16 @@ def test_train_cli_runs_yaml_with_overrides(tiny_config, tmp_path, capsys):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
 
-    args = _cli().parse_args(["train", str(path), "steps=3", "optimizer.learning_rate=3e-3", f"output_dir={tmp_path / 'cli_run'}", "--print-config"])
+    args = _cli().parse_args(
+        [
+            "train",
+            str(path),
+            "steps=3",
+            "optimizer.learning_rate=3e-3",
+            f"output_dir={tmp_path / 'cli_run'}",
+            "--print-config",
+        ]
+    )
     assert args.func(args) == 0
     printed = json.loads(capsys.readouterr().out)
     assert (printed["steps"], printed["optimizer"]["learning_rate"]) == (3, 3e-3)

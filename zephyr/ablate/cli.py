@@ -42,9 +42,11 @@ def add_cli(subparsers: Any) -> None:
     )
     parser.add_argument("config", metavar="CONFIG.yaml", help="ablation YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=50 seeds=[0,1,2]")
-    parser.add_argument("--train-backend", choices=("local", "ray"),
-                        help="where the training runs execute: in this process, or as Ray tasks "
-                             "(default: the config's backend)")
+    parser.add_argument(
+        "--train-backend",
+        choices=("local", "ray"),
+        help="where the training runs execute: in this process, or as Ray tasks (default: the config's backend)",
+    )
     parser.add_argument("--plan", action="store_true", help="print the runs (and which are finished) without training")
     parser.add_argument("--report-only", action="store_true", help="report on finished runs only; train nothing")
     parser.set_defaults(func=main)

@@ -33,7 +33,6 @@ from zephyr.fs.transfer_budget import set_run_ledger
 __all__ = ["ClusterError", "Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
 
 
-
 class LocalBackend:
     """Runs each task in this process as it is submitted: for debugging (breakpoints, profilers)."""
 
@@ -57,7 +56,9 @@ class LocalBackend:
         pass
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, sys_path: list[str], used: Any = None, limit: Any = None) -> None:
+def _worker_main(
+    conn: multiprocessing.connection.Connection, sys_path: list[str], used: Any = None, limit: Any = None
+) -> None:
     sys.path[:] = sys_path
     if used is not None:  # the pool's run-wide cross-region ledger, in shared memory
         set_run_ledger(SharedLedger(used, limit))
@@ -175,7 +176,9 @@ class ProcessBackend:
 
     def _start(self) -> _Worker:
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=_worker_main, args=(child, list(sys.path), *self._ledger_values), daemon=True)
+        process = self._ctx.Process(
+            target=_worker_main, args=(child, list(sys.path), *self._ledger_values), daemon=True
+        )
         with _main_not_reimported():
             process.start()
         child.close()
@@ -260,15 +263,19 @@ class ProcessBackend:
                 worker.process.join(timeout=1)
                 code = worker.process.exitcode if code is None else code
                 detail = f"worker pid {worker.process.pid} died (exit code {code}{_signal_name(code)})"
-                outcomes.append(Outcome(task, lost=True, detail=detail, worker_pid=worker.process.pid,
-                                        worker_host=socket.gethostname()))
+                outcomes.append(
+                    Outcome(
+                        task, lost=True, detail=detail, worker_pid=worker.process.pid, worker_host=socket.gethostname()
+                    )
+                )
                 worker.conn.close()
                 self._workers[index] = self._start()
                 continue
             worker.task = None
             self.live.pop((task.stage_index, task.shard), None)
             outcomes.append(
-                Outcome(task, result=value) if kind == "ok"
+                Outcome(task, result=value)
+                if kind == "ok"
                 else Outcome(task, error=value, worker_pid=worker.process.pid, worker_host=socket.gethostname())
             )
         return outcomes
@@ -333,9 +340,7 @@ def make_backend(config: Any) -> Backend:
         try:
             from zephyr.engine.ray_backend import RayBackend
         except ImportError as error:
-            raise ImportError(
-                f"the ray backend needs Ray: pip install 'zephyr[ray]' ({error})"
-            ) from error
+            raise ImportError(f"the ray backend needs Ray: pip install 'zephyr[ray]' ({error})") from error
         key = RayBackend.reuse_key_for(config)
     else:
         raise ValueError(f"unknown backend {config.backend!r}")
@@ -403,4 +408,3 @@ def _close_warm_pool() -> None:
         _cancel_timer()
     if _warm_pool is not None:
         _warm_pool.close()
-

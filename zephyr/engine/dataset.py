@@ -105,8 +105,9 @@ class Dataset:
             raise ValueError("select() needs at least one column name")
         return self._then(O.Select(tuple(columns)))
 
-    def map_batches(self, fn: Callable[[Any], Any], *, batch_size: int = 1024,
-                    batch_format: str = "pyarrow", resources: Any = None) -> Dataset:
+    def map_batches(
+        self, fn: Callable[[Any], Any], *, batch_size: int = 1024, batch_format: str = "pyarrow", resources: Any = None
+    ) -> Dataset:
         """Apply `fn` to batches of up to `batch_size` records (the fast columnar path).
 
         batch_format: "pyarrow" (a RecordBatch, no conversion), "pandas" (a DataFrame) or "polars" (a
@@ -199,8 +200,14 @@ class Dataset:
             raise ValueError(f"num_shards must be at least 1, got {num_shards}")
         return self._then(O.Union(tuple(others), num_shards))
 
-    def sort(self, key: Callable[[Any], Any] | str, *, descending: bool = False, num_shards: int | None = None,
-             samples_per_shard: int = 256) -> Dataset:
+    def sort(
+        self,
+        key: Callable[[Any], Any] | str,
+        *,
+        descending: bool = False,
+        num_shards: int | None = None,
+        samples_per_shard: int = 256,
+    ) -> Dataset:
         """Order all records by `key(record)` (or field `key`): output shard i holds keys <= shard i+1's.
 
         A distributed sort: a sampling pass (which runs the pipeline so far, now) picks range boundaries
@@ -349,9 +356,14 @@ class Dataset:
             )
         if partition_by is not None:
             if "{" + partition_by + "}" not in pattern:
-                raise ValueError(f"output pattern {pattern!r} has no {{{partition_by}}} placeholder for partition_by={partition_by!r}; use e.g. 'out/{{{partition_by}}}/part-{{shard:05d}}.jsonl.zst'")
+                raise ValueError(
+                    f"output pattern {pattern!r} has no {{{partition_by}}} placeholder for "
+                    f"partition_by={partition_by!r}; use e.g. 'out/{{{partition_by}}}/part-{{shard:05d}}.jsonl.zst'"
+                )
             if skip_existing:
-                raise ValueError("skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it")
+                raise ValueError(
+                    "skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it"
+                )
         if format is None:
             from zephyr.engine.io import infer_format
 

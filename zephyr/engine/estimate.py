@@ -53,7 +53,10 @@ def _sampled_input(stage_input: Any, shards: int) -> tuple[Any, int, int, int]:
 
 
 def estimate_plan(
-    physical: Plan, config: ExecutionConfig, execute_plan: Callable[[Plan, ExecutionConfig], Any], *,
+    physical: Plan,
+    config: ExecutionConfig,
+    execute_plan: Callable[[Plan, ExecutionConfig], Any],
+    *,
     sample_shards: int = 2,
 ) -> list[StageEstimate]:
     """Per stage, the expected figures at full size, from a run on `sample_shards` shards per source
@@ -83,12 +86,16 @@ def estimate_plan(
     scale = 1 / fraction if fraction else 0.0
     workers = config.num_workers
     estimates = []
-    for stage, stats in zip(physical.stages, run.stages):
+    for stage, stats in zip(physical.stages, run.stages, strict=False):
         ran_on = max(1, min(stages[stage.index].num_shards, workers))
         estimates.append(
             StageEstimate(
-                stage.index, stage.name, round(stats.records_in * scale), round(stats.records_out * scale),
-                round(stats.bytes_in * scale), round(stats.bytes_out * scale),
+                stage.index,
+                stage.name,
+                round(stats.records_in * scale),
+                round(stats.records_out * scale),
+                round(stats.bytes_in * scale),
+                round(stats.bytes_out * scale),
                 round(stats.bytes_out * scale) if isinstance(stage.output, Scatter) else 0,
                 stats.seconds * ran_on * scale / workers,
             )
@@ -97,11 +104,15 @@ def estimate_plan(
 
 
 def format_estimate(estimates: list[StageEstimate], workers: int) -> str:
-    lines = [f"estimate at full size on {workers} worker(s), from a run on a sample of the input shards:",
-             f"  {'stage':<6}{'records in':>14}{'records out':>14}{'MB in':>10}{'MB out':>10}{'scratch MB':>12}{'wall s':>10}"]
+    lines = [
+        f"estimate at full size on {workers} worker(s), from a run on a sample of the input shards:",
+        f"  {'stage':<6}{'records in':>14}{'records out':>14}{'MB in':>10}{'MB out':>10}"
+        f"{'scratch MB':>12}{'wall s':>10}",
+    ]
     for e in estimates:
         lines.append(
-            f"  {e.index:<6}{e.records_in:>14,}{e.records_out:>14,}{e.bytes_in / 1e6:>10,.1f}{e.bytes_out / 1e6:>10,.1f}"
+            f"  {e.index:<6}{e.records_in:>14,}{e.records_out:>14,}"
+            f"{e.bytes_in / 1e6:>10,.1f}{e.bytes_out / 1e6:>10,.1f}"
             f"{e.scratch_bytes / 1e6:>12,.1f}{e.seconds:>10,.1f}  {e.name}"
         )
     total = sum(e.seconds for e in estimates)

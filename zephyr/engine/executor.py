@@ -237,10 +237,7 @@ def _run_stage(
                 f"{error}. Functions and the objects they hold must be picklable with cloudpickle; create "
                 "clients, models and open files inside the function (e.g. in map_shard) instead."
             ) from error
-    upstream_runs = tuple(
-        tuple(run for result in stage_results[i] for run in result.runs)
-        for i in stage.upstream
-    )
+    upstream_runs = tuple(tuple(run for result in stage_results[i] for run in result.runs) for i in stage.upstream)
     # reduce tasks from the scatter sidecars' bytes per target: a large target is split into key-hash
     # ranges (plan_pieces); tasks start largest first, so a skewed one does not start last and straggle
     sizes = target_bytes(upstream_runs, stage.num_shards)
@@ -299,8 +296,14 @@ def _run_stage(
                     progress.shard_done(stage, outcome.result)
                     continue
                 retry = _retry_or_raise(stage, entry, outcome, config, stats)
-                progress.retry(stage, entry.shard, entry.attempt - 1, "infra" if outcome.lost else "user",
-                               stats.retries[-1], *_worker_of(outcome))
+                progress.retry(
+                    stage,
+                    entry.shard,
+                    entry.attempt - 1,
+                    "infra" if outcome.lost else "user",
+                    stats.retries[-1],
+                    *_worker_of(outcome),
+                )
                 pending.append(retry)
     except BaseException:
         progress.stop_stage(stage, failed=True)
@@ -373,13 +376,14 @@ def _result_to_json(result: ShardResult) -> dict[str, Any]:
 
 def _result_from_json(data: dict[str, Any]) -> ShardResult:
     runs = [
-        RunFile(**{
-            **run,
-            "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]},
-            # JSON keys are strings: back to target ints (a split reduce task finds its batches by them)
-            "khash_starts": {int(target): tuple(starts) for target, starts in run.get("khash_starts", {}).items()},
-        })
+        RunFile(
+            **{
+                **run,
+                "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]},
+                # JSON keys are strings: back to target ints (a split reduce task finds its batches by them)
+                "khash_starts": {int(target): tuple(starts) for target, starts in run.get("khash_starts", {}).items()},
+            }
+        )
         for run in data["runs"]
     ]
     return ShardResult(**{**data, "runs": runs})
-

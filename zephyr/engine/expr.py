@@ -234,7 +234,6 @@ class Expr:
         raise NotImplementedError(type(self).__name__)
 
 
-
 def col(name: str) -> Expr:
     """A reference to the top-level field `name` of each record (missing -> null)."""
     if not isinstance(name, str) or not name:
@@ -302,6 +301,7 @@ class Column(Expr):
     def to_arrow(self) -> pc.Expression:
         return pc.field(self.name)
 
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Literal(Expr):
     value: Any
@@ -320,6 +320,7 @@ class Literal(Expr):
 
     def to_arrow(self) -> pc.Expression:
         return _arrow_scalar(self.value)
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Compare(Expr):
@@ -365,6 +366,7 @@ class Compare(Expr):
             ">=": lambda: a >= b,
         }[self.op]()
 
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Arith(Expr):
     op: str
@@ -402,6 +404,7 @@ class Arith(Expr):
         if self.op == "/":
             return pc.divide(a.cast(pa.float64()), b.cast(pa.float64()))
         return {"+": pc.add, "-": pc.subtract, "*": pc.multiply}[self.op](a, b)
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class BoolOp(Expr):
@@ -445,6 +448,7 @@ class BoolOp(Expr):
         a, b = self.left.to_arrow(), self.right.to_arrow()
         return pc.and_kleene(a, b) if self.op == "&" else pc.or_kleene(a, b)
 
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Not(Expr):
     child: Expr
@@ -466,6 +470,7 @@ class Not(Expr):
 
     def to_arrow(self) -> pc.Expression:
         return ~self.child.to_arrow()
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class IsIn(Expr):
@@ -504,6 +509,7 @@ class IsIn(Expr):
         # Arrow's is_in is never null; wrap it so a null input stays null (SQL), as in Python and Vortex.
         return pc.if_else(child.is_null(), pa.scalar(None, pa.bool_()), pc.is_in(child, value_set=value_set))
 
+
 @dataclass(frozen=True, eq=False, repr=False)
 class NullCheck(Expr):
     child: Expr
@@ -527,6 +533,7 @@ class NullCheck(Expr):
     def to_arrow(self) -> pc.Expression:
         child = self.child.to_arrow()
         return child.is_valid() if self.negated else child.is_null()
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class StrContains(Expr):
@@ -554,6 +561,7 @@ class StrContains(Expr):
 
     def to_arrow(self) -> pc.Expression:
         return pc.match_substring(self.child.to_arrow(), pattern=self.substring)
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Length(Expr):

@@ -115,100 +115,84 @@ def _vortex() -> tuple[Any, Any]:
 
 
 def _column(e: Column, schema: pa.Schema | None) -> Typed:
-        _, ve = _vortex()
-        if schema is None:
-            return ve.column(e.name), None
-        index = schema.get_field_index(e.name)
-        if index < 0:
-            # Missing field: null in Python semantics; Vortex would reject the scan.
-            raise _Untranslatable(f"no field {e.name!r}")
-        return ve.column(e.name), _vortex_type(schema.field(index).type)
-
-
+    _, ve = _vortex()
+    if schema is None:
+        return ve.column(e.name), None
+    index = schema.get_field_index(e.name)
+    if index < 0:
+        # Missing field: null in Python semantics; Vortex would reject the scan.
+        raise _Untranslatable(f"no field {e.name!r}")
+    return ve.column(e.name), _vortex_type(schema.field(index).type)
 
 
 def _literal(e: Literal, schema: pa.Schema | None) -> Typed:
-        if isinstance(e.value, bool):
-            return _typed_vortex_literal(e.value, pa.bool_()), pa.bool_()
-        raise _Untranslatable("bare literal")
-
-
+    if isinstance(e.value, bool):
+        return _typed_vortex_literal(e.value, pa.bool_()), pa.bool_()
+    raise _Untranslatable("bare literal")
 
 
 def _compare(e: Compare, schema: pa.Schema | None) -> Typed:
-        _, ve = _vortex()
-        a, b, _ = _vx_pair(e.left, e.right, schema)
-        fn = {"==": ve.eq, "!=": ve.not_eq, "<": ve.lt, "<=": ve.lt_eq, ">": ve.gt, ">=": ve.gt_eq}[e.op]
-        return fn(a, b), pa.bool_()
-
-
+    _, ve = _vortex()
+    a, b, _ = _vx_pair(e.left, e.right, schema)
+    fn = {"==": ve.eq, "!=": ve.not_eq, "<": ve.lt, "<=": ve.lt_eq, ">": ve.gt, ">=": ve.gt_eq}[e.op]
+    return fn(a, b), pa.bool_()
 
 
 def _arith(e: Arith, schema: pa.Schema | None) -> Typed:
-        _, ve = _vortex()
-        if e.op == "/":
-            raise _Untranslatable("division")  # Vortex integer division would differ from true division.
-        a, b, t = _vx_pair(e.left, e.right, schema)
-        if t is None or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-            raise _Untranslatable(f"arithmetic on {t}")
-        return {"+": ve.add, "-": ve.sub, "*": ve.mul}[e.op](a, b), t
-
-
+    _, ve = _vortex()
+    if e.op == "/":
+        raise _Untranslatable("division")  # Vortex integer division would differ from true division.
+    a, b, t = _vx_pair(e.left, e.right, schema)
+    if t is None or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        raise _Untranslatable(f"arithmetic on {t}")
+    return {"+": ve.add, "-": ve.sub, "*": ve.mul}[e.op](a, b), t
 
 
 def _bool_op(e: BoolOp, schema: pa.Schema | None) -> Typed:
-        _, ve = _vortex()
-        a, at = _vx(e.left, schema)
-        b, bt = _vx(e.right, schema)
-        if at != pa.bool_() or bt != pa.bool_():
-            raise _Untranslatable("non-boolean operand")
-        return (ve.and_(a, b) if e.op == "&" else ve.or_(a, b)), pa.bool_()
-
-
+    _, ve = _vortex()
+    a, at = _vx(e.left, schema)
+    b, bt = _vx(e.right, schema)
+    if at != pa.bool_() or bt != pa.bool_():
+        raise _Untranslatable("non-boolean operand")
+    return (ve.and_(a, b) if e.op == "&" else ve.or_(a, b)), pa.bool_()
 
 
 def _not(e: Not, schema: pa.Schema | None) -> Typed:
-        _, ve = _vortex()
-        value, t = _vx(e.child, schema)
-        if t != pa.bool_():
-            raise _Untranslatable("non-boolean operand")
-        return ve.not_(value), pa.bool_()
-
-
+    _, ve = _vortex()
+    value, t = _vx(e.child, schema)
+    if t != pa.bool_():
+        raise _Untranslatable("non-boolean operand")
+    return ve.not_(value), pa.bool_()
 
 
 def _is_in(e: IsIn, schema: pa.Schema | None) -> Typed:
-        vx, ve = _vortex()
-        child, t = _vx(e.child, schema)
-        if t is None:
-            raise _Untranslatable("isin on an untyped operand")
-        values = [_typed_vortex_literal(v, t) for v in e.values if v is not None]
-        if not values:
-            raise _Untranslatable("empty isin")
-        python_values = [v for v in e.values if v is not None]
-        if pa.types.is_floating(t):
-            python_values = [float(v) for v in python_values]
-        return ve.in_list(child, ve.literal(vx.list_(vx.DType.from_arrow(t)), python_values)), pa.bool_()
-
-
+    vx, ve = _vortex()
+    child, t = _vx(e.child, schema)
+    if t is None:
+        raise _Untranslatable("isin on an untyped operand")
+    values = [_typed_vortex_literal(v, t) for v in e.values if v is not None]
+    if not values:
+        raise _Untranslatable("empty isin")
+    python_values = [v for v in e.values if v is not None]
+    if pa.types.is_floating(t):
+        python_values = [float(v) for v in python_values]
+    return ve.in_list(child, ve.literal(vx.list_(vx.DType.from_arrow(t)), python_values)), pa.bool_()
 
 
 def _null_check(e: NullCheck, schema: pa.Schema | None) -> Typed:
-        _, ve = _vortex()
-        child, _ = _vx(e.child, schema)
-        return (ve.is_not_null(child) if e.negated else ve.is_null(child)), pa.bool_()
-
-
+    _, ve = _vortex()
+    child, _ = _vx(e.child, schema)
+    return (ve.is_not_null(child) if e.negated else ve.is_null(child)), pa.bool_()
 
 
 def _str_contains(e: StrContains, schema: pa.Schema | None) -> Typed:
-        _, ve = _vortex()
-        if any(ch in e.substring for ch in "%_\\"):
-            raise _Untranslatable("LIKE metacharacter in substring")
-        child, t = _vx(e.child, schema)
-        if t is not None and t != pa.string():
-            raise _Untranslatable(f"str_contains on {t}")
-        return ve.like(child, f"%{e.substring}%"), pa.bool_()
+    _, ve = _vortex()
+    if any(ch in e.substring for ch in "%_\\"):
+        raise _Untranslatable("LIKE metacharacter in substring")
+    child, t = _vx(e.child, schema)
+    if t is not None and t != pa.string():
+        raise _Untranslatable(f"str_contains on {t}")
+    return ve.like(child, f"%{e.substring}%"), pa.bool_()
 
 
 _TRANSLATIONS: dict[type, Callable[[Any, pa.Schema | None], Typed]] = {

@@ -92,12 +92,19 @@ class FileInput:
         assert policy is not None  # plan._lower_source resolves None to the run's setting
         if self.batch_rows is not None:
             batches = read_batches(
-                shard.path, format=source.format, columns=source.columns, filter=source.filter,
-                batch_size=self.batch_rows, on_bad_record=policy,
+                shard.path,
+                format=source.format,
+                columns=source.columns,
+                filter=source.filter,
+                batch_size=self.batch_rows,
+                on_bad_record=policy,
             )
             return _counted_batches(batches, result)
         records = read_records(
-            shard.path, format=source.format, columns=source.columns, filter=source.filter,
+            shard.path,
+            format=source.format,
+            columns=source.columns,
+            filter=source.filter,
             on_bad_record=policy,
         )
         return _counted(records, result)
@@ -262,8 +269,12 @@ def _merged(task: ShardTask, result: ShardResult, *, ordered: bool) -> Iterator[
     if task.piece is not None:  # its share of the target (key hashes are uniform)
         result.bytes_in = result.bytes_in * (task.piece.hi - task.piece.lo) >> 64
     blocks = merged_blocks(
-        runs, target, memory_budget=task.memory_per_worker // 2, spill_dir=join(task.out_dir, "spill"),
-        ordered=ordered, khash_range=khash_range,
+        runs,
+        target,
+        memory_budget=task.memory_per_worker // 2,
+        spill_dir=join(task.out_dir, "spill"),
+        ordered=ordered,
+        khash_range=khash_range,
     )
     return _counted_batches(blocks, result)
 

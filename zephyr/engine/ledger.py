@@ -140,5 +140,7 @@ class RayLedger:
             self._lost = True
             _log.warning(
                 "zephyr: the run's cross-region ledger is unreachable (%s: %s); this worker enforces the run's "
-                "budget on the last known total plus its own reads", type(error).__name__, str(error).splitlines()[0][:200],
+                "budget on the last known total plus its own reads",
+                type(error).__name__,
+                str(error).splitlines()[0][:200],
             )

@@ -117,7 +117,8 @@ class PartitionedSink:
 
         field = self.partition_by
         written = write_partitioned(
-            _counted_out(stream, result, self.batches), field,
+            _counted_out(stream, result, self.batches),
+            field,
             lambda value: self.pattern.format(shard=task.shard, total=self.total, **{field: value}),
             format=self.format,
         )
@@ -152,8 +153,9 @@ class ShardWriterSink:
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         source = self.sources[task.shard] if task.shard < len(self.sources) else None
-        result.paths = list(self.writer(_counted_out(stream, result, False), shard=task.shard, total=self.total,
-                                        source=source))
+        result.paths = list(
+            self.writer(_counted_out(stream, result, False), shard=task.shard, total=self.total, source=source)
+        )
 
 
 @dataclass(frozen=True)

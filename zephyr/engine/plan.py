@@ -175,14 +175,22 @@ class _Planner:
         if isinstance(stage_input, FileInput):
             stage_input = dataclasses.replace(stage_input, batch_rows=_batch_rows(stage_input, steps, output))
         takes_batches = _takes_batches(output)
-        pipeline = Pipeline(steps, batches_in=getattr(stage_input, "batch_rows", None) is not None,
-                            want_batches=takes_batches)
+        pipeline = Pipeline(
+            steps, batches_in=getattr(stage_input, "batch_rows", None) is not None, want_batches=takes_batches
+        )
         if not isinstance(output, Collect):
             output = dataclasses.replace(output, batches=pipeline.emits_batches)
         upstream = [self._built(i).fingerprint for i in stage_input.upstream]
         fingerprint = digest(
-            [builder.num_shards, _describe_fields(stage_input), [describe(s) for s in steps],
-             pipeline.batches_in, pipeline.want_batches, _describe_fields(output), upstream]
+            [
+                builder.num_shards,
+                _describe_fields(stage_input),
+                [describe(s) for s in steps],
+                pipeline.batches_in,
+                pipeline.want_batches,
+                _describe_fields(output),
+                upstream,
+            ]
         )
         stage = Stage(
             builder.index, stage_input, pipeline, output, builder.num_shards, fingerprint, tuple(builder.resources)

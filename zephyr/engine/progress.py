@@ -55,8 +55,9 @@ __all__ = [
 
 # ------------------------------------------------------------------------------- engine jobs
 class _StageState:
-    def __init__(self, stage: Any, record: dict[str, Any], resumed: int, total_bytes: int, total_records: int,
-                 row: Any) -> None:
+    def __init__(
+        self, stage: Any, record: dict[str, Any], resumed: int, total_bytes: int, total_records: int, row: Any
+    ) -> None:
         self.stage, self.record, self.row = stage, record, row
         self.started = time.monotonic()
         self.last_log = self.started
@@ -94,8 +95,9 @@ class ProgressDisplay:
             # a lone job (library use, no `zephyr run`): its record goes beside the scratch space, not
             # into the user's output folder
             self._own_run = True
-            self._recorder = run_record.RunRecorder(backend=config.backend, workers=config.num_workers,
-                                                    record_dir=run_record.lone_job_record_dir(config))
+            self._recorder = run_record.RunRecorder(
+                backend=config.backend, workers=config.num_workers, record_dir=run_record.lone_job_record_dir(config)
+            )
             sink_dir = None
         self._job = self._recorder.begin_job(sink_dir=sink_dir, config=config)
         self._started = time.monotonic()
@@ -131,9 +133,20 @@ class ProgressDisplay:
             total_bytes = sum(self._bytes_out.get(i, 0) for i in upstream)
             total_records = 0
         record = {
-            "index": stage.index, "name": stage.name, "shards": stage.num_shards, "shards_done": resumed,
-            "resumed_shards": resumed, "records_in": 0, "records_out": 0, "bytes_in": 0, "bytes_out": 0,
-            "seconds": 0.0, "records_per_s": None, "eta_seconds": None, "peak_rss": 0, "retries": [],
+            "index": stage.index,
+            "name": stage.name,
+            "shards": stage.num_shards,
+            "shards_done": resumed,
+            "resumed_shards": resumed,
+            "records_in": 0,
+            "records_out": 0,
+            "bytes_in": 0,
+            "bytes_out": 0,
+            "seconds": 0.0,
+            "records_per_s": None,
+            "eta_seconds": None,
+            "peak_rss": 0,
+            "retries": [],
         }
         if self._job is not None:
             self._job["stages"].append(record)
@@ -182,11 +195,25 @@ class ProgressDisplay:
         state.reading = reading
         _view.update(state.row, detail=_stage_detail(state, time.monotonic() - state.started))
 
-    def retry(self, stage: Any, shard: int, attempt: int, kind: str, error: str,
-              worker_pid: int | None, worker_host: str | None) -> None:
+    def retry(
+        self,
+        stage: Any,
+        shard: int,
+        attempt: int,
+        kind: str,
+        error: str,
+        worker_pid: int | None,
+        worker_host: str | None,
+    ) -> None:
         state = self._stages.get(stage.index)
-        entry = {"shard": shard, "attempt": attempt, "kind": kind, "error": run_record.one_line(error),
-                 "worker_pid": worker_pid, "worker_host": worker_host}
+        entry = {
+            "shard": shard,
+            "attempt": attempt,
+            "kind": kind,
+            "error": run_record.one_line(error),
+            "worker_pid": worker_pid,
+            "worker_host": worker_host,
+        }
         if state is not None:
             state.record["retries"].append(entry)
         where = f" (worker pid {worker_pid} on {worker_host})" if worker_pid else ""
@@ -205,9 +232,11 @@ class ProgressDisplay:
         _view.remove(state.row)
         rec = state.record
         resumed = f" ({rec['resumed_shards']} resumed)" if rec["resumed_shards"] else ""
-        line = (f"{_stage_label(stage)}: {'FAILED' if failed else 'done'}, {rec['shards']} shards{resumed}, "
-                f"{format_count(rec['records_in'])} -> {format_count(rec['records_out'])} records, "
-                f"{format_bytes(rec['bytes_in'])} in {format_duration(elapsed)}")
+        line = (
+            f"{_stage_label(stage)}: {'FAILED' if failed else 'done'}, {rec['shards']} shards{resumed}, "
+            f"{format_count(rec['records_in'])} -> {format_count(rec['records_out'])} records, "
+            f"{format_bytes(rec['bytes_in'])} in {format_duration(elapsed)}"
+        )
         # one line per stage for a plain script under `zephyr run`; inside a recipe step, on a terminal (the live
         # rows showed it) or for a lone job (its table follows) only with -v
         in_step = self._recorder is not None and self._recorder.current_step is not None
@@ -282,9 +311,16 @@ def job_table(run: Any) -> Table:
         table.add_column(column, justify="right" if column != "stage" else "left")
     for s in run.stages:
         resumed = f" ({s.resumed_shards} resumed)" if s.resumed_shards else ""
-        table.add_row(f"{s.index} {s.name[:70]}", f"{s.shards}{resumed}", format_count(s.records_in),
-                      format_count(s.records_out), format_bytes(s.bytes_in), format_bytes(s.bytes_out),
-                      f"{s.seconds:.1f} s", format_bytes(s.peak_rss))
+        table.add_row(
+            f"{s.index} {s.name[:70]}",
+            f"{s.shards}{resumed}",
+            format_count(s.records_in),
+            format_count(s.records_out),
+            format_bytes(s.bytes_in),
+            format_bytes(s.bytes_out),
+            f"{s.seconds:.1f} s",
+            format_bytes(s.peak_rss),
+        )
     retries = [r for s in run.stages for r in s.retries]
     if retries or run.counters:
         extra = [f"{len(retries)} retried shard attempt(s): " + "; ".join(map(str, retries))] if retries else []
@@ -330,9 +366,11 @@ def print_run_summary(record: dict[str, Any]) -> None:
         for step in record["steps"]:
             removed = sum(step.get("removed", {}).values())
             table.add_row(
-                step["name"], step["status"],
+                step["name"],
+                step["status"],
                 "-" if step["status"] == "cached" else format_duration(step.get("seconds")),
-                _opt_count(step.get("docs_in")), _opt_count(step.get("docs_out")),
+                _opt_count(step.get("docs_in")),
+                _opt_count(step.get("docs_out")),
                 format_count(removed) if step.get("removed") else "",
                 _opt_count(step.get("tokens")),
             )
@@ -346,9 +384,11 @@ def print_run_summary(record: dict[str, Any]) -> None:
                 resumed = f" ({stage['resumed_shards']} resumed)" if stage.get("resumed_shards") else ""
                 table.add_row(
                     (f"{job['job']}." if len(record["jobs"]) > 1 else "") + f"{stage['index']} {name}",
-                    f"{stage['shards']}{resumed}", format_count(stage["records_in"]),
+                    f"{stage['shards']}{resumed}",
+                    format_count(stage["records_in"]),
                     format_count(stage["records_out"]),
-                    format_bytes(stage["bytes_in"]), format_duration(stage["seconds"]),
+                    format_bytes(stage["bytes_in"]),
+                    format_duration(stage["seconds"]),
                     str(len(stage["retries"])) if stage["retries"] else "",
                 )
     counters: dict[str, int] = {}
@@ -359,8 +399,9 @@ def print_run_summary(record: dict[str, Any]) -> None:
     _view.close()
     console.print(table)
     if counters:
-        console.print("counters: " + ", ".join(f"{k}={v:,}" for k, v in sorted(counters.items())),
-                      markup=False, highlight=False)
+        console.print(
+            "counters: " + ", ".join(f"{k}={v:,}" for k, v in sorted(counters.items())), markup=False, highlight=False
+        )
     if retries:
         console.print(f"{retries} retried shard attempt(s); details in the run record", markup=False, highlight=False)
 

@@ -163,8 +163,17 @@ class RayBackend:
     @staticmethod
     def reuse_key_for(config: Any, *, mode: str = "actors") -> tuple:
         """What must match for the next run to reuse this pool's actors (they hold the driver's sys.path)."""
-        return ("ray", mode, config.ray_address, config.workers, config.memory_per_worker, config.worker_cpus,
-                config.worker_gpus, tuple(sys.path), os.getcwd())
+        return (
+            "ray",
+            mode,
+            config.ray_address,
+            config.workers,
+            config.memory_per_worker,
+            config.worker_cpus,
+            config.worker_gpus,
+            tuple(sys.path),
+            os.getcwd(),
+        )
 
     def prepare(self, request: Resources | None) -> None:
         """Make the pool fit a stage asking for `request` (None: the run's defaults)."""
@@ -201,7 +210,9 @@ class RayBackend:
 
     def healthy(self) -> bool:
         """Every actor idle and answering (a lost actor's replacement counts; a new Ray session does not)."""
-        if not (self.mode == "actors" and ray.is_initialized() and not self._running and len(self._actors) == self.size):
+        if not (
+            self.mode == "actors" and ray.is_initialized() and not self._running and len(self._actors) == self.size
+        ):
             return False
         try:
             ray.get([actor.handle.where.remote() for actor in self._actors], timeout=10)
@@ -224,7 +235,8 @@ class RayBackend:
         if size < 1:
             short = ", ".join(
                 f"{name} {_amount(name, wants[name])} (cluster has {_amount(name, total.get(name, 0))})"
-                for name, fit in fits.items() if fit < 1
+                for name, fit in fits.items()
+                if fit < 1
             )
             raise RuntimeError(
                 f"the Ray cluster cannot hold one Zephyr worker asking for {shape.describe()}: short of {short}. "
@@ -320,10 +332,9 @@ class RayBackend:
 
     def _kill_actors(self) -> None:
         for actor in self._actors if ray.is_initialized() and not self._cluster_lost else ():
-            try:
+            # An actor of an earlier Ray session is already gone: nothing left to kill.
+            with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
-            except Exception:  # noqa: BLE001 - an actor of an earlier Ray session is already gone
-                pass
         self._actors = []
 
     # --------------------------------------------------------------------------------- helpers
@@ -375,7 +386,7 @@ class RayBackend:
 
 
 def _node_state(actor: _Actor) -> str:
-    """"; node X is dead" when Ray already knows the actor's whole node is gone (raylet or machine)."""
+    """ "; node X is dead" when Ray already knows the actor's whole node is gone (raylet or machine)."""
     try:
         where = ray.get(actor.where_ref, timeout=0)
         node = where.rsplit("node ", 1)[1]

@@ -94,7 +94,9 @@ def _probe(address: str) -> None:
         with socket.create_connection((host, int(port)), timeout=_PROBE_TIMEOUT_S):
             pass
     except OSError as error:
-        reason = "no answer within 3 s" if isinstance(error, TimeoutError | socket.timeout) else error.strerror or str(error)
+        reason = (
+            "no answer within 3 s" if isinstance(error, TimeoutError | socket.timeout) else error.strerror or str(error)
+        )
         raise ClusterError(f"no Ray cluster answers at {address!r} ({host}:{port}: {reason}). {_ADDRESS_FIX}") from None
 
 
@@ -163,7 +165,8 @@ class ClusterWatch:
             dead_agents = [f"{name} (pid {pid})" for name, pid in self.agents if not psutil.pid_exists(pid)]
             cause = (
                 f" after {', '.join(dead_agents)} died (Ray ends a raylet whose agent dies)"
-                if dead_agents and kind == "raylet" else ""
+                if dead_agents and kind == "raylet"
+                else ""
             )
             raise ClusterError(
                 f"lost the Ray cluster: {what}, {kind} pid {process.pid}, is gone{exit_text}{cause}. Shard tasks "

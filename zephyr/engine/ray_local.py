@@ -59,11 +59,21 @@ class LocalNodes:
 
     def _ray(self, args: list[str], node: Node) -> None:
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **self.env}
-        command = [str(Path(sys.executable).parent / "ray"), "start", *args, "--node-ip-address", "127.0.0.1",
-                   "--temp-dir", str(node.temp_dir), "--disable-usage-stats"]
+        command = [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            *args,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--temp-dir",
+            str(node.temp_dir),
+            "--disable-usage-stats",
+        ]
         done = subprocess.run(command, cwd=node.work_dir, env=env, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise RuntimeError(f"`{' '.join(command)}` failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            raise RuntimeError(
+                f"`{' '.join(command)}` failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
 
     def _node(self, name: str, head: bool = False) -> Node:
         node = Node(name, self.root / name[-1:], self.root / f"work-{name}", head)  # temp dirs short
@@ -74,8 +84,20 @@ class LocalNodes:
     def start(self, *, head_cpus: int = 0) -> LocalNodes:
         self.port = free_port()
         node = self._node("head", head=True)
-        self._ray(["--head", "--port", str(self.port), "--num-cpus", str(head_cpus), "--include-dashboard", "false",
-                   "--resources", json.dumps({"head": 1})], node)
+        self._ray(
+            [
+                "--head",
+                "--port",
+                str(self.port),
+                "--num-cpus",
+                str(head_cpus),
+                "--include-dashboard",
+                "false",
+                "--resources",
+                json.dumps({"head": 1}),
+            ],
+            node,
+        )
         return self
 
     def add(self, name: str, *, cpus: int = 1) -> Node:

@@ -68,7 +68,9 @@ def encode_array(values: pa.Array) -> pa.Array:
     kind = values.type
     n = len(values)
     if values.null_count == 0 and (pa.types.is_signed_integer(kind) or kind in (pa.uint8(), pa.uint16(), pa.uint32())):
-        shifted = (values.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64) ^ np.uint64(_INT_OFFSET)).astype(">u8")
+        shifted = (
+            values.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64) ^ np.uint64(_INT_OFFSET)
+        ).astype(">u8")
         rows = np.empty((n, 9), np.uint8)
         rows[:, 0] = _INT
         rows[:, 1:] = shifted.view(np.uint8).reshape(n, 8)
@@ -76,7 +78,10 @@ def encode_array(values: pa.Array) -> pa.Array:
         return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(rows)])
     if values.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raw = pc.replace_substring(values.cast(pa.large_binary()), b"\x00", b"\x00\xff")
-        bind = lambda b: pa.scalar(b, pa.large_binary())
+
+        def bind(b: bytes) -> pa.Scalar:
+            return pa.scalar(b, pa.large_binary())
+
         return pc.binary_join_element_wise(bind(b"\x05"), raw, bind(_END), bind(b""))
     return binary_array([encode(v) for v in values.to_pylist()])
 

@@ -116,7 +116,9 @@ def read_lock(fs: fsspec.AbstractFileSystem, path: str) -> LockRecord | None:
     fs.invalidate_cache(path)
     try:
         data = json.loads(fs.cat_file(path))
-        return LockRecord(str(data["owner"]), str(data["host"]), int(data["pid"]), float(data["created"]), float(data["expires"]))
+        return LockRecord(
+            str(data["owner"]), str(data["host"]), int(data["pid"]), float(data["created"]), float(data["expires"])
+        )
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError):

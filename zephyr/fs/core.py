@@ -128,7 +128,7 @@ def remove_dead_temps(url: str) -> int:
 
 def is_hidden(path: str, root: str = "") -> bool:
     """Whether a name in `path` below `root` starts with `.` or `_` (a temporary file or a marker)."""
-    rest = path[len(root):] if root and path.startswith(root) else path.rsplit("/", 1)[-1]
+    rest = path[len(root) :] if root and path.startswith(root) else path.rsplit("/", 1)[-1]
     return any(part.startswith((".", "_")) for part in rest.strip("/").split("/") if part)
 
 

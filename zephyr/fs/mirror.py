@@ -222,7 +222,9 @@ class MirrorFileSystem(AbstractFileSystem):
             parent = fspath.rsplit("/", 1)[0]
             if parent and parent != fspath:
                 fs.makedirs(parent, exist_ok=True)
-        return fs._open(fspath, mode=mode, block_size=block_size, autocommit=autocommit, cache_options=cache_options, **kwargs)
+        return fs._open(
+            fspath, mode=mode, block_size=block_size, autocommit=autocommit, cache_options=cache_options, **kwargs
+        )
 
     def ls(self, path, detail=True, **kwargs):
         key = self._strip_protocol(path)

@@ -256,13 +256,17 @@ class ChargedReadFile(io.RawIOBase):
         return self._inner.info()
 
     def __repr__(self) -> str:
-        return f"<ChargedReadFile {self._url} ({self._source} -> {self._destination}), charged {self.charged_bytes} bytes>"
+        return (
+            f"<ChargedReadFile {self._url} ({self._source} -> {self._destination}), charged {self.charged_bytes} bytes>"
+        )
 
 
 def _plain_base(cls: type) -> type:
     for base in cls.__mro__[1:]:
-        if base is not CrossRegionGuardedFS and issubclass(base, fsspec.AbstractFileSystem) and not issubclass(
-            base, CrossRegionGuardedFS
+        if (
+            base is not CrossRegionGuardedFS
+            and issubclass(base, fsspec.AbstractFileSystem)
+            and not issubclass(base, CrossRegionGuardedFS)
         ):
             return base
     raise TypeError(f"{cls.__name__} has no plain fsspec base class")
@@ -344,7 +348,12 @@ def _build_s3_class() -> type:
 
 
 _BUILDERS = {"GuardedGCSFileSystem": _build_gcs_class, "GuardedS3FileSystem": _build_s3_class}
-_PROTOCOL_CLASS = {"gs": "GuardedGCSFileSystem", "gcs": "GuardedGCSFileSystem", "s3": "GuardedS3FileSystem", "s3a": "GuardedS3FileSystem"}
+_PROTOCOL_CLASS = {
+    "gs": "GuardedGCSFileSystem",
+    "gcs": "GuardedGCSFileSystem",
+    "s3": "GuardedS3FileSystem",
+    "s3a": "GuardedS3FileSystem",
+}
 
 
 def __getattr__(name: str) -> type:

@@ -115,9 +115,7 @@ def parse_bytes(text: str) -> int | None:
         return None
     match = re.fullmatch(r"(\d+(?:\.\d*)?)\s*([a-z]*)", value)
     if not match or match.group(2) not in _UNITS:
-        raise ValueError(
-            f"{BUDGET_ENV} must be a byte count such as 10GB, 500MiB, 0 or unlimited; got {text!r}"
-        )
+        raise ValueError(f"{BUDGET_ENV} must be a byte count such as 10GB, 500MiB, 0 or unlimited; got {text!r}")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
@@ -217,7 +215,13 @@ def charge_cross_region(url: str, nbytes: int, *, source: str, destination: str,
     if over:
         raise CrossRegionBudgetExceeded(_message(url, nbytes, used_before, limit, source, destination))
     if limit is None and nbytes:
-        _log.info("zephyr: read %s across regions from %s (%s -> %s), no limit", format_bytes(nbytes), url, source, destination)
+        _log.info(
+            "zephyr: read %s across regions from %s (%s -> %s), no limit",
+            format_bytes(nbytes),
+            url,
+            source,
+            destination,
+        )
     return new_total
 
 

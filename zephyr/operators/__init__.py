@@ -79,9 +79,11 @@ __all__ = [
     "keep",
 ]
 
+
 def keep(doc: dict) -> bool:
     """Filter predicate: True for documents no operator marked with a `filter_reason`."""
     return not doc.get("filter_reason")
+
 
 # Imported on first use (zephyr.lazy): importing one submodule never imports the others.
 __getattr__, __dir__ = lazy_exports(

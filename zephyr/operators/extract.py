@@ -112,9 +112,7 @@ _UNLIKELY = re.compile(
     r"yom-remote|signup|sign-up|recommend|trending|most-?popular|author-?bio|caption|credit"
 )
 _MAYBE_CANDIDATE = re.compile(r"and|article|body|column|content|main|shadow|story|entry|post|text")
-_POSITIVE = re.compile(
-    r"article|body|content|entry|hentry|h-entry|main|page|pagination|post|text|blog|story|prose"
-)
+_POSITIVE = re.compile(r"article|body|content|entry|hentry|h-entry|main|page|pagination|post|text|blog|story|prose")
 _NEGATIVE = re.compile(
     r"-ad-|hidden|^hid$| hid$| hid |^hid |banner|combx|comment|com-|contact|foot|footer|footnote|gdpr|"
     r"masthead|media|meta|outbrain|promo|related|scroll|share|shoutbox|sidebar|skyscraper|sponsor|"
@@ -181,9 +179,35 @@ def _clean(body, strip_unlikely: bool) -> None:
 # --- step 2: scoring ---------------------------------------------------------------------------------
 
 _BLOCK_CHILD_TAGS = frozenset(
-    {"p", "div", "section", "article", "main", "ul", "ol", "dl", "table", "pre", "blockquote", "h1", "h2",
-     "h3", "h4", "h5", "h6", "figure", "form", "hr", "header", "footer", "address", "fieldset"}
+    {
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "ul",
+        "ol",
+        "dl",
+        "table",
+        "pre",
+        "blockquote",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "figure",
+        "form",
+        "hr",
+        "header",
+        "footer",
+        "address",
+        "fieldset",
+    }
 )
+
+
 def _visible_len(text: str) -> int:
     """Characters that are not whitespace: a length measure immune to source indentation, and cheap."""
     return len(text) - text.count(" ") - text.count("\n") - text.count("\t") - text.count("\r")
@@ -245,7 +269,10 @@ def _paragraph_nodes(body) -> list[tuple[Any, str, Any]]:
     div that also holds blocks counts as a paragraph of its own inside that div (articles written as
     bare text + <br> inside a layout div are common on older sites).
     """
-    out = [(node, node.text(deep=True), node.parent) for node in body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6")]
+    out = [
+        (node, node.text(deep=True), node.parent)
+        for node in body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6")
+    ]
     for div in body.css("div"):
         if not _has_block_child(div):
             out.append((div, div.text(deep=True), div.parent))
@@ -392,7 +419,10 @@ def _widen_to_split_article(top, top_score: float, scores: _Scores):
         if ancestor is None or ancestor.tag in ("body", "html"):
             break
         mass = _prose_mass(ancestor)
-        if mass >= best_mass * _WIDEN_GAIN and _link_density(ancestor, _visible_len(ancestor.text(deep=True))) <= _WIDEN_LINK_DENSITY:
+        if (
+            mass >= best_mass * _WIDEN_GAIN
+            and _link_density(ancestor, _visible_len(ancestor.text(deep=True))) <= _WIDEN_LINK_DENSITY
+        ):
             best, best_mass = ancestor, mass
         ancestor = ancestor.parent
     if best is top:
@@ -441,9 +471,13 @@ def _select_content(top, top_score: float, scores: _Scores, use_weights: bool) -
             elif child.tag == "p":
                 text = _text(child)
                 density = _link_density(child, _visible_len(text))
-                if len(text) > 80 and density < 0.25:
-                    selected.append(child)
-                elif 0 < len(text) <= 80 and density == 0 and re.search(r"\.( |$)", text):
+                if (
+                    len(text) > 80
+                    and density < 0.25
+                    or 0 < len(text) <= 80
+                    and density == 0
+                    and re.search(r"\.( |$)", text)
+                ):
                     selected.append(child)
         child = child.next
     return selected
@@ -483,17 +517,23 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
         is_list = tag in ("ul", "ol")
         if tag == "figure":
             doomed.append(node)  # captions and credits: not article prose
-        elif images > 1 and paragraphs / images < 0.5 and text_len < 200:
-            doomed.append(node)
-        elif not is_list and list_items > paragraphs:
-            doomed.append(node)
-        elif inputs > paragraphs // 3:
-            doomed.append(node)
-        elif not is_list and tag != "table" and text_len < 25 and (images == 0 or images > 2):
-            doomed.append(node)
-        elif weight < 25 and density > 0.2 + (0.15 if is_list else 0.0) and text_len < 1000:
-            doomed.append(node)
-        elif weight >= 25 and density > config.link_density_max:
+        elif (
+            images > 1
+            and paragraphs / images < 0.5
+            and text_len < 200
+            or not is_list
+            and list_items > paragraphs
+            or inputs > paragraphs // 3
+            or not is_list
+            and tag != "table"
+            and text_len < 25
+            and (images == 0 or images > 2)
+            or weight < 25
+            and density > 0.2 + (0.15 if is_list else 0.0)
+            and text_len < 1000
+            or weight >= 25
+            and density > config.link_density_max
+        ):
             doomed.append(node)
     _remove_all(doomed)
     # A paragraph that is almost all link text is a "read more" / related-story line, not prose.
@@ -538,7 +578,9 @@ def _drop_title_heading(nodes: list, title: str) -> None:
     _remove_all(doomed)
 
 
-def _extract_once(tree, title: str, config: ExtractConfig, strip_unlikely: bool, use_weights: bool, clean_cond: bool) -> list:
+def _extract_once(
+    tree, title: str, config: ExtractConfig, strip_unlikely: bool, use_weights: bool, clean_cond: bool
+) -> list:
     body = tree.body
     if body is None:
         return []
@@ -572,7 +614,8 @@ def extract_page(
     `html` may be bytes (the charset is detected, see `zephyr.operators.charset`) or str.
     Never raises on bad markup: a page with no recognizable content yields empty strings.
 
-    >>> extract_page("<html><body><nav>Home</nav><article><p>" + "Real prose, here. " * 20 + "</p></article></body></html>").text[:10]
+    >>> page = "<html><body><nav>Home</nav><article><p>" + "Real prose, here. " * 20 + "</p></article></body></html>"
+    >>> extract_page(page).text[:10]
     'Real prose'
     """
     parser_cls = _require_selectolax()
@@ -644,4 +687,3 @@ class ExtractText:
             if not out.get("filter_reason"):
                 out["filter_reason"] = "extract_empty"
         return out
-

@@ -62,7 +62,9 @@ def _load(backend: str, model_path: str | None):
         try:
             import fasttext
         except ImportError as exc:
-            raise ImportError("LanguageId(backend='fasttext') needs fasttext: pip install 'fasttext-numpy2-wheel>=0.9.2'") from exc
+            raise ImportError(
+                "LanguageId(backend='fasttext') needs fasttext: pip install 'fasttext-numpy2-wheel>=0.9.2'"
+            ) from exc
         fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence its load-time deprecation notice
         return fasttext.load_model(str(path))
     raise ValueError(f"LanguageId.backend must be 'py3langid' or 'fasttext', got {backend!r}")
@@ -97,7 +99,9 @@ class LanguageId:
         if self.max_chars <= 0:
             raise ValueError(f"LanguageId.max_chars must be positive, got {self.max_chars}")
         if isinstance(self.languages, str):
-            raise TypeError(f"LanguageId.languages must be a tuple of codes, e.g. ('en',), got the string {self.languages!r}")
+            raise TypeError(
+                f"LanguageId.languages must be a tuple of codes, e.g. ('en',), got the string {self.languages!r}"
+            )
 
     def predict(self, texts: Sequence[str]) -> list[tuple[str, float]]:
         """(language, score) for each text; empty text -> ("und", 0.0)."""
@@ -109,7 +113,7 @@ class LanguageId:
             return out
         if self.backend == "fasttext":
             labels, probs = model.predict([clipped[i].replace("\n", " ") for i in todo], k=1)
-            for i, label, prob in zip(todo, labels, probs):
+            for i, label, prob in zip(todo, labels, probs, strict=False):
                 out[i] = (label[0].removeprefix("__label__"), min(1.0, float(prob[0])))
         else:
             for i in todo:
@@ -135,13 +139,13 @@ class LanguageId:
         return out
 
     def __call__(self, doc: dict) -> dict:
-        (lang, score), = self.predict([doc.get(self.text_field) or ""])
+        ((lang, score),) = self.predict([doc.get(self.text_field) or ""])
         return self._decide(doc, lang, score)
 
     def batch(self, docs: Sequence[dict]) -> list[dict]:
         """Classify many documents in one model call (fastText predicts a list natively)."""
         results = self.predict([d.get(self.text_field) or "" for d in docs])
-        return [self._decide(d, lang, score) for d, (lang, score) in zip(docs, results)]
+        return [self._decide(d, lang, score) for d, (lang, score) in zip(docs, results, strict=False)]
 
     def map_batch(self, batch):
         """`Dataset.map_batches` step: a pyarrow RecordBatch in, the same batch plus `lang`,
@@ -154,7 +158,7 @@ class LanguageId:
         names = batch.schema.names
         previous = batch.column("filter_reason").to_pylist() if "filter_reason" in names else [None] * len(langs)
         reasons = []
-        for lang, score, before in zip(langs, scores, previous):
+        for lang, score, before in zip(langs, scores, previous, strict=False):
             counters.increment(f"langid/{lang}")
             reason = before
             if not before:

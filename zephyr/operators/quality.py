@@ -84,7 +84,7 @@ def _top_ngram_char_fraction(ids: list[int], lengths: list[int], n: int, total_c
     """Characters covered by the most frequent n-gram (count x its length) over all word characters."""
     if len(ids) < n or total_chars == 0:
         return 0.0
-    grams = Counter(zip(*(ids[k:] for k in range(n))))
+    grams = Counter(zip(*(ids[k:] for k in range(n)), strict=False))
     gram, count = grams.most_common(1)[0]
     if count <= 1:
         return 0.0
@@ -103,7 +103,7 @@ def _dup_ngram_char_fractions(ids: list[int], lengths: list[int], sizes: range, 
     smallest = sizes[0]
     if len(ids) < smallest or total_chars == 0:
         return out
-    grams = list(zip(*(ids[k:] for k in range(smallest))))
+    grams = list(zip(*(ids[k:] for k in range(smallest)), strict=False))
     counts = Counter(grams)
     candidates = [i for i, g in enumerate(grams) if counts[g] > 1]
     if not candidates:
@@ -119,7 +119,7 @@ def _dup_ngram_char_fractions(ids: list[int], lengths: list[int], sizes: range, 
                 covered[i : i + n] = b"\x01" * n
             else:
                 seen.add(gram)
-        out[n] = sum(length for length, c in zip(lengths, covered) if c) / total_chars
+        out[n] = sum(length for length, c in zip(lengths, covered, strict=False) if c) / total_chars
     return out
 
 
@@ -223,16 +223,25 @@ class GopherRepetition:
     dup_para_char_frac: float = 0.20
     top_ngram_char_frac: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
     dup_ngram_char_frac: tuple[tuple[int, float], ...] = (
-        (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10),
+        (5, 0.15),
+        (6, 0.14),
+        (7, 0.13),
+        (8, 0.12),
+        (9, 0.11),
+        (10, 0.10),
     )
 
     def __post_init__(self) -> None:
         for n, _ in self.top_ngram_char_frac:
             if n not in (2, 3, 4):
-                raise ValueError(f"GopherRepetition.top_ngram_char_frac supports n in 2..4 (signals computed), got n={n}")
+                raise ValueError(
+                    f"GopherRepetition.top_ngram_char_frac supports n in 2..4 (signals computed), got n={n}"
+                )
         for n, _ in self.dup_ngram_char_frac:
             if not 5 <= n <= 10:
-                raise ValueError(f"GopherRepetition.dup_ngram_char_frac supports n in 5..10 (signals computed), got n={n}")
+                raise ValueError(
+                    f"GopherRepetition.dup_ngram_char_frac supports n in 5..10 (signals computed), got n={n}"
+                )
 
     def check(self, s: dict[str, float | int]) -> str | None:
         if s["dup_line_frac"] > self.dup_line_frac:

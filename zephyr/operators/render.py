@@ -26,8 +26,29 @@ _text = normalized_text
 
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 _BLOCKS = frozenset(
-    {"p", "div", "section", "article", "main", "header", "footer", "address", "center", "details",
-     "summary", "dl", "dt", "dd", "figure", "figcaption", "caption", "form", "fieldset", "tr", "hgroup"}
+    {
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "header",
+        "footer",
+        "address",
+        "center",
+        "details",
+        "summary",
+        "dl",
+        "dt",
+        "dd",
+        "figure",
+        "figcaption",
+        "caption",
+        "form",
+        "fieldset",
+        "tr",
+        "hgroup",
+    }
 )
 _SKIP = frozenset({"-comment", "img", "picture", "source", "head", "title", "style", "script", "noscript"})
 
@@ -83,9 +104,8 @@ class _Writer:
             if tag == "pre":
                 self._pre(node)
                 continue
-            if tag == "table":
-                if self._data_table(node):
-                    continue
+            if tag == "table" and self._data_table(node):
+                continue
             if tag in _HEADINGS:
                 self.flush()
                 heading = _text(node)

@@ -91,7 +91,10 @@ def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[d
                 stream.seek(base)
             records = iter(
                 ArchiveIterator(
-                    stream, parse_http=True, record_types=WarcRecordType.any_type, auto_decode="all",
+                    stream,
+                    parse_http=True,
+                    record_types=WarcRecordType.any_type,
+                    auto_decode="all",
                     fsspec_args=False,
                 )
             )
@@ -130,12 +133,17 @@ def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[d
             if resume is None:
                 log.warning(
                     "%s: malformed WARC record after byte %d (%s); skipping the rest of this file",
-                    url, offset, break_reason,
+                    url,
+                    offset,
+                    break_reason,
                 )
                 return
             log.warning(
                 "%s: malformed WARC record after byte %d (%s); resuming at the next gzip member, byte %d",
-                url, offset, break_reason, resume,
+                url,
+                offset,
+                break_reason,
+                resume,
             )
             base = resume
 
@@ -224,7 +232,9 @@ def _read_arc(url: str, config: WarcReadConfig) -> Iterator[dict]:
                 return
             except Exception as exc:  # warcio: ArchiveLoadFailed, ValueError on broken ARC headers
                 counters.increment("warc/malformed")
-                log.warning("%s: malformed ARC record after byte %d (%s); skipping the rest of this file", url, offset, exc)
+                log.warning(
+                    "%s: malformed ARC record after byte %d (%s); skipping the rest of this file", url, offset, exc
+                )
                 return
             counters.increment("warc/records")
             if record.rec_type != "response":
@@ -246,8 +256,11 @@ def _document_from_warcio(record, url: str, config: WarcReadConfig) -> dict | No
     code = http.get_statuscode() if http is not None else None
     if not code or not code.isdigit():
         counters.increment("warc/malformed")  # e.g. an ARC record with a broken length or status line
-        log.warning("%s: ARC response for %r has no parseable HTTP status line; skipped", url,
-                    record.rec_headers.get_header("WARC-Target-URI"))
+        log.warning(
+            "%s: ARC response for %r has no parseable HTTP status line; skipped",
+            url,
+            record.rec_headers.get_header("WARC-Target-URI"),
+        )
         return None
     status = int(code)
     if status not in config.allowed_statuses:

@@ -43,8 +43,10 @@ def _missing_stores(config) -> list[str]:
         if "://" in str(path):
             continue
         if not (Path(path) / "manifest.json").is_file():
-            problems.append(f"{key}: {path} is not a token store (no manifest.json there); write one with "
-                            f"`zephyr tokenize 'INPUT_GLOB' {path}` or fix the path in the config")
+            problems.append(
+                f"{key}: {path} is not a token store (no manifest.json there); write one with "
+                f"`zephyr tokenize 'INPUT_GLOB' {path}` or fix the path in the config"
+            )
     return problems
 
 
