@@ -49,7 +49,9 @@ def documents(n: int) -> list[dict]:
     """Real pages (when ../shared/data exists) interleaved with Python reference sections."""
     from pydoc_data.topics import topics
 
-    pydoc = [{"id": f"pydoc-{k}", "text": v, "source": "python-reference"} for k, v in sorted(topics.items()) if len(v) > 600]
+    pydoc = [
+        {"id": f"pydoc-{k}", "text": v, "source": "python-reference"} for k, v in sorted(topics.items()) if len(v) > 600
+    ]
     pages = []
     try:
         import resiliparse  # noqa: F401 - absent in .venv-vllm: Python reference sections only
@@ -58,7 +60,9 @@ def documents(n: int) -> list[dict]:
     if SHARED.is_dir():
         from resiliparse.extract.html2text import extract_plain_text
 
-        for p in sorted((SHARED / "aeb-dev" / "html").glob("*.html.gz")) + sorted((SHARED / "web-pages").glob("*.html.gz")):
+        for p in sorted((SHARED / "aeb-dev" / "html").glob("*.html.gz")) + sorted(
+            (SHARED / "web-pages").glob("*.html.gz")
+        ):
             text = extract_plain_text(gzip.decompress(p.read_bytes()).decode("utf-8", "replace"), main_content=True)
             if len(text) > 400:
                 pages.append({"id": f"page-{p.name[:40]}", "text": text, "source": p.parent.name})
@@ -83,11 +87,17 @@ def label_bench(docs: list[dict], max_example_tokens: int, model: str, full: boo
 
     def record(name: str, run, cpu_s: float | None = None) -> None:
         runs[name] = run
-        rows[name] = {"docs_s": run.docs_per_s, "failed": run.failed, "n": len(run.results),
-                      "docs_per_cpu_s": len(run.results) / cpu_s if cpu_s else None}
+        rows[name] = {
+            "docs_s": run.docs_per_s,
+            "failed": run.failed,
+            "n": len(run.results),
+            "docs_per_cpu_s": len(run.results) / cpu_s if cpu_s else None,
+        }
 
-    configs = {"llamacpp": LabelerConfig(backend="llamacpp", **base),
-               "transformers": LabelerConfig(backend="transformers", **base)}
+    configs = {
+        "llamacpp": LabelerConfig(backend="llamacpp", **base),
+        "transformers": LabelerConfig(backend="transformers", **base),
+    }
     backends = {}
     for name, config in configs.items():
         backends[name] = make_backend(config)
@@ -98,24 +108,38 @@ def label_bench(docs: list[dict], max_example_tokens: int, model: str, full: boo
         run = label_documents(docs, prompt, config, backend=backends[name])
         record(f"{name}_logprobs", run, time.process_time() - cpu)
     ours, peer = runs["llamacpp_logprobs"].results, runs["transformers_logprobs"].results
-    both = [(x.score, y.score) for x, y in zip(ours, peer) if x.score is not None and y.score is not None]
+    both = [(x.score, y.score) for x, y in zip(ours, peer, strict=False) if x.score is not None and y.score is not None]
     extra = {
         "backends_spearman": spearman([x for x, _ in both], [y for _, y in both]) if len(both) > 2 else None,
         "backends_max_abs_diff": max(abs(x - y) for x, y in both) if both else None,
         "threads": {name: getattr(b, "threads", None) for name, b in backends.items()},
     }
     t0 = time.perf_counter()
-    quality = measure_label_quality(docs, runs["llamacpp_logprobs"].results, prompt,
-                                    dataclasses.replace(configs["llamacpp"], quality_sample=len(docs)), backends["llamacpp"])
+    quality = measure_label_quality(
+        docs,
+        runs["llamacpp_logprobs"].results,
+        prompt,
+        dataclasses.replace(configs["llamacpp"], quality_sample=len(docs)),
+        backends["llamacpp"],
+    )
     extra["quality"], extra["quality_seconds"] = quality, time.perf_counter() - t0
     if full:
-        record("transformers_generate", label_documents(docs, prompt, dataclasses.replace(
-            configs["transformers"], mode="generate", max_new_tokens=4), backend=backends["transformers"]))
+        record(
+            "transformers_generate",
+            label_documents(
+                docs,
+                prompt,
+                dataclasses.replace(configs["transformers"], mode="generate", max_new_tokens=4),
+                backend=backends["transformers"],
+            ),
+        )
         from zephyr.datashop.server import start_server
 
         with start_server(model) as server:
-            record("openai_http_logprobs", label_documents(docs, prompt, LabelerConfig(
-                backend="openai", url=server.url, tokenizer=model, **base)))
+            record(
+                "openai_http_logprobs",
+                label_documents(docs, prompt, LabelerConfig(backend="openai", url=server.url, tokenizer=model, **base)),
+            )
     try:
         import vllm  # noqa: F401
 
@@ -144,15 +168,25 @@ def recipe_bench(pool_size: int, tmp: Path, output: str | None) -> dict:
         result = recipe.run_recipe(config)
     label, clf, flt = (result.steps[k].summary for k in ("label", "classifier", "filter"))
     print("\n" + recipe.format_summary(result))
-    return {"pool": label["documents"], "label_docs_s": label["docs_per_s"], "quality": label["quality"],
-            "holdout_n": clf["holdout_size"], "holdout_accuracy": clf["holdout"]["accuracy"],
-            "majority_accuracy": clf["holdout"]["majority_accuracy"], "holdout_spearman": clf["holdout"]["spearman"],
-            **clf["vs_majority"], "kept": flt["documents_out"], "documents": flt["documents_in"],
-            "kept_by_source": {k: [v["kept"], v["documents"]] for k, v in flt["sources"].items()},
-            "seconds": result.seconds}
+    return {
+        "pool": label["documents"],
+        "label_docs_s": label["docs_per_s"],
+        "quality": label["quality"],
+        "holdout_n": clf["holdout_size"],
+        "holdout_accuracy": clf["holdout"]["accuracy"],
+        "majority_accuracy": clf["holdout"]["majority_accuracy"],
+        "holdout_spearman": clf["holdout"]["spearman"],
+        **clf["vs_majority"],
+        "kept": flt["documents_out"],
+        "documents": flt["documents_in"],
+        "kept_by_source": {k: [v["kept"], v["documents"]] for k, v in flt["sources"].items()},
+        "seconds": result.seconds,
+    }
 
 
-def classifier_bench(docs: list[dict], scores: dict[str, float], n_fasttext: int, n_embedding: int, workers: int) -> dict:
+def classifier_bench(
+    docs: list[dict], scores: dict[str, float], n_fasttext: int, n_embedding: int, workers: int
+) -> dict:
     import zstandard
 
     from zephyr import Dataset, execution
@@ -166,8 +200,13 @@ def classifier_bench(docs: list[dict], scores: dict[str, float], n_fasttext: int
         tmp_path = Path(tmp)
         for kind, n in (("fasttext", n_fasttext), ("embedding", n_embedding)):
             clf_dir = tmp_path / f"clf-{kind}"
-            train_classifier([d["text"] for d in labeled], [scores[d["id"]] for d in labeled], ClassifierConfig(kind=kind),
-                             clf_dir, bin_values=(0, 1, 2, 3, 4, 5))
+            train_classifier(
+                [d["text"] for d in labeled],
+                [scores[d["id"]] for d in labeled],
+                ClassifierConfig(kind=kind),
+                clf_dir,
+                bin_values=(0, 1, 2, 3, 4, 5),
+            )
             corpus = [{"id": f"{i}-{docs[i % len(docs)]['id']}", "text": docs[i % len(docs)]["text"]} for i in range(n)]
             shards = 4
             corpus_dir = tmp_path / f"corpus-{kind}"
@@ -186,8 +225,12 @@ def classifier_bench(docs: list[dict], scores: dict[str, float], n_fasttext: int
             for start in range(0, n, 256):
                 clf.predict([r["text"] for r in corpus[start : start + 256]])
             loop_s, loop_cpu = time.perf_counter() - t0, time.process_time() - cpu
-            results[kind] = {"n": n, "engine_docs_s": n / engine_s, "loop_docs_s": n / loop_s,
-                             "loop_docs_per_cpu_s": n / loop_cpu if loop_cpu > 0 else None}
+            results[kind] = {
+                "n": n,
+                "engine_docs_s": n / engine_s,
+                "loop_docs_s": n / loop_s,
+                "loop_docs_per_cpu_s": n / loop_cpu if loop_cpu > 0 else None,
+            }
     return results
 
 
@@ -195,10 +238,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small run (24 labeled docs, 2,000 classifier docs)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="GGUF alias or file (default: packaged SmolLM2)")
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="GGUF alias or file (default: packaged SmolLM2)"
+    )
     parser.add_argument("--label-only", action="store_true", help="skip the classifier and recipe parts")
-    parser.add_argument("--recipe-output", default=None,
-                        help="keep the recipe's output here (a rerun skips its finished steps; default: a temp dir)")
+    parser.add_argument(
+        "--recipe-output",
+        default=None,
+        help="keep the recipe's output here (a rerun skips its finished steps; default: a temp dir)",
+    )
     args = parser.parse_args()
     n_label = 24 if args.quick else 64
     max_example_tokens = 256
@@ -214,44 +262,71 @@ def main() -> int:
             recipe = recipe_bench(256, Path(tmp), args.recipe_output)
     load_after = os.getloadavg()
 
-    print(f"\nDatashop benchmark ({'quick' if args.quick else 'full'}): {n_label} docs labeled, example <= "
-          f"{max_example_tokens} tokens, SmolLM2-135M-Instruct on CPU, threads {extra['threads']}; "
-          f"load avg (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} -> "
-          f"{'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} cores")
+    print(
+        f"\nDatashop benchmark ({'quick' if args.quick else 'full'}): {n_label} docs labeled, example <= "
+        f"{max_example_tokens} tokens, SmolLM2-135M-Instruct on CPU, threads {extra['threads']}; "
+        f"load avg (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} -> "
+        f"{'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} cores"
+    )
     print(f"{'labeling backend':<28} {'docs/s':>8} {'docs/CPU-s':>11} {'failed':>7}")
-    tags = {"llamacpp_logprobs": "  (ours)", "transformers_logprobs": "  (peer: previous default)",
-            "transformers_generate": "  (generate + parse)"}
+    tags = {
+        "llamacpp_logprobs": "  (ours)",
+        "transformers_logprobs": "  (peer: previous default)",
+        "transformers_generate": "  (generate + parse)",
+    }
     for name, row in label_rows.items():
         per_cpu = "-" if row["docs_per_cpu_s"] is None else f"{row['docs_per_cpu_s']:.2f}"
         print(f"{name:<28} {row['docs_s']:>8.2f} {per_cpu:>11} {row['failed']:>4}/{row['n']}{tags.get(name, '')}")
     ratio = label_rows["llamacpp_logprobs"]["docs_s"] / max(1e-9, label_rows["transformers_logprobs"]["docs_s"])
     rho = extra["backends_spearman"]
-    print(f"llamacpp vs transformers: {ratio:.2f}x the docs/s; score Spearman "
-          f"{'-' if rho is None else f'{rho:.4f}'}, largest score difference {extra['backends_max_abs_diff']:.4f} (0-5 scale)")
+    print(
+        f"llamacpp vs transformers: {ratio:.2f}x the docs/s; score Spearman "
+        f"{'-' if rho is None else f'{rho:.4f}'}, largest score difference {extra['backends_max_abs_diff']:.4f} (0-5 scale)"
+    )
     print(extra["quality"].summary())
     if clf:
-        print(f"\n{'classifier':<12} {'docs':>7} {'engine docs/s (ours)':>21} {'loop docs/s (peer)':>19} "
-              f"{'loop docs/CPU-s':>16}")
+        print(
+            f"\n{'classifier':<12} {'docs':>7} {'engine docs/s (ours)':>21} {'loop docs/s (peer)':>19} "
+            f"{'loop docs/CPU-s':>16}"
+        )
         for kind, row in clf.items():
-            print(f"{kind:<12} {row['n']:>7} {row['engine_docs_s']:>21.0f} {row['loop_docs_s']:>19.0f} "
-                  f"{row['loop_docs_per_cpu_s'] or 0:>16.0f}")
+            print(
+                f"{kind:<12} {row['n']:>7} {row['engine_docs_s']:>21.0f} {row['loop_docs_s']:>19.0f} "
+                f"{row['loop_docs_per_cpu_s'] or 0:>16.0f}"
+            )
     if recipe:
-        print(f"\nrecipe classifier, held out (n={recipe['holdout_n']}): macro-F1 {recipe['macro_f1']:.3f} vs majority "
-              f"class {recipe['majority_macro_f1']:.3f} (gain {recipe['gain']:+.3f}; accuracy {recipe['holdout_accuracy']:.3f} "
-              f"vs {recipe['majority_accuracy']:.3f}); kept {recipe['kept']}/{recipe['documents']}")
+        print(
+            f"\nrecipe classifier, held out (n={recipe['holdout_n']}): macro-F1 {recipe['macro_f1']:.3f} vs majority "
+            f"class {recipe['majority_macro_f1']:.3f} (gain {recipe['gain']:+.3f}; accuracy {recipe['holdout_accuracy']:.3f} "
+            f"vs {recipe['majority_accuracy']:.3f}); kept {recipe['kept']}/{recipe['documents']}"
+        )
     q = extra["quality"]
     figures = {
         "bench": "datashop",
         "quick": args.quick,
         "label_docs_s": {k: round(v["docs_s"], 3) for k, v in label_rows.items()},
-        "label_docs_per_cpu_s": {k: round(v["docs_per_cpu_s"], 3) for k, v in label_rows.items() if v["docs_per_cpu_s"]},
+        "label_docs_per_cpu_s": {
+            k: round(v["docs_per_cpu_s"], 3) for k, v in label_rows.items() if v["docs_per_cpu_s"]
+        },
         "label_failed": {k: v["failed"] for k, v in label_rows.items()},
         "llamacpp_vs_transformers_ratio": round(ratio, 3),
         "backends_spearman": None if rho is None else round(rho, 5),
         "backends_max_abs_diff": round(extra["backends_max_abs_diff"], 5),
-        "label_quality": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in q.to_dict().items()
-                          if k in ("n", "modes_spearman", "modes_label_agreement", "generate_parsed",
-                                   "paraphrase_spearman", "paraphrase_label_agreement", "score_spread", "noisy")},
+        "label_quality": {
+            k: (round(v, 4) if isinstance(v, float) else v)
+            for k, v in q.to_dict().items()
+            if k
+            in (
+                "n",
+                "modes_spearman",
+                "modes_label_agreement",
+                "generate_parsed",
+                "paraphrase_spearman",
+                "paraphrase_label_agreement",
+                "score_spread",
+                "noisy",
+            )
+        },
         "classifier_engine_docs_s": {k: round(v["engine_docs_s"], 1) for k, v in clf.items()},
         "classifier_loop_docs_s": {k: round(v["loop_docs_s"], 1) for k, v in clf.items()},
         "classifier_loop_docs_per_cpu_s": {k: round(v["loop_docs_per_cpu_s"] or 0, 1) for k, v in clf.items()},

@@ -49,6 +49,8 @@ import pyarrow.parquet as pq
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+import contextlib
+
 from zephyr import Dataset, execution  # noqa: E402
 from zephyr.engine import executor  # noqa: E402
 from zephyr.engine.backends import ProcessBackend  # noqa: E402
@@ -93,7 +95,9 @@ def checksum(out_dir: Path) -> dict[str, int]:
     # ParquetFile, not read_table: Ray Data writes one row group per group (thousands per file), which
     # the dataset reader parses very slowly
     table = pa.concat_tables([pq.ParquetFile(p).read(columns=columns) for p in sorted(out_dir.rglob("*.parquet"))])
-    crc = sum(zlib.crc32(f"{u}:{p}".encode()) for u, p in zip(table["user"].to_pylist(), table["first_payload"].to_pylist()))
+    crc = sum(
+        zlib.crc32(f"{u}:{p}".encode()) for u, p in zip(table["user"].to_pylist(), table["first_payload"].to_pylist(), strict=False)
+    )
     return {
         "groups": table.num_rows,
         "records": int(pa.compute.sum(table["count"]).as_py()),
@@ -131,10 +135,8 @@ class RssSampler:
         while not self._stop.is_set():
             sizes = []
             for process in self._processes():
-                try:
+                with contextlib.suppress(psutil.Error):
                     sizes.append(process.memory_info().rss)
-                except psutil.Error:
-                    pass
             driver = me.memory_info().rss
             self.peak_driver = max(self.peak_driver, driver)
             if sizes:
@@ -166,20 +168,39 @@ def summarize(user: int, items: Any) -> dict:
     count = 1
     for last in items:
         count += 1
-    return {"user": user, "first_ts": first["ts"], "last_ts": last["ts"], "count": count, "first_payload": first["payload"]}
+    return {
+        "user": user,
+        "first_ts": first["ts"],
+        "last_ts": last["ts"],
+        "count": count,
+        "first_payload": first["payload"],
+    }
 
 
-def run_zephyr(backend: str, input_dir: Path, out_dir: Path, scratch: Path, workers: int, memory: str, *, fields: bool = True) -> dict:
+def run_zephyr(
+    backend: str, input_dir: Path, out_dir: Path, scratch: Path, workers: int, memory: str, *, fields: bool = True
+) -> dict:
     files = Dataset.from_files(str(input_dir / "*.parquet"))
     # field names let the shuffle take whole Arrow batches; key functions see one record at a time
-    ds = files.group_by("user", summarize, sort_by="ts") if fields else files.group_by(user_key, summarize, sort_by=ts_key)
-    with execution(
-        backend=backend, workers=workers, memory_per_worker=memory, scratch=str(scratch), progress=False, summary=False
+    ds = (
+        files.group_by("user", summarize, sort_by="ts")
+        if fields
+        else files.group_by(user_key, summarize, sort_by=ts_key)
+    )
+    with (
+        execution(
+            backend=backend,
+            workers=workers,
+            memory_per_worker=memory,
+            scratch=str(scratch),
+            progress=False,
+            summary=False,
+        ),
+        RssSampler("children" if backend == "processes" else "ray") as sampler,
     ):
-        with RssSampler("children" if backend == "processes" else "ray") as sampler:
-            started = time.perf_counter()
-            run = ds.write(str(out_dir / "part-{shard:05d}.parquet")).execute()
-            seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        run = ds.write(str(out_dir / "part-{shard:05d}.parquet")).execute()
+        seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
         "peak_worker": max(s.peak_rss for s in run.stages),
@@ -216,7 +237,12 @@ def run_ray_data(input_dir: Path, out_dir: Path) -> dict:
         ds = ray.data.read_parquet(str(input_dir))
         ds.groupby("user").map_groups(summarize_group, batch_format="pyarrow").write_parquet(str(out_dir))
         seconds = time.perf_counter() - started
-    return {"seconds": seconds, "peak_worker": sampler.peak_worker, "peak_driver": sampler.peak_driver, "peak_total": sampler.peak_total}
+    return {
+        "seconds": seconds,
+        "peak_worker": sampler.peak_worker,
+        "peak_driver": sampler.peak_driver,
+        "peak_total": sampler.peak_total,
+    }
 
 
 POLARS_SCRIPT = """
@@ -241,7 +267,12 @@ def run_polars(input_dir: Path, out_dir: Path) -> dict:
         [sys.executable, "-c", POLARS_SCRIPT, str(input_dir), str(out_dir)], capture_output=True, text=True, check=True
     )
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"seconds": figures["seconds"], "peak_worker": figures["peak_rss"], "peak_driver": 0, "peak_total": figures["peak_rss"]}
+    return {
+        "seconds": figures["seconds"],
+        "peak_worker": figures["peak_rss"],
+        "peak_driver": 0,
+        "peak_total": figures["peak_rss"],
+    }
 
 
 # ------------------------------------------------------------------------------- scheduling costs
@@ -258,7 +289,9 @@ def empty_task_seconds(backend: Any, scratch: Path, tasks: int) -> float:
     Path(stage_url).write_bytes(cloudpickle.dumps(stage))
 
     def run_all(attempt: int) -> float:
-        queue = deque(ShardTask(stage_url, 0, shard, attempt, str(scratch / f"t{shard}-{attempt}")) for shard in range(tasks))
+        queue = deque(
+            ShardTask(stage_url, 0, shard, attempt, str(scratch / f"t{shard}-{attempt}")) for shard in range(tasks)
+        )
         in_flight = done = 0
         started = time.perf_counter()
         while done < tasks:
@@ -353,9 +386,18 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"  zephyr processes done in {results['zephyr_processes']['seconds']:.1f} s", flush=True)
             results["zephyr_processes_fn"] = run_zephyr(
-                "processes", input_dir, tmp / "out-processes-fn", tmp / "scratch", args.workers, args.memory_per_worker, fields=False
+                "processes",
+                input_dir,
+                tmp / "out-processes-fn",
+                tmp / "scratch",
+                args.workers,
+                args.memory_per_worker,
+                fields=False,
             )
-            print(f"  zephyr processes (key functions) done in {results['zephyr_processes_fn']['seconds']:.1f} s", flush=True)
+            print(
+                f"  zephyr processes (key functions) done in {results['zephyr_processes_fn']['seconds']:.1f} s",
+                flush=True,
+            )
         ray_wanted = {"ray", "raydata", "overhead"} - skip
         if ray_wanted:
             import ray
@@ -372,7 +414,19 @@ def main(argv: list[str] | None = None) -> int:
         if "raydata" not in skip:
             results["ray_data"] = run_ray_data(input_dir, tmp / "out-raydata")
             print(f"  ray data done in {results['ray_data']['seconds']:.1f} s", flush=True)
-        digests = {name: checksum(tmp / {"polars": "out-polars", "zephyr_processes": "out-processes", "zephyr_processes_fn": "out-processes-fn", "zephyr_ray": "out-ray", "ray_data": "out-raydata"}[name]) for name in results}
+        digests = {
+            name: checksum(
+                tmp
+                / {
+                    "polars": "out-polars",
+                    "zephyr_processes": "out-processes",
+                    "zephyr_processes_fn": "out-processes-fn",
+                    "zephyr_ray": "out-ray",
+                    "ray_data": "out-raydata",
+                }[name]
+            )
+            for name in results
+        }
         reference = next(iter(digests.values()), None)
         for name, digest in digests.items():
             if digest != reference:
@@ -382,7 +436,12 @@ def main(argv: list[str] | None = None) -> int:
         if "overhead" not in skip:
             from zephyr.engine.ray_backend import RayBackend
 
-            config = ExecutionConfig(backend="ray", workers=args.workers, scratch=str(tmp / "scratch"), memory_per_worker=parse_size(args.memory_per_worker))
+            config = ExecutionConfig(
+                backend="ray",
+                workers=args.workers,
+                scratch=str(tmp / "scratch"),
+                memory_per_worker=parse_size(args.memory_per_worker),
+            )
             for name, factory in (
                 ("processes", lambda: ProcessBackend(args.workers)),
                 ("ray_actors", lambda: RayBackend(config, mode="actors")),
@@ -400,14 +459,24 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
-    print(f"group_by + secondary sort, {records:,} records ({_mb(input_bytes)} MB), {reference['groups'] if reference else 0:,} groups; "
-          f"{args.workers} workers, memory_per_worker {args.memory_per_worker}")
-    print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores shared with other users)")
+    print(
+        f"group_by + secondary sort, {records:,} records ({_mb(input_bytes)} MB), {reference['groups'] if reference else 0:,} groups; "
+        f"{args.workers} workers, memory_per_worker {args.memory_per_worker}"
+    )
+    print(
+        f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+        f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores shared with other users)"
+    )
     header = f"{'system':<26}{'seconds':>9}{'records/s':>12}{'MB/s':>8}{'peak RSS/worker MB':>20}{'driver MB':>11}{'total MB':>10}"
     print(header)
     print("-" * len(header))
-    labels = {"zephyr_processes": "zephyr processes", "zephyr_processes_fn": "zephyr processes, key fns", "zephyr_ray": "zephyr ray (actors)", "ray_data": "ray data (map_groups)", "polars": "polars (1 process)"}
+    labels = {
+        "zephyr_processes": "zephyr processes",
+        "zephyr_processes_fn": "zephyr processes, key fns",
+        "zephyr_ray": "zephyr ray (actors)",
+        "ray_data": "ray data (map_groups)",
+        "polars": "polars (1 process)",
+    }
     for name, r in results.items():
         r["records_s"] = records / r["seconds"]
         r["mb_s"] = input_bytes / r["seconds"] / (1 << 20)
@@ -420,33 +489,47 @@ def main(argv: list[str] | None = None) -> int:
         if name in results:
             peak = results[name]["peak_worker"]
             verdict = "within" if peak <= budget + FIXED_OVERHEAD else "OVER"
-            print(f"  {labels[name]}: peak RSS per worker task {_mb(peak)} MB, {verdict} budget {_mb(budget)} MB + fixed "
-                  f"overhead {_mb(FIXED_OVERHEAD)} MB")
+            print(
+                f"  {labels[name]}: peak RSS per worker task {_mb(peak)} MB, {verdict} budget {_mb(budget)} MB + fixed "
+                f"overhead {_mb(FIXED_OVERHEAD)} MB"
+            )
     if "polars" in results:
         for name in ("zephyr_processes", "zephyr_processes_fn"):
             if name in results:
-                print(f"  {labels[name]} vs polars: {results[name]['records_s'] / results['polars']['records_s']:.2f}x records/s")
+                print(
+                    f"  {labels[name]} vs polars: {results[name]['records_s'] / results['polars']['records_s']:.2f}x records/s"
+                )
     for name in ("zephyr_processes", "zephyr_processes_fn", "zephyr_ray"):
         if name in results and results[name]["retries"]:
             print(f"  {labels[name]} retries: {results[name]['retries']}")
     if overhead:
         print()
-        print(f"per-task overhead, {args.overhead_tasks} empty shard tasks, {args.workers} in flight (wall ms per task):")
+        print(
+            f"per-task overhead, {args.overhead_tasks} empty shard tasks, {args.workers} in flight (wall ms per task):"
+        )
         for name, seconds in overhead.items():
             print(f"  {name:<12}{seconds * 1000:8.2f} ms")
         print("stage holding a 200 MB read-only object, 40 shards on 2 workers:")
         for mode, (seconds, loads) in cache.items():
             print(f"  ray {mode:<8}{seconds:8.1f} s, object unpickled {loads} time(s)")
-    figures: dict[str, Any] = {"bench": "engine_groupby", "records": records, "input_mb": round(input_bytes / (1 << 20))}
+    figures: dict[str, Any] = {
+        "bench": "engine_groupby",
+        "records": records,
+        "input_mb": round(input_bytes / (1 << 20)),
+    }
     for name, r in results.items():
         figures[f"{name}_records_s"] = round(r["records_s"])
         figures[f"{name}_mb_s"] = round(r["mb_s"], 2)
         figures[f"{name}_peak_rss_worker_mb"] = round(r["peak_worker"] / (1 << 20))
         figures[f"{name}_peak_rss_total_mb"] = round(r["peak_total"] / (1 << 20))
     if "zephyr_processes" in results and "ray_data" in results:
-        figures["zephyr_vs_ray_data"] = round(results["zephyr_processes"]["records_s"] / results["ray_data"]["records_s"], 2)
+        figures["zephyr_vs_ray_data"] = round(
+            results["zephyr_processes"]["records_s"] / results["ray_data"]["records_s"], 2
+        )
     if "zephyr_ray" in results and "ray_data" in results:
-        figures["zephyr_ray_vs_ray_data"] = round(results["zephyr_ray"]["records_s"] / results["ray_data"]["records_s"], 2)
+        figures["zephyr_ray_vs_ray_data"] = round(
+            results["zephyr_ray"]["records_s"] / results["ray_data"]["records_s"], 2
+        )
     for name, seconds in overhead.items():
         figures[f"task_overhead_ms_{name}"] = round(seconds * 1000, 2)
     for mode, (seconds, loads) in cache.items():

@@ -59,7 +59,7 @@ FILE_TEXT_BYTES = 64 << 20
 def _vocabulary() -> tuple[np.ndarray, np.ndarray]:
     """Words of the prose on this machine and their relative frequencies (a real Zipf-like curve)."""
     counts = Counter(word for text in _package_texts() + _stdlib_texts() for word in text.split() if word.isalpha())
-    words, freq = zip(*counts.most_common())
+    words, freq = zip(*counts.most_common(), strict=False)
     p = np.array(freq, np.float64)
     return np.array(words, dtype=object), p / p.sum()
 
@@ -104,8 +104,12 @@ def _record(text: str, split: str, rng: np.random.Generator, index: int) -> dict
     return {
         "text": text,
         "warc_record_id": f"<urn:uuid:{uuid.UUID(bytes=rng.bytes(16), version=4)}>",
-        "metadata": {"url": f"https://example.org/{split}/{index}", "quality_split": split, "language": "en",
-                     "crawl": "CC-MAIN-2024-10"},
+        "metadata": {
+            "url": f"https://example.org/{split}/{index}",
+            "quality_split": split,
+            "language": "en",
+            "crawl": "CC-MAIN-2024-10",
+        },
     }
 
 
@@ -159,9 +163,16 @@ def generate(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
             written += file_bytes
             text_bytes += file_bytes
             part += 1
-    info = {"gb": gb, "seed": seed, "documents": docs, "exact_copies": exact, "near_copies": near,
-            "text_bytes": text_bytes, "compressed_bytes": sum(f.stat().st_size for f in directory.rglob("*.zst")),
-            "seconds": round(time.perf_counter() - started, 1)}
+    info = {
+        "gb": gb,
+        "seed": seed,
+        "documents": docs,
+        "exact_copies": exact,
+        "near_copies": near,
+        "text_bytes": text_bytes,
+        "compressed_bytes": sum(f.stat().st_size for f in directory.rglob("*.zst")),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     done.write_text(json.dumps(info))
     return info
 
@@ -205,23 +216,46 @@ def _text_bytes(pattern: str) -> int:
     return total
 
 
-def run_steps(corpus: Path, out: Path, steps: list[str], workers: int, memory: str, shards: int, tokenizer: str) -> dict:
+def run_steps(
+    corpus: Path, out: Path, steps: list[str], workers: int, memory: str, shards: int, tokenizer: str
+) -> dict:
     results: dict[str, dict] = {}
     docs = str(out / "normalize")
     exact = str(out / "exact_dedup")
     fuzzy = str(out / "fuzzy_dedup")
-    with execution(backend="processes", workers=workers, memory_per_worker=memory, scratch=str(out / "scratch"),
-                   summary=False, progress=False):
+    with execution(
+        backend="processes",
+        workers=workers,
+        memory_per_worker=memory,
+        scratch=str(out / "scratch"),
+        summary=False,
+        progress=False,
+    ):
         plan = [
-            ("normalize", lambda: nemotron_cc.normalize(docs, config={}, inputs=[str(corpus / "*" / "*.jsonl.zst")]),
-             str(corpus / "*" / "*.jsonl.zst")),
-            ("exact_dedup", lambda: nemotron_cc.exact_dedup(exact, config={"num_shards": shards}, docs=docs),
-             str(Path(docs) / "*" / "*.jsonl.zst")),
-            ("fuzzy_dedup", lambda: nemotron_cc.fuzzy_dedup(fuzzy, config={"threshold": 0.8, "num_shards": shards}, docs=exact),
-             str(Path(exact) / "*.jsonl.zst")),
-            ("tokenize", lambda: nemotron_cc.tokenize(str(out / "tokenize"), config={
-                "splits": list(SPLITS), "tokenizer": tokenizer, "validation_fraction": 0.0}, docs=fuzzy),
-             str(Path(fuzzy) / "docs" / "*" / "*.jsonl.zst")),
+            (
+                "normalize",
+                lambda: nemotron_cc.normalize(docs, config={}, inputs=[str(corpus / "*" / "*.jsonl.zst")]),
+                str(corpus / "*" / "*.jsonl.zst"),
+            ),
+            (
+                "exact_dedup",
+                lambda: nemotron_cc.exact_dedup(exact, config={"num_shards": shards}, docs=docs),
+                str(Path(docs) / "*" / "*.jsonl.zst"),
+            ),
+            (
+                "fuzzy_dedup",
+                lambda: nemotron_cc.fuzzy_dedup(fuzzy, config={"threshold": 0.8, "num_shards": shards}, docs=exact),
+                str(Path(exact) / "*.jsonl.zst"),
+            ),
+            (
+                "tokenize",
+                lambda: nemotron_cc.tokenize(
+                    str(out / "tokenize"),
+                    config={"splits": list(SPLITS), "tokenizer": tokenizer, "validation_fraction": 0.0},
+                    docs=fuzzy,
+                ),
+                str(Path(fuzzy) / "docs" / "*" / "*.jsonl.zst"),
+            ),
         ]
         for name, step, inputs in plan:
             if name not in steps:
@@ -237,9 +271,15 @@ def run_steps(corpus: Path, out: Path, steps: list[str], workers: int, memory: s
             else:
                 docs_in, docs_out, tokens = summary["documents_in"], summary["documents_out"], None
             results[name] = {
-                "seconds": seconds, "docs_in": docs_in, "docs_out": docs_out, "text_mb": text / 1e6,
-                "docs_s_core": docs_in / seconds / workers, "mb_s": text / 1e6 / seconds,
-                "peak_rss": captured.peak_rss, "scratch_bytes": captured.scratch_bytes, "tokens": tokens,
+                "seconds": seconds,
+                "docs_in": docs_in,
+                "docs_out": docs_out,
+                "text_mb": text / 1e6,
+                "docs_s_core": docs_in / seconds / workers,
+                "mb_s": text / 1e6 / seconds,
+                "peak_rss": captured.peak_rss,
+                "scratch_bytes": captured.scratch_bytes,
+                "tokens": tokens,
             }
             print(f"  {name} done in {seconds:.1f} s", flush=True)
     return results
@@ -267,14 +307,29 @@ def skew(tmp: Path, records: int, workers: int, memory: str) -> dict[str, float]
             if name == "skewed":
                 keys[rng.random(n) < 0.3] = 0
             letters = rng.integers(97, 123, size=(n, 80), dtype=np.uint8)
-            table = pa.table({"key": keys, "seq": np.arange(start, start + n),
-                              "payload": pa.array(letters.view("S80").ravel(), pa.binary()).cast(pa.string())})
+            table = pa.table(
+                {
+                    "key": keys,
+                    "seq": np.arange(start, start + n),
+                    "payload": pa.array(letters.view("S80").ravel(), pa.binary()).cast(pa.string()),
+                }
+            )
             pq.write_table(table, folder / f"part-{index:05d}.parquet")
-        with execution(backend="processes", workers=workers, memory_per_worker=memory, scratch=str(tmp / "scratch-skew"),
-                       summary=False, progress=False):
+        with execution(
+            backend="processes",
+            workers=workers,
+            memory_per_worker=memory,
+            scratch=str(tmp / "scratch-skew"),
+            summary=False,
+            progress=False,
+        ):
             started = time.perf_counter()
-            run = Dataset.from_files(str(folder / "*.parquet")).group_by("key", _count, sort_by="seq", num_shards=2 * workers).write(
-                str(tmp / f"skew-out-{name}" / "part-{shard:05d}.parquet")).execute()
+            run = (
+                Dataset.from_files(str(folder / "*.parquet"))
+                .group_by("key", _count, sort_by="seq", num_shards=2 * workers)
+                .write(str(tmp / f"skew-out-{name}" / "part-{shard:05d}.parquet"))
+                .execute()
+            )
             out[name] = time.perf_counter() - started
         if name == "skewed":
             out["giant_key_records"] = run.counters.get("shuffle/giant_key/0/records", 0)
@@ -305,11 +360,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         corpus_dir = Path(args.corpus) if args.corpus else tmp / "corpus"
         corpus = generate(corpus_dir, args.gb)
-        print(f"corpus: {corpus['documents']:,} documents, {corpus['text_bytes'] / 1e6:,.0f} MB of text, "
-              f"{corpus['compressed_bytes'] / 1e6:,.0f} MB compressed, {corpus['exact_copies']:,} exact and "
-              f"{corpus['near_copies']:,} near copies planted (generated in {corpus['seconds']} s)", flush=True)
-        results = run_steps(corpus_dir, tmp / "out", steps, args.workers, args.memory_per_worker, args.num_shards, args.tokenizer)
-        skewed = {} if args.no_skew else skew(tmp, args.skew_records or int(2_000_000 * args.gb), args.workers, args.memory_per_worker)
+        print(
+            f"corpus: {corpus['documents']:,} documents, {corpus['text_bytes'] / 1e6:,.0f} MB of text, "
+            f"{corpus['compressed_bytes'] / 1e6:,.0f} MB compressed, {corpus['exact_copies']:,} exact and "
+            f"{corpus['near_copies']:,} near copies planted (generated in {corpus['seconds']} s)",
+            flush=True,
+        )
+        results = run_steps(
+            corpus_dir, tmp / "out", steps, args.workers, args.memory_per_worker, args.num_shards, args.tokenizer
+        )
+        skewed = (
+            {}
+            if args.no_skew
+            else skew(tmp, args.skew_records or int(2_000_000 * args.gb), args.workers, args.memory_per_worker)
+        )
         load_after = os.getloadavg()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -319,26 +383,39 @@ def main(argv: list[str] | None = None) -> int:
         kept = results["tokenize"]
         tokens_per_doc = kept["tokens"] / kept["docs_in"] * kept["docs_in"] / corpus["documents"]  # per input doc
     print()
-    print(f"Nemotron-CC pipeline, {corpus['text_bytes'] / 1e9:.2f} GB of text, {corpus['documents']:,} documents; "
-          f"{args.workers} workers, memory_per_worker {args.memory_per_worker}")
-    print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, after "
-          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores shared with other users)")
-    header = (f"{'step':<12}{'seconds':>9}{'docs in':>11}{'docs out':>11}{'docs/s/core':>13}{'MB/s':>8}"
-              f"{'peak RSS MB':>13}{'budget MB':>11}{'scratch MB':>12}{'2T core-h':>11}")
+    print(
+        f"Nemotron-CC pipeline, {corpus['text_bytes'] / 1e9:.2f} GB of text, {corpus['documents']:,} documents; "
+        f"{args.workers} workers, memory_per_worker {args.memory_per_worker}"
+    )
+    print(
+        f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, after "
+        f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores shared with other users)"
+    )
+    header = (
+        f"{'step':<12}{'seconds':>9}{'docs in':>11}{'docs out':>11}{'docs/s/core':>13}{'MB/s':>8}"
+        f"{'peak RSS MB':>13}{'budget MB':>11}{'scratch MB':>12}{'2T core-h':>11}"
+    )
     print(header)
     print("-" * len(header))
-    figures: dict[str, Any] = {"bench": "pipeline_scale", "gb": args.gb, "documents": corpus["documents"],
-                               "text_mb": round(corpus["text_bytes"] / 1e6), "workers": args.workers,
-                               "memory_per_worker_mb": budget >> 20}
+    figures: dict[str, Any] = {
+        "bench": "pipeline_scale",
+        "gb": args.gb,
+        "documents": corpus["documents"],
+        "text_mb": round(corpus["text_bytes"] / 1e6),
+        "workers": args.workers,
+        "memory_per_worker_mb": budget >> 20,
+    }
     total_core_hours = 0.0
     for name, r in results.items():
         core_hours = None
         if tokens_per_doc:
             core_hours = TARGET_TOKENS / tokens_per_doc / r["docs_s_core"] / 3600
             total_core_hours += core_hours
-        print(f"{name:<12}{r['seconds']:>9.1f}{r['docs_in']:>11,}{r['docs_out']:>11,}{r['docs_s_core']:>13,.0f}"
-              f"{r['mb_s']:>8.1f}{r['peak_rss'] / (1 << 20):>13,.0f}{budget / (1 << 20):>11,.0f}"
-              f"{r['scratch_bytes'] / (1 << 20):>12,.0f}{core_hours if core_hours else float('nan'):>11,.0f}")
+        print(
+            f"{name:<12}{r['seconds']:>9.1f}{r['docs_in']:>11,}{r['docs_out']:>11,}{r['docs_s_core']:>13,.0f}"
+            f"{r['mb_s']:>8.1f}{r['peak_rss'] / (1 << 20):>13,.0f}{budget / (1 << 20):>11,.0f}"
+            f"{r['scratch_bytes'] / (1 << 20):>12,.0f}{core_hours if core_hours else float('nan'):>11,.0f}"
+        )
         figures[f"{name}_seconds"] = round(r["seconds"], 1)
         figures[f"{name}_docs_s_core"] = round(r["docs_s_core"], 1)
         figures[f"{name}_mb_s"] = round(r["mb_s"], 2)
@@ -347,14 +424,18 @@ def main(argv: list[str] | None = None) -> int:
         if core_hours:
             figures[f"{name}_2T_core_hours"] = round(core_hours)
     if tokens_per_doc:
-        print(f"extrapolation: {tokens_per_doc:,.0f} tokens per input document -> {TARGET_TOKENS / tokens_per_doc:,.3g} "
-              f"documents for 2T tokens: {total_core_hours:,.0f} core-hours for these steps at the rates above")
+        print(
+            f"extrapolation: {tokens_per_doc:,.0f} tokens per input document -> {TARGET_TOKENS / tokens_per_doc:,.3g} "
+            f"documents for 2T tokens: {total_core_hours:,.0f} core-hours for these steps at the rates above"
+        )
         figures["tokens_per_input_doc"] = round(tokens_per_doc, 1)
         figures["total_2T_core_hours"] = round(total_core_hours)
     if skewed:
-        print(f"group_by, {args.skew_records or int(2_000_000 * args.gb):,} rows: balanced {skewed['balanced']:.1f} s, one key "
-              f"= 30% {skewed['skewed']:.1f} s (x{skewed['ratio']:.2f}); giant key reported with "
-              f"{skewed['giant_key_records']:,} records (groups over memory_per_worker/16 = {budget >> 24} MB are reported)")
+        print(
+            f"group_by, {args.skew_records or int(2_000_000 * args.gb):,} rows: balanced {skewed['balanced']:.1f} s, one key "
+            f"= 30% {skewed['skewed']:.1f} s (x{skewed['ratio']:.2f}); giant key reported with "
+            f"{skewed['giant_key_records']:,} records (groups over memory_per_worker/16 = {budget >> 24} MB are reported)"
+        )
         figures.update({f"skew_{k}": round(v, 2) for k, v in skewed.items()})
     figures["load_before"] = round(load_before[0], 2)
     figures["load_after"] = round(load_after[0], 2)

@@ -207,8 +207,14 @@ def _real_documents(config: CorpusConfig) -> list[dict[str, Any]]:
         page = extract({"id": rel, "html": gzip.decompress(path.read_bytes()), "metadata": {}})
         text = page["text"].strip()
         if len(text) >= config.min_chars and not page.get("filter_reason"):
-            docs.append(_doc(f"web-{path.name.removesuffix('.html.gz')}", text, "web-pages",
-                             title=page["metadata"].get("title") or ""))
+            docs.append(
+                _doc(
+                    f"web-{path.name.removesuffix('.html.gz')}",
+                    text,
+                    "web-pages",
+                    title=page["metadata"].get("title") or "",
+                )
+            )
     return docs
 
 
@@ -242,8 +248,12 @@ def build_corpus(path: str, *, config: CorpusConfig) -> dict[str, Any]:
     by_source: dict[str, int] = {}
     for doc in docs:
         by_source[doc["source"]] = by_source.get(doc["source"], 0) + 1
-    return {"documents": len(docs), "files": len(files), "sources": dict(sorted(by_source.items())),
-            "shared_data": any(rel for rel, _ in config.pages)}
+    return {
+        "documents": len(docs),
+        "files": len(files),
+        "sources": dict(sorted(by_source.items())),
+        "shared_data": any(rel for rel, _ in config.pages),
+    }
 
 
 # ----------------------------------------------------------------------------------------------- steps
@@ -295,8 +305,10 @@ def pool_step(path: str, *, config: PoolStep, corpus: list[str]) -> dict[str, An
 
     pool = sample_pool_dataset(_corpus(corpus), config.size, seed=config.seed)
     if len(pool) < 2:
-        raise ValueError(f"the corpus {corpus} holds {len(pool)} document(s) with a `text`; the recipe needs at "
-                         "least 2 to train a classifier and measure its agreement with the LM")
+        raise ValueError(
+            f"the corpus {corpus} holds {len(pool)} document(s) with a `text`; the recipe needs at "
+            "least 2 to train a classifier and measure its agreement with the LM"
+        )
     keep = ("id", "text", "source")
     _write_jsonl(Path(path) / "pool.jsonl", ({k: d[k] for k in keep if k in d} for d in pool))
     return {"documents": len(pool), "sources": _count_sources(pool)}
@@ -329,32 +341,60 @@ def label_step(path: str, *, config: LabelStep, pool: str) -> dict[str, Any]:
     docs = _read_jsonl(Path(pool) / "pool.jsonl")
     backend = make_backend(config.labeler)
     try:
-        run = label_documents(docs, config.prompt, config.labeler, cache_path=Path(path) / "labels.jsonl",
-                              backend=backend, progress="datashop label")
-        quality = measure_label_quality(docs, run.results, config.prompt, config.labeler, backend,
-                                        cache_path=Path(path) / "quality")
+        run = label_documents(
+            docs,
+            config.prompt,
+            config.labeler,
+            cache_path=Path(path) / "labels.jsonl",
+            backend=backend,
+            progress="datashop label",
+        )
+        quality = measure_label_quality(
+            docs, run.results, config.prompt, config.labeler, backend, cache_path=Path(path) / "quality"
+        )
     finally:
         backend.close()
     values = config.prompt.values
     assert values is not None
     ok = [r for r in run.results if r.score is not None]
     scores = [r.score for r in ok]
-    trained = dict(zip((r.id for r in ok), rank_calibrate(scores, values) if config.calibrate else scores))
+    trained = dict(zip((r.id for r in ok), rank_calibrate(scores, values) if config.calibrate else scores, strict=False))
     by_id = {str(d["id"]): d for d in docs}
-    _write_jsonl(Path(path) / "labeled.jsonl", (
-        {"id": r.id, "source": by_id[r.id].get("source"), "score": trained.get(r.id), "lm_score": r.score,
-         "label": r.label, "error": r.error, "truncated": r.truncated} for r in run.results))
+    _write_jsonl(
+        Path(path) / "labeled.jsonl",
+        (
+            {
+                "id": r.id,
+                "source": by_id[r.id].get("source"),
+                "score": trained.get(r.id),
+                "lm_score": r.score,
+                "label": r.label,
+                "error": r.error,
+                "truncated": r.truncated,
+            }
+            for r in run.results
+        ),
+    )
     bins = nearest_bin(scores, values) if scores else np.zeros(0, dtype=np.int64)  # the LM's own labels
     histogram = {label: int(np.sum(bins == i)) for i, label in enumerate(config.prompt.labels)}
     return {
-        "documents": len(docs), "labeled": len(scores), "labeled_now": run.labeled_now, "from_cache": run.from_cache,
-        "failed": run.failed, "errors": sorted({r.error for r in run.results if r.error}), "truncated": run.truncated,
-        "seconds": run.seconds, "docs_per_s": run.docs_per_s, "model": run.model_id, "histogram": histogram,
+        "documents": len(docs),
+        "labeled": len(scores),
+        "labeled_now": run.labeled_now,
+        "from_cache": run.from_cache,
+        "failed": run.failed,
+        "errors": sorted({r.error for r in run.results if r.error}),
+        "truncated": run.truncated,
+        "seconds": run.seconds,
+        "docs_per_s": run.docs_per_s,
+        "model": run.model_id,
+        "histogram": histogram,
         "calibration": "rank" if config.calibrate else "none",
         "mean_score": float(np.mean(scores)) if scores else None,
         "score_range": [float(min(scores)), float(max(scores))] if scores else None,
         "mean_by_source": _mean_by_source((by_id[r.id].get("source"), r.score) for r in ok),
-        "quality": quality.to_dict(), "quality_summary": quality.summary(),
+        "quality": quality.to_dict(),
+        "quality_summary": quality.summary(),
     }
 
 
@@ -381,39 +421,64 @@ def classifier_step(path: str, *, config: ClassifierStep, pool: str, labels: str
     texts = {str(d["id"]): d["text"] for d in _read_jsonl(Path(pool) / "pool.jsonl")}
     scores = {r["id"]: r["score"] for r in _read_jsonl(Path(labels) / "labeled.jsonl") if r["score"] is not None}
     if len(scores) < 2:
-        raise RuntimeError(f"only {len(scores)} pool document(s) got a usable LM label (see {labels}/labeled.jsonl); "
-                           "the classifier needs at least 2. Raise --pool-size or check the labels' `error` field.")
+        raise RuntimeError(
+            f"only {len(scores)} pool document(s) got a usable LM label (see {labels}/labeled.jsonl); "
+            "the classifier needs at least 2. Raise --pool-size or check the labels' `error` field."
+        )
     train_ids, held_ids = split_holdout(sorted(scores), config.classifier.holdout_fraction, seed=config.classifier.seed)
     model_dir = Path(path) / "model"
-    classifier = train_classifier([texts[i] for i in train_ids], [scores[i] for i in train_ids], config.classifier,
-                                  model_dir, bin_values=config.bin_values)
+    classifier = train_classifier(
+        [texts[i] for i in train_ids],
+        [scores[i] for i in train_ids],
+        config.classifier,
+        model_dir,
+        bin_values=config.bin_values,
+    )
     started = time.perf_counter()
     held_pred = classifier.predict([texts[i] for i in held_ids])
     held = agreement([scores[i] for i in held_ids], held_pred, config.bin_values)
-    train = agreement([scores[i] for i in train_ids], classifier.predict([texts[i] for i in train_ids]),
-                      config.bin_values)
+    train = agreement(
+        [scores[i] for i in train_ids], classifier.predict([texts[i] for i in train_ids]), config.bin_values
+    )
     held_true = nearest_bin([scores[i] for i in held_ids], config.bin_values)
     vs_majority = classifier_beats_majority(held_true, nearest_bin(held_pred, config.bin_values))
-    return {"kind": config.classifier.kind, "model": str(model_dir), "train_size": len(train_ids),
-            "holdout_size": len(held_ids), "holdout": held.to_dict(), "train": train.to_dict(),
-            "vs_majority": vs_majority, "levels": list(config.bin_values),
-            "levels_histogram": np.bincount(nearest_bin(list(scores.values()), config.bin_values),
-                                            minlength=len(config.bin_values)).tolist(),
-            "train_seconds": classifier.meta.get("train_seconds"),
-            "predict_docs_per_s": len(scores) / max(1e-9, time.perf_counter() - started)}
+    return {
+        "kind": config.classifier.kind,
+        "model": str(model_dir),
+        "train_size": len(train_ids),
+        "holdout_size": len(held_ids),
+        "holdout": held.to_dict(),
+        "train": train.to_dict(),
+        "vs_majority": vs_majority,
+        "levels": list(config.bin_values),
+        "levels_histogram": np.bincount(
+            nearest_bin(list(scores.values()), config.bin_values), minlength=len(config.bin_values)
+        ).tolist(),
+        "train_seconds": classifier.meta.get("train_seconds"),
+        "predict_docs_per_s": len(scores) / max(1e-9, time.perf_counter() - started),
+    }
 
 
 def score_step(path: str, *, config: dict[str, Any], corpus: list[str], classifier: str) -> dict[str, Any]:
     """Every document with `edu_score` added, scored on the engine (`map_batches`, one model load per worker)."""
     from zephyr.datashop import score_dataset
 
-    run = (score_dataset(_corpus(corpus), join(classifier, "model"), score_field=config["score_field"],
-                         batch_size=config["batch_size"])
-           .write(join(path, "scored", _PART))
-           .execute())
-    return {"documents": run.counters.get("datashop/scored", 0),
-            "dropped_no_text": run.counters.get("edu/dropped/no_text", 0),
-            "classifier_loads": run.counters.get("datashop/classifier_loads", 0), "files": len(run.outputs)}
+    run = (
+        score_dataset(
+            _corpus(corpus),
+            join(classifier, "model"),
+            score_field=config["score_field"],
+            batch_size=config["batch_size"],
+        )
+        .write(join(path, "scored", _PART))
+        .execute()
+    )
+    return {
+        "documents": run.counters.get("datashop/scored", 0),
+        "dropped_no_text": run.counters.get("edu/dropped/no_text", 0),
+        "classifier_loads": run.counters.get("datashop/classifier_loads", 0),
+        "files": len(run.outputs),
+    }
 
 
 @dataclass(frozen=True)
@@ -460,30 +525,47 @@ def filter_step(path: str, *, config: FilterStep, scored: str) -> dict[str, Any]
         assert config.keep_fraction is not None
         threshold = threshold_for_keep_fraction(hist, config.keep_fraction)
     by_source: dict[str, dict[str, float]] = {}
-    for part in documents.select("source", config.score_field).map_shard(
-            _SourceStats(config.score_field, threshold)).collect():
+    for part in (
+        documents.select("source", config.score_field).map_shard(_SourceStats(config.score_field, threshold)).collect()
+    ):
         entry = by_source.setdefault(part["source"], {"documents": 0, "kept": 0, "score_sum": 0.0})
         for key in entry:
             entry[key] += part[key]
-    sources = {s: {"documents": int(e["documents"]), "kept": int(e["kept"]),
-                   "mean_score": e["score_sum"] / e["documents"] if e["documents"] else None}
-               for s, e in sorted(by_source.items())}
-    run = documents.filter(KeepAtLeast(config.score_field, threshold, counter_prefix="edu")).write(
-        join(path, "kept", _PART)).execute()
+    sources = {
+        s: {
+            "documents": int(e["documents"]),
+            "kept": int(e["kept"]),
+            "mean_score": e["score_sum"] / e["documents"] if e["documents"] else None,
+        }
+        for s, e in sorted(by_source.items())
+    }
+    run = (
+        documents.filter(KeepAtLeast(config.score_field, threshold, counter_prefix="edu"))
+        .write(join(path, "kept", _PART))
+        .execute()
+    )
     kept = run.counters.get("edu/kept", 0)
     dropped = {DROP_REASON: run.counters.get(f"edu/dropped/{DROP_REASON}", 0)}
     if kept == 0:
-        raise RuntimeError(f"the filter kept no document (threshold {threshold:.3f}; scores in {scored}/scored): lower "
-                           "--threshold or use --keep-fraction")
+        raise RuntimeError(
+            f"the filter kept no document (threshold {threshold:.3f}; scores in {scored}/scored): lower "
+            "--threshold or use --keep-fraction"
+        )
     # the fine histogram folded into unit-wide buckets for the summary: [0,1), [1,2), ..., [4,5]
     buckets = max(1, int(np.ceil(hi - lo)))
     index = np.minimum(np.floor(hist.edges()[:-1] - lo).astype(int), buckets - 1)
     coarse = np.bincount(index, weights=np.asarray(hist.counts, dtype=float), minlength=buckets)
-    return {"documents_in": hist.total + hist.missing, "documents_out": kept, "dropped": dropped,
-            "threshold": threshold, "keep_fraction": config.keep_fraction, "kept_fraction": kept / max(1, hist.total),
-            "missing_scores": hist.missing,
-            "score_histogram": {f"{lo + i:g}-{lo + i + 1:g}": int(c) for i, c in enumerate(coarse)},
-            "sources": sources}
+    return {
+        "documents_in": hist.total + hist.missing,
+        "documents_out": kept,
+        "dropped": dropped,
+        "threshold": threshold,
+        "keep_fraction": config.keep_fraction,
+        "kept_fraction": kept / max(1, hist.total),
+        "missing_scores": hist.missing,
+        "score_histogram": {f"{lo + i:g}-{lo + i + 1:g}": int(c) for i, c in enumerate(coarse)},
+        "sources": sources,
+    }
 
 
 def tokenize_step(path: str, *, config: dict[str, Any], kept: str) -> dict[str, Any]:
@@ -491,8 +573,13 @@ def tokenize_step(path: str, *, config: dict[str, Any], kept: str) -> dict[str, 
 
     result = tokenize_dataset(join(kept, "kept", "*.jsonl.zst"), join(path, "store"), tokenizer=config["tokenizer"])
     manifest = result.manifest
-    return {"store": result.output, "documents": int(manifest["documents"]), "tokens": int(manifest["tokens"]),
-            "tokenizer": manifest.get("tokenizer", {}).get("name", config["tokenizer"]), "dtype": manifest.get("dtype")}
+    return {
+        "store": result.output,
+        "documents": int(manifest["documents"]),
+        "tokens": int(manifest["tokens"]),
+        "tokenizer": manifest.get("tokenizer", {}).get("name", config["tokenizer"]),
+        "dtype": manifest.get("dtype"),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- recipe
@@ -527,14 +614,26 @@ class RecipeConfig:
     force: tuple[str, ...] = ()
 
     def prompt_config(self) -> PromptConfig:
-        return PromptConfig(template=self.prompt, answer_prefix=self.answer_prefix, paraphrase=self.paraphrase,
-                            use_chat_template=self.chat_template)
+        return PromptConfig(
+            template=self.prompt,
+            answer_prefix=self.answer_prefix,
+            paraphrase=self.paraphrase,
+            use_chat_template=self.chat_template,
+        )
 
     def labeler_config(self) -> LabelerConfig:
-        tokenizer = "smollm2-135m-instruct" if self.labeler == "openai" and self.model == "smollm2-135m-instruct" else None
-        return LabelerConfig(backend=self.labeler, model=self.model, url=self.labeler_url, tokenizer=tokenizer,
-                             batch_size=self.batch_size, max_example_tokens=self.max_example_tokens,
-                             quality_sample=self.quality_sample)
+        tokenizer = (
+            "smollm2-135m-instruct" if self.labeler == "openai" and self.model == "smollm2-135m-instruct" else None
+        )
+        return LabelerConfig(
+            backend=self.labeler,
+            model=self.model,
+            url=self.labeler_url,
+            tokenizer=tokenizer,
+            batch_size=self.batch_size,
+            max_example_tokens=self.max_example_tokens,
+            quality_sample=self.quality_sample,
+        )
 
 
 @dataclass(frozen=True)
@@ -559,29 +658,44 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
     steps: dict[str, StepOutput] = {}
     corpus: list[str] = list(config.input)
     if not corpus:
-        steps["corpus"] = runner.run("corpus", build_corpus,
-                                     config=CorpusConfig.detect(Path(config.data_dir) if config.data_dir else None))
+        steps["corpus"] = runner.run(
+            "corpus", build_corpus, config=CorpusConfig.detect(Path(config.data_dir) if config.data_dir else None)
+        )
         corpus = [join(steps["corpus"].path, "docs", "*.jsonl.zst")]
-    steps["pool"] = runner.run("pool", pool_step, config=PoolStep(config.pool_size, config.pool_seed),
-                               inputs={"corpus": corpus})
-    steps["label"] = runner.run("label", label_step, config=LabelStep(prompt, labeler, config.calibrate),
-                                inputs={"pool": steps["pool"]})
+    steps["pool"] = runner.run(
+        "pool", pool_step, config=PoolStep(config.pool_size, config.pool_seed), inputs={"corpus": corpus}
+    )
+    steps["label"] = runner.run(
+        "label", label_step, config=LabelStep(prompt, labeler, config.calibrate), inputs={"pool": steps["pool"]}
+    )
     assert prompt.values is not None
     steps["classifier"] = runner.run(
-        "classifier", classifier_step,
-        config=ClassifierStep(ClassifierConfig(kind=config.classifier, holdout_fraction=config.holdout_fraction),
-                              tuple(float(v) for v in np.linspace(*prompt.score_range, config.levels))),
-        inputs={"pool": steps["pool"], "labels": steps["label"]})
-    steps["score"] = runner.run("score", score_step, config={"score_field": SCORE_FIELD, "batch_size": 256},
-                                inputs={"corpus": corpus, "classifier": steps["classifier"]})
+        "classifier",
+        classifier_step,
+        config=ClassifierStep(
+            ClassifierConfig(kind=config.classifier, holdout_fraction=config.holdout_fraction),
+            tuple(float(v) for v in np.linspace(*prompt.score_range, config.levels)),
+        ),
+        inputs={"pool": steps["pool"], "labels": steps["label"]},
+    )
+    steps["score"] = runner.run(
+        "score",
+        score_step,
+        config={"score_field": SCORE_FIELD, "batch_size": 256},
+        inputs={"corpus": corpus, "classifier": steps["classifier"]},
+    )
     threshold = config.threshold
     steps["filter"] = runner.run(
-        "filter", filter_step,
-        config=FilterStep(SCORE_FIELD, None if threshold is not None else config.keep_fraction, threshold,
-                          prompt.score_range),
-        inputs={"scored": steps["score"]})
-    steps["tokenize"] = runner.run("tokenize", tokenize_step, config={"tokenizer": config.tokenizer},
-                                   inputs={"kept": steps["filter"]})
+        "filter",
+        filter_step,
+        config=FilterStep(
+            SCORE_FIELD, None if threshold is not None else config.keep_fraction, threshold, prompt.score_range
+        ),
+        inputs={"scored": steps["score"]},
+    )
+    steps["tokenize"] = runner.run(
+        "tokenize", tokenize_step, config={"tokenizer": config.tokenizer}, inputs={"kept": steps["filter"]}
+    )
     return RecipeResult(config, steps, time.perf_counter() - started)
 
 
@@ -591,108 +705,192 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 def format_summary(result: RecipeResult) -> str:
     steps = result.steps
-    lines = [f"Datashop-Edu recipe summary (output: {result.config.output}, {result.seconds:.1f} s)",
-             f"{'step':<11} {'status':<8} {'seconds':>8}  output"]
+    lines = [
+        f"Datashop-Edu recipe summary (output: {result.config.output}, {result.seconds:.1f} s)",
+        f"{'step':<11} {'status':<8} {'seconds':>8}  output",
+    ]
     for name, out in steps.items():
         lines.append(f"{name:<11} {'skipped' if out.skipped else 'ran':<8} {out.seconds:>8.1f}  {out.path}")
     lines.append("")
     if "corpus" in steps:
         c = steps["corpus"].summary
-        lines.append(f"corpus: {c['documents']:,} documents built offline ("
-                     + ", ".join(f"{k} {v}" for k, v in c["sources"].items()) + ")"
-                     + ("" if c["shared_data"] else "; no shared data found, contrasting documents only"))
+        lines.append(
+            f"corpus: {c['documents']:,} documents built offline ("
+            + ", ".join(f"{k} {v}" for k, v in c["sources"].items())
+            + ")"
+            + ("" if c["shared_data"] else "; no shared data found, contrasting documents only")
+        )
     pool, label = steps["pool"].summary, steps["label"].summary
-    lines.append(f"annotation pool: {pool['documents']} documents ("
-                 + ", ".join(f"{k} {v}" for k, v in pool["sources"].items()) + ")")
+    lines.append(
+        f"annotation pool: {pool['documents']} documents ("
+        + ", ".join(f"{k} {v}" for k, v in pool["sources"].items())
+        + ")"
+    )
     lines.append(
         f"LM labels: {label['labeled']} of {label['documents']} by {label['model']} ({label['labeled_now']} now, "
         f"{label['from_cache']} from cache, {label['failed']} failed, {label['truncated']} truncated, "
         f"{label['docs_per_s']:.2f} docs/s); mean score {_fmt(label['mean_score'])}, range "
-        + ("-" if not label["score_range"] else f"{label['score_range'][0]:.2f}-{label['score_range'][1]:.2f}"))
-    lines.append("  LM label distribution (nearest label): "
-                 + ", ".join(f"{k}: {v}" for k, v in label["histogram"].items()))
+        + ("-" if not label["score_range"] else f"{label['score_range'][0]:.2f}-{label['score_range'][1]:.2f}")
+    )
+    lines.append(
+        "  LM label distribution (nearest label): " + ", ".join(f"{k}: {v}" for k, v in label["histogram"].items())
+    )
     clf = steps["classifier"].summary
     source = "pool quantiles of the LM scores" if label["calibration"] == "rank" else "LM scores"
-    lines.append(f"  training labels: {source} in {len(clf['levels'])} levels "
-                 + ", ".join(f"{level:g}: {n}" for level, n in zip(clf["levels"], clf["levels_histogram"], strict=True)))
+    lines.append(
+        f"  training labels: {source} in {len(clf['levels'])} levels "
+        + ", ".join(f"{level:g}: {n}" for level, n in zip(clf["levels"], clf["levels_histogram"], strict=True))
+    )
     lines.append("  LM mean score by source: " + ", ".join(f"{k} {v:.2f}" for k, v in label["mean_by_source"].items()))
     lines.append("  " + label["quality_summary"])
     for split, n in (("holdout", clf["holdout_size"]), ("train", clf["train_size"])):
         a = clf[split]
-        lines.append(f"classifier ({clf['kind']}) vs LM, {split:<7} n={n:<4} accuracy {_fmt(a['accuracy'])} "
-                     f"(majority {_fmt(a['majority_accuracy'])}), macro-F1 {_fmt(a['macro_f1'])}, "
-                     f"Spearman {_fmt(a['spearman'])}, MAE {_fmt(a['mean_abs_error'])}")
+        lines.append(
+            f"classifier ({clf['kind']}) vs LM, {split:<7} n={n:<4} accuracy {_fmt(a['accuracy'])} "
+            f"(majority {_fmt(a['majority_accuracy'])}), macro-F1 {_fmt(a['macro_f1'])}, "
+            f"Spearman {_fmt(a['spearman'])}, MAE {_fmt(a['mean_abs_error'])}"
+        )
     v = clf["vs_majority"]
     if v["gain"] is not None:
-        verdict = ("clearly better than the majority class" if v["beats_majority"] else
-                   "NOT clearly better than the majority class: the labels carry too little the classifier can learn "
-                   "(see label quality above); raise --pool-size or label with a bigger model (--labeler vllm/openai)")
-        lines.append(f"classifier vs majority class, held out: macro-F1 {_fmt(v['macro_f1'])} vs {_fmt(v['majority_macro_f1'])} "
-                     f"(gain {v['gain']:+.2f}): {verdict}")
+        verdict = (
+            "clearly better than the majority class"
+            if v["beats_majority"]
+            else "NOT clearly better than the majority class: the labels carry too little the classifier can learn "
+            "(see label quality above); raise --pool-size or label with a bigger model (--labeler vllm/openai)"
+        )
+        lines.append(
+            f"classifier vs majority class, held out: macro-F1 {_fmt(v['macro_f1'])} vs {_fmt(v['majority_macro_f1'])} "
+            f"(gain {v['gain']:+.2f}): {verdict}"
+        )
     flt = steps["filter"].summary
-    rule = (f"keep top {flt['keep_fraction']:.0%}" if flt["keep_fraction"] is not None else "keep score >=")
-    lines.append(f"filter: {rule} -> threshold {flt['threshold']:.3f}; documents in {flt['documents_in']:,}, "
-                 f"out {flt['documents_out']:,} ({flt['kept_fraction']:.1%}), dropped "
-                 + ", ".join(f"{k} {v:,}" for k, v in flt["dropped"].items()))
+    rule = f"keep top {flt['keep_fraction']:.0%}" if flt["keep_fraction"] is not None else "keep score >="
+    lines.append(
+        f"filter: {rule} -> threshold {flt['threshold']:.3f}; documents in {flt['documents_in']:,}, "
+        f"out {flt['documents_out']:,} ({flt['kept_fraction']:.1%}), dropped "
+        + ", ".join(f"{k} {v:,}" for k, v in flt["dropped"].items())
+    )
     lines.append("  classifier score histogram: " + ", ".join(f"[{k}] {v}" for k, v in flt["score_histogram"].items()))
     lines.append(f"  {'source':<20} {'in':>6} {'kept':>6} {'mean score':>10}")
     for source, s in flt["sources"].items():
         lines.append(f"  {source:<20} {s['documents']:>6} {s['kept']:>6} {_fmt(s['mean_score']):>10}")
     t = steps["tokenize"].summary
-    lines.append(f"tokens: {t['tokens']:,} in {t['documents']:,} documents ({t['tokenizer']}, {t['dtype']}) "
-                 f"-> {t['store']}")
+    lines.append(
+        f"tokens: {t['tokens']:,} in {t['documents']:,} documents ({t['tokenizer']}, {t['dtype']}) -> {t['store']}"
+    )
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[str, Any]]:
-    parser = argparse.ArgumentParser(prog="zephyr run recipes/datashop_edu.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input", action="append", default=[],
-                        help="glob(s) of .jsonl[.zst|.gz] / .parquet records with `text` (repeatable; default: "
-                             "build the offline corpus)")
-    parser.add_argument("--output", default="out/datashop_edu", help="root of every step's output (local: the "
-                        "label cache and token store are local files)")
-    parser.add_argument("--data-dir", default=None, help="real articles and pages for the default corpus "
-                        "(default: <repo>/../shared/data)")
-    parser.add_argument("--prompt-file", default=None, help="a prompt template with one {example} slot "
-                        "(default: the built-in FineWeb-Edu-style 0-5 prompt)")
-    parser.add_argument("--paraphrase-file", default=None, help="the same question in other words (one {example} "
-                        "slot), for the label-quality check (default: the built-in paraphrase of the default prompt)")
-    parser.add_argument("--answer-prefix", default=None,
-                        help=f"text put after the prompt, before the model's digit (default: {EDU_ANSWER_PREFIX!r})")
-    parser.add_argument("--chat-template", action="store_true",
-                        help="wrap the prompt in the model's chat template (default: plain completion)")
-    parser.add_argument("--labeler", choices=("llamacpp", "transformers", "openai", "vllm"), default="llamacpp",
-                        help="labeling backend (default: llamacpp, the packaged GGUF on CPU)")
-    parser.add_argument("--labeler-url", default=None, help="OpenAI-compatible server URL for --labeler openai, "
-                        "e.g. http://127.0.0.1:8000/v1 (a bigger model labels better)")
-    parser.add_argument("--model", default="smollm2-135m-instruct",
-                        help="labeling model: the packaged SmolLM2 alias, a .gguf file (llamacpp), a local model "
-                             "directory (transformers, vllm) or the served model name (openai)")
+    parser = argparse.ArgumentParser(
+        prog="zephyr run recipes/datashop_edu.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        help="glob(s) of .jsonl[.zst|.gz] / .parquet records with `text` (repeatable; default: "
+        "build the offline corpus)",
+    )
+    parser.add_argument(
+        "--output",
+        default="out/datashop_edu",
+        help="root of every step's output (local: the label cache and token store are local files)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="real articles and pages for the default corpus (default: <repo>/../shared/data)",
+    )
+    parser.add_argument(
+        "--prompt-file",
+        default=None,
+        help="a prompt template with one {example} slot (default: the built-in FineWeb-Edu-style 0-5 prompt)",
+    )
+    parser.add_argument(
+        "--paraphrase-file",
+        default=None,
+        help="the same question in other words (one {example} "
+        "slot), for the label-quality check (default: the built-in paraphrase of the default prompt)",
+    )
+    parser.add_argument(
+        "--answer-prefix",
+        default=None,
+        help=f"text put after the prompt, before the model's digit (default: {EDU_ANSWER_PREFIX!r})",
+    )
+    parser.add_argument(
+        "--chat-template",
+        action="store_true",
+        help="wrap the prompt in the model's chat template (default: plain completion)",
+    )
+    parser.add_argument(
+        "--labeler",
+        choices=("llamacpp", "transformers", "openai", "vllm"),
+        default="llamacpp",
+        help="labeling backend (default: llamacpp, the packaged GGUF on CPU)",
+    )
+    parser.add_argument(
+        "--labeler-url",
+        default=None,
+        help="OpenAI-compatible server URL for --labeler openai, "
+        "e.g. http://127.0.0.1:8000/v1 (a bigger model labels better)",
+    )
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m-instruct",
+        help="labeling model: the packaged SmolLM2 alias, a .gguf file (llamacpp), a local model "
+        "directory (transformers, vllm) or the served model name (openai)",
+    )
     parser.add_argument("--pool-size", type=int, default=256, help="documents the LM labels (default: 256)")
-    parser.add_argument("--quality-sample", type=int, default=32,
-                        help="pool documents labeled again (generate mode, paraphrase) to measure label quality")
-    parser.add_argument("--levels", type=int, default=3,
-                        help="classes the classifier learns: training labels binned to this many values on 0-5 "
-                             "(default 3: low/mid/high; a 135M labeler ranks coarsely, 6 levels overfit 200 labels)")
-    parser.add_argument("--no-calibrate", action="store_true",
-                        help="train on the LM's raw expected scores instead of their pool quantiles")
+    parser.add_argument(
+        "--quality-sample",
+        type=int,
+        default=32,
+        help="pool documents labeled again (generate mode, paraphrase) to measure label quality",
+    )
+    parser.add_argument(
+        "--levels",
+        type=int,
+        default=3,
+        help="classes the classifier learns: training labels binned to this many values on 0-5 "
+        "(default 3: low/mid/high; a 135M labeler ranks coarsely, 6 levels overfit 200 labels)",
+    )
+    parser.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="train on the LM's raw expected scores instead of their pool quantiles",
+    )
     parser.add_argument("--pool-seed", type=int, default=0)
-    parser.add_argument("--max-example-tokens", type=int, default=256,
-                        help="each document is cut to this many tokens in the prompt (default: 256)")
+    parser.add_argument(
+        "--max-example-tokens",
+        type=int,
+        default=256,
+        help="each document is cut to this many tokens in the prompt (default: 256)",
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="LM labeling batch size")
     parser.add_argument("--classifier", choices=("fasttext", "embedding"), default="fasttext")
-    parser.add_argument("--holdout-fraction", type=float, default=0.2,
-                        help="labels held out of training to measure agreement (default: 0.2)")
+    parser.add_argument(
+        "--holdout-fraction",
+        type=float,
+        default=0.2,
+        help="labels held out of training to measure agreement (default: 0.2)",
+    )
     parser.add_argument("--keep-fraction", type=float, default=0.3, help="keep this best fraction (default: 0.3)")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="keep documents scoring at least this (0-5) instead of a fraction")
+    parser.add_argument(
+        "--threshold", type=float, default=None, help="keep documents scoring at least this (0-5) instead of a fraction"
+    )
     parser.add_argument("--tokenizer", default="smollm2", help="tokenizer source (default: SmolLM2, offline)")
-    parser.add_argument("--force", action="append", default=[],
-                        help="rerun this step even if it completed (repeatable)")
+    parser.add_argument(
+        "--force", action="append", default=[], help="rerun this step even if it completed (repeatable)"
+    )
     # Under `zephyr run` the engine takes these; they are here for `python recipes/datashop_edu.py`.
-    parser.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
-                        help="skip (and count) unreadable input records and files instead of failing (default: raise)")
+    parser.add_argument(
+        "--on-bad-record",
+        choices=("raise", "skip"),
+        default=None,
+        help="skip (and count) unreadable input records and files instead of failing (default: raise)",
+    )
     parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -706,18 +904,41 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
     if args.prompt_file:
         prompt = Path(args.prompt_file).read_text(encoding="utf-8")
     config = RecipeConfig(
-        input=tuple(args.input), output=args.output, data_dir=args.data_dir, prompt=prompt,
+        input=tuple(args.input),
+        output=args.output,
+        data_dir=args.data_dir,
+        prompt=prompt,
         answer_prefix=EDU_ANSWER_PREFIX if args.answer_prefix is None else args.answer_prefix,
-        chat_template=args.chat_template, model=args.model, labeler=args.labeler, labeler_url=args.labeler_url,
-        quality_sample=args.quality_sample, calibrate=not args.no_calibrate, levels=args.levels,
-        paraphrase=(Path(args.paraphrase_file).read_text(encoding="utf-8") if args.paraphrase_file
-                    else None if args.prompt_file else EDU_PARAPHRASE),
-        pool_size=args.pool_size, pool_seed=args.pool_seed, max_example_tokens=args.max_example_tokens,
-        batch_size=args.batch_size, classifier=args.classifier, holdout_fraction=args.holdout_fraction,
-        keep_fraction=args.keep_fraction, threshold=args.threshold, tokenizer=args.tokenizer, force=tuple(args.force),
+        chat_template=args.chat_template,
+        model=args.model,
+        labeler=args.labeler,
+        labeler_url=args.labeler_url,
+        quality_sample=args.quality_sample,
+        calibrate=not args.no_calibrate,
+        levels=args.levels,
+        paraphrase=(
+            Path(args.paraphrase_file).read_text(encoding="utf-8")
+            if args.paraphrase_file
+            else None
+            if args.prompt_file
+            else EDU_PARAPHRASE
+        ),
+        pool_size=args.pool_size,
+        pool_seed=args.pool_seed,
+        max_example_tokens=args.max_example_tokens,
+        batch_size=args.batch_size,
+        classifier=args.classifier,
+        holdout_fraction=args.holdout_fraction,
+        keep_fraction=args.keep_fraction,
+        threshold=args.threshold,
+        tokenizer=args.tokenizer,
+        force=tuple(args.force),
     )
-    engine = {k: v for k, v in (("backend", args.backend), ("workers", args.workers),
-                                ("on_bad_record", args.on_bad_record)) if v is not None}
+    engine = {
+        k: v
+        for k, v in (("backend", args.backend), ("workers", args.workers), ("on_bad_record", args.on_bad_record))
+        if v is not None
+    }
     return config, engine
 
 

@@ -42,11 +42,40 @@ SPLITS = (
     "low_synthetic",
 )
 _STDLIB_MODULES = (
-    "argparse", "asyncio/events", "collections/__init__", "concurrent/futures/_base", "contextlib",
-    "csv", "dataclasses", "datetime", "decimal", "difflib", "email/message", "enum", "fractions",
-    "functools", "heapq", "http/client", "inspect", "json/__init__", "logging/__init__", "mailbox",
-    "multiprocessing/pool", "pathlib", "pickle", "random", "shutil", "socket", "statistics",
-    "subprocess", "tarfile", "textwrap", "threading", "typing", "unittest/case", "urllib/request",
+    "argparse",
+    "asyncio/events",
+    "collections/__init__",
+    "concurrent/futures/_base",
+    "contextlib",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "email/message",
+    "enum",
+    "fractions",
+    "functools",
+    "heapq",
+    "http/client",
+    "inspect",
+    "json/__init__",
+    "logging/__init__",
+    "mailbox",
+    "multiprocessing/pool",
+    "pathlib",
+    "pickle",
+    "random",
+    "shutil",
+    "socket",
+    "statistics",
+    "subprocess",
+    "tarfile",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest/case",
+    "urllib/request",
     "zipfile/__init__",
 )
 _BOILERPLATE = (
@@ -84,8 +113,11 @@ def _stdlib_texts() -> list[str]:
         if not path.is_file():
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        parts = [ast.get_docstring(node) for node in ast.walk(tree) if isinstance(
-            node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
+        parts = [
+            ast.get_docstring(node)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
         parts = [p for p in parts if p and len(p) > 120]
         if parts:
             texts.append("\n\n".join(parts))
@@ -119,7 +151,7 @@ def _passages(texts: list[str], rng: random.Random, min_chars: int, max_chars: i
 
 def _bigram_model(words: list[str]) -> dict[str, list[str]]:
     followers: dict[str, list[str]] = {}
-    for a, b in zip(words, words[1:]):
+    for a, b in zip(words, words[1:], strict=False):
         followers.setdefault(a, []).append(b)
     return followers
 
@@ -224,14 +256,20 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
     split_texts["high_synthetic"] = [_question_answer(p, rng) for p in take(long_passages, n, n)]
     split_texts["medium_high"] = take(short_passages, 0, n)
     split_texts["medium"] = [p + "\n\n" + boilerplate(2) for p in take(short_passages, n, n)]
-    split_texts["medium_low"] = [boilerplate(3) + "\n" + p[:500] + "\n" + boilerplate(4) for p in take(short_passages, 2 * n, n)]
+    split_texts["medium_low"] = [
+        boilerplate(3) + "\n" + p[:500] + "\n" + boilerplate(4) for p in take(short_passages, 2 * n, n)
+    ]
     split_texts["low_actual"] = [
         boilerplate(rng.randint(4, 10)) if i % 2 else _bigram_salad(vocabulary, followers, rng, rng.randint(80, 300))
         for i in range(n)
     ]
-    split_texts["low_synthetic"] = [_question_answer(_bigram_salad(vocabulary, followers, rng, 200), rng) for _ in range(n)]
+    split_texts["low_synthetic"] = [
+        _question_answer(_bigram_salad(vocabulary, followers, rng, 200), rng) for _ in range(n)
+    ]
 
-    records = {split: [_record(t, split, rng, i) for i, t in enumerate(texts_)] for split, texts_ in split_texts.items()}
+    records = {
+        split: [_record(t, split, rng, i) for i, t in enumerate(texts_)] for split, texts_ in split_texts.items()
+    }
     planted: dict[str, Any] = {"exact": [], "near": []}
     all_splits = list(SPLITS)
     for _ in range(int(0.05 * n * len(SPLITS))):  # 5% exact duplicates, within and across splits
@@ -243,8 +281,9 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
     for _ in range(int(0.05 * n * len(SPLITS))):  # 5% near duplicates (2-4% of words edited)
         src_split = rng.choice(("high_actual", "medium_high", "medium", "high_synthetic"))
         source = rng.choice(records[src_split])
-        copy = _record(_near_duplicate(source["text"], rng, rng.uniform(0.02, 0.04)), src_split, rng,
-                       len(records[src_split]))
+        copy = _record(
+            _near_duplicate(source["text"], rng, rng.uniform(0.02, 0.04)), src_split, rng, len(records[src_split])
+        )
         records[src_split].append(copy)
         planted["near"].append([source["warc_record_id"], copy["warc_record_id"]])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from datashop_corpus import page_documents, pydoc_documents
 
 

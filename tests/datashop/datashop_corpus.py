@@ -25,17 +25,25 @@ def pydoc_documents(n: int) -> list[dict]:
 
     names = sorted(k for k, v in topics.items() if len(v) > 600)
     step = max(1, len(names) // n)
-    return [{"id": f"pydoc-{k}", "text": topics[k], "source": "python-reference", "metadata": {"topic": k}}
-            for k in names[::step][:n]]
+    return [
+        {"id": f"pydoc-{k}", "text": topics[k], "source": "python-reference", "metadata": {"topic": k}}
+        for k in names[::step][:n]
+    ]
 
 
 def page_documents(shared_data: Path, n_news: int, n_web: int) -> list[dict]:
     docs = []
-    for p in sorted((shared_data / "aeb-dev" / "html").glob("*.html.gz"))[:n_news * 2]:
+    for p in sorted((shared_data / "aeb-dev" / "html").glob("*.html.gz"))[: n_news * 2]:
         text = _extract(p)
         if len(text) > 400 and len([d for d in docs if d["source"] == "aeb-dev"]) < n_news:
-            docs.append({"id": f"aeb-{p.name.split('.')[0][:16]}", "text": text, "source": "aeb-dev",
-                         "metadata": {"file": p.name}})
+            docs.append(
+                {
+                    "id": f"aeb-{p.name.split('.')[0][:16]}",
+                    "text": text,
+                    "source": "aeb-dev",
+                    "metadata": {"file": p.name},
+                }
+            )
     webs = []
     for p in sorted((shared_data / "web-pages").glob("*.html.gz")):
         text = _extract(p)

@@ -43,7 +43,10 @@ def test_threshold_for_keep_fraction_from_histogram() -> None:
 def test_scores_whole_corpus_on_worker_processes(corpus_docs, classifier_dir: str, scratch: str) -> None:
     from zephyr.datashop.classifiers import load_classifier
 
-    expected = {d["id"]: s for d, s in zip(corpus_docs, load_classifier(classifier_dir).predict([d["text"] for d in corpus_docs]))}
+    expected = {
+        d["id"]: s
+        for d, s in zip(corpus_docs, load_classifier(classifier_dir).predict([d["text"] for d in corpus_docs]), strict=False)
+    }
     ds = score_dataset(Dataset.from_list(corpus_docs, num_shards=6), classifier_dir, score_field="datashop_prog")
     with execution(backend="processes", workers=2, scratch=scratch):
         result = ds.map_batches(lambda b: b, batch_size=4).execute()
@@ -57,10 +60,13 @@ def test_scores_whole_corpus_on_worker_processes(corpus_docs, classifier_dir: st
     assert 1 <= result.counters["datashop/classifier_loads"] <= 2
 
 
-def test_keep_fraction_filter_records_drop_reason(corpus_docs, classifier_dir: str, tmp_path: Path, scratch: str) -> None:
+def test_keep_fraction_filter_records_drop_reason(
+    corpus_docs, classifier_dir: str, tmp_path: Path, scratch: str
+) -> None:
     with execution(backend="local", scratch=scratch):
-        files = score_dataset(Dataset.from_list(corpus_docs, num_shards=3), classifier_dir, score_field="s") \
-            .write_jsonl(str(tmp_path / "scored" / "part-{shard:05d}.jsonl.zst"))
+        files = score_dataset(
+            Dataset.from_list(corpus_docs, num_shards=3), classifier_dir, score_field="s"
+        ).write_jsonl(str(tmp_path / "scored" / "part-{shard:05d}.jsonl.zst"))
         scored = Dataset.from_files(files)
         hist = score_histogram(scored, "s", lo=0.0, hi=1.0)
         assert hist.total == len(corpus_docs) and hist.missing == 0

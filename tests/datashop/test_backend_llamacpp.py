@@ -12,15 +12,16 @@ from zephyr.datashop.metrics import spearman
 # The default recipe's kind of prompt: plain few-shot completion, answer put in the model's mouth.
 FEW_SHOT = PromptConfig(
     template="Rate how educational a text is, from 0 to 5.\n\nText: Home | About | Contact. Accept all cookies?\n"
-             "Score: 0\n\nText: Photosynthesis is how plants turn light, water and CO2 into sugar.\nScore: 5\n\n"
-             "Text: {example}",
-    answer_prefix="Score: ", use_chat_template=False,
+    "Score: 0\n\nText: Photosynthesis is how plants turn light, water and CO2 into sugar.\nScore: 5\n\n"
+    "Text: {example}",
+    answer_prefix="Score: ",
+    use_chat_template=False,
 )
 # A chat-formatted prompt (the model's own template), as the datashop pipeline uses by default.
 CHAT = PromptConfig(
     template="Below is an extract from a web page. Evaluate whether it could be useful for teaching, from 0 "
-             "(no educational value) to 5 (excellent teaching material).\n\nExtract: {example}\n\n"
-             "Answer with a single digit from 0 to 5.",
+    "(no educational value) to 5 (excellent teaching material).\n\nExtract: {example}\n\n"
+    "Answer with a single digit from 0 to 5.",
     answer_prefix="Educational score: ",
 )
 CONFIG = LabelerConfig(backend="llamacpp", batch_size=4, max_example_tokens=96)
@@ -38,8 +39,9 @@ def llama_backend():
 def test_scores_agree_with_transformers_on_real_pages(prompt, llama_backend, smol_backend, corpus_docs) -> None:
     docs = corpus_docs[::8][:6]  # news, web pages and Python reference sections
     ours = label_documents(docs, prompt, CONFIG, backend=llama_backend)
-    peer = label_documents(docs, prompt, LabelerConfig(backend="transformers", batch_size=4, max_example_tokens=96),
-                           backend=smol_backend)
+    peer = label_documents(
+        docs, prompt, LabelerConfig(backend="transformers", batch_size=4, max_example_tokens=96), backend=smol_backend
+    )
     a = np.array([r.score for r in ours.results])
     b = np.array([r.score for r in peer.results])
     assert ours.failed == peer.failed == 0 and ours.model_id == "llamacpp:smollm2-135m-instruct"
@@ -58,8 +60,14 @@ def test_prefix_reuse_keeps_documents_independent(llama_backend, corpus_docs) ->
     from zephyr.datashop.prompts import render_prompt
 
     def text(doc):
-        return render_prompt(FEW_SHOT, doc["text"], llama_backend.codec, context_tokens=llama_backend.context_tokens,
-                             answer_tokens=1, max_example_tokens=64).text
+        return render_prompt(
+            FEW_SHOT,
+            doc["text"],
+            llama_backend.codec,
+            context_tokens=llama_backend.context_tokens,
+            answer_tokens=1,
+            max_example_tokens=64,
+        ).text
 
     a, b = text(corpus_docs[0]), text(corpus_docs[-1])
     first = llama_backend.next_token_logprobs([a])[0]

@@ -44,8 +44,9 @@ def test_classifier_learns_labels_and_reloads(kind: str, corpus_docs, tmp_path: 
     train, held = split_holdout(ids, 0.25, seed=0)
     index = {i: n for n, i in enumerate(ids)}
     config = ClassifierConfig(kind=kind, max_chars=2000)
-    clf = train_classifier([texts[index[i]] for i in train], [scores[index[i]] for i in train], config,
-                           tmp_path / kind, bin_values=VALUES)
+    clf = train_classifier(
+        [texts[index[i]] for i in train], [scores[index[i]] for i in train], config, tmp_path / kind, bin_values=VALUES
+    )
     pred = clf.predict([texts[index[i]] for i in held])
     assert pred.shape == (len(held),) and np.all((pred >= 0) & (pred <= 5))
     result = agreement([scores[index[i]] for i in held], pred, VALUES)
@@ -56,7 +57,9 @@ def test_classifier_learns_labels_and_reloads(kind: str, corpus_docs, tmp_path: 
     # Within each kind the labels are uniform noise, so the ranking inside a kind is chance: on 9 held-out
     # documents the embedding classifier (first 128 tokens) reaches 0.43, fastText 0.70.
     assert result.spearman is not None and result.spearman > 0.4
-    print(f"\n{kind}: held-out n={result.n} acc={result.accuracy:.2f} F1={result.macro_f1:.2f} rho={result.spearman:.2f}")
+    print(
+        f"\n{kind}: held-out n={result.n} acc={result.accuracy:.2f} F1={result.macro_f1:.2f} rho={result.spearman:.2f}"
+    )
     again = load_classifier(tmp_path / kind)
     assert again is load_classifier(tmp_path / kind)  # loaded once per process
     np.testing.assert_allclose(again.predict([texts[0]]), clf.predict([texts[0]]))

@@ -40,16 +40,22 @@ def test_yaml_config_loads_with_defaults_and_relative_paths(tmp_path: Path) -> N
 def test_unquoted_yes_no_labels_are_refused_with_the_fix(tmp_path: Path) -> None:
     # YAML 1.1 reads [No, Yes] as [false, true]; the labels used to become "False"/"True" silently.
     path = tmp_path / "shop.yaml"
-    path.write_text("input: x.jsonl\noutput_dir: o\nstages:\n  - name: a\n"
-                    "    prompt: {template: '{example}', labels: [No, Yes], values: [0, 1]}\n")
-    with pytest.raises(ValueError, match=r"shop\.yaml: stages\[0\]\.prompt\.labels\[0\]: expected a string, got False.*quote"):
+    path.write_text(
+        "input: x.jsonl\noutput_dir: o\nstages:\n  - name: a\n"
+        "    prompt: {template: '{example}', labels: [No, Yes], values: [0, 1]}\n"
+    )
+    with pytest.raises(
+        ValueError, match=r"shop\.yaml: stages\[0\]\.prompt\.labels\[0\]: expected a string, got False.*quote"
+    ):
         load_config(path)
 
 
 def test_unknown_key_is_named_with_the_allowed_ones(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text("input: x.jsonl\noutput_dir: o\nstages:\n  - name: a\n    prompt: {template: '{example}'}\n"
-                    "    pool: {sise: 3}\n")
+    path.write_text(
+        "input: x.jsonl\noutput_dir: o\nstages:\n  - name: a\n    prompt: {template: '{example}'}\n"
+        "    pool: {sise: 3}\n"
+    )
     with pytest.raises(ValueError, match=r"stages\[0\]\.pool: unknown key\(s\) \['sise'\].*'size'"):
         load_config(path)
 

@@ -16,12 +16,13 @@ from zephyr.datashop.quality import assess, classifier_beats_majority, measure_l
 VALUES = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
 PROMPT = PromptConfig(
     template="Rate how educational a text is, from 0 to 5.\n\nText: Home | About | Contact. Accept all cookies?\n"
-             "Score: 0\n\nText: Photosynthesis is how plants turn light, water and CO2 into sugar.\nScore: 5\n\n"
-             "Text: {example}",
+    "Score: 0\n\nText: Photosynthesis is how plants turn light, water and CO2 into sugar.\nScore: 5\n\n"
+    "Text: {example}",
     paraphrase="How much could a student learn from this text? Answer 0 (nothing) to 5 (a lot).\n\nText: Buy now! "
-               "Free shipping. Log in | Cart (0)\nScore: 0\n\nText: The French Revolution began in 1789 and spread the "
-               "ideas of liberty across Europe.\nScore: 5\n\nText: {example}",
-    answer_prefix="Score: ", use_chat_template=False,
+    "Free shipping. Log in | Cart (0)\nScore: 0\n\nText: The French Revolution began in 1789 and spread the "
+    "ideas of liberty across Europe.\nScore: 5\n\nText: {example}",
+    answer_prefix="Score: ",
+    use_chat_template=False,
 )
 CONFIG = LabelerConfig(backend="llamacpp", batch_size=8, max_example_tokens=64, quality_sample=10)
 
@@ -46,8 +47,14 @@ def test_majority_baseline_is_the_macro_f1_of_always_predicting_the_majority() -
 
 
 def test_assess_calls_inconsistent_labels_noisy_and_names_the_fix() -> None:
-    common = dict(n=32, generate_parsed=1.0, modes_label_agreement=0.5, paraphrase_label_agreement=0.3,
-                  model_id="llamacpp:smollm2-135m-instruct", pool_size=64)
+    common = dict(
+        n=32,
+        generate_parsed=1.0,
+        modes_label_agreement=0.5,
+        paraphrase_label_agreement=0.3,
+        model_id="llamacpp:smollm2-135m-instruct",
+        pool_size=64,
+    )
     good = assess(modes_spearman=0.8, paraphrase_spearman=0.7, score_spread=0.1, **common)
     assert not good.noisy and good.advice is None and "-> ok" in good.summary()
     bad = assess(modes_spearman=0.2, paraphrase_spearman=0.1, score_spread=0.01, **common)
@@ -84,9 +91,13 @@ def test_label_quality_metrics_on_real_pages(llama_backend, corpus_docs, tmp_pat
 
 def test_a_question_the_wording_decides_is_called_noisy(llama_backend, corpus_docs) -> None:
     """The paraphrase asks the opposite question: labels that follow the wording are flagged with the fix."""
-    inverted = dataclasses.replace(PROMPT, paraphrase=(
-        "Rate how useless for learning a text is, from 0 (very useful) to 5 (useless).\n\nText: The heart pumps blood "
-        "through the body.\nScore: 0\n\nText: Sign in | Cart | Accept cookies\nScore: 5\n\nText: {example}"))
+    inverted = dataclasses.replace(
+        PROMPT,
+        paraphrase=(
+            "Rate how useless for learning a text is, from 0 (very useful) to 5 (useless).\n\nText: The heart pumps blood "
+            "through the body.\nScore: 0\n\nText: Sign in | Cart | Accept cookies\nScore: 5\n\nText: {example}"
+        ),
+    )
     docs = corpus_docs[::4][:12]
     run = label_documents(docs, inverted, CONFIG, backend=llama_backend)
     quality = measure_label_quality(docs, run.results, inverted, CONFIG, llama_backend)

@@ -13,15 +13,17 @@ from zephyr.datashop.prompts import HFCodec, render_prompt
 
 EDU = PromptConfig(
     template="Below is an extract from a web page. Evaluate whether it could be useful for teaching, from 0 "
-             "(no educational value) to 5 (excellent teaching material).\n\nExtract: {example}\n\n"
-             "Answer with a single digit from 0 to 5.",
+    "(no educational value) to 5 (excellent teaching material).\n\nExtract: {example}\n\n"
+    "Answer with a single digit from 0 to 5.",
     answer_prefix="Educational score: ",
 )
 CONFIG = LabelerConfig(backend="transformers", batch_size=4, max_example_tokens=128)
 
 
 def test_expected_score_and_text_parsing() -> None:
-    score, label, mass, norm, error = score_from_probs({"0": 0.1, "1": 0.0, "2": 0.0, "3": 0.1, "4": 0.0, "5": 0.2}, EDU)
+    score, label, mass, norm, error = score_from_probs(
+        {"0": 0.1, "1": 0.0, "2": 0.0, "3": 0.1, "4": 0.0, "5": 0.2}, EDU
+    )
     assert error is None and label == "5" and mass == pytest.approx(0.4)
     assert score == pytest.approx((0 * 0.1 + 3 * 0.1 + 5 * 0.2) / 0.4)
     assert sum(norm.values()) == pytest.approx(1.0)
@@ -91,20 +93,25 @@ def test_labels_real_pages_and_resumes_after_interruption(smol_backend, corpus_d
 
     again = label_documents(docs, EDU, CONFIG, cache_path=cache, backend=smol_backend)
     assert again.labeled_now == 0 and again.results == run.results
-    changed = label_documents(docs[:1], EDU, LabelerConfig(batch_size=4, max_example_tokens=64), cache_path=cache,
-                              backend=smol_backend)
+    changed = label_documents(
+        docs[:1], EDU, LabelerConfig(batch_size=4, max_example_tokens=64), cache_path=cache, backend=smol_backend
+    )
     assert changed.labeled_now == 1  # other labeling settings -> other cache key
     print("\nSmolLM2 labels:", json.dumps({r.id: round(r.score, 3) for r in run.results}, indent=1))
 
 
 def test_generate_mode_parses_generated_text(smol_backend, corpus_docs) -> None:
     docs = [d for d in corpus_docs if d["source"] == "python-reference"][:2]
-    run = label_documents(docs, EDU, LabelerConfig(mode="generate", max_new_tokens=12, max_example_tokens=96),
-                          backend=smol_backend)
+    run = label_documents(
+        docs, EDU, LabelerConfig(mode="generate", max_new_tokens=12, max_example_tokens=96), backend=smol_backend
+    )
     for r in run.results:
         assert isinstance(r.generated, str) and r.generated
         assert (r.score is not None and 0 <= r.score <= 5) or r.error in (
-            "no_score_in_generated_text", "parsed_score_out_of_range", "parsed_answer_not_a_label")
+            "no_score_in_generated_text",
+            "parsed_score_out_of_range",
+            "parsed_answer_not_a_label",
+        )
         if r.score is not None:
             assert r.error is None and r.label in EDU.labels
     print("\ngenerated:", [r.generated for r in run.results])

@@ -11,8 +11,11 @@ from zephyr.datashop.backend_openai import OpenAIBackend, completions_url
 from zephyr.datashop.config import LabelerConfig, PromptConfig
 from zephyr.datashop.labeling import label_documents
 
-PROG = PromptConfig(template="Is the following text about computer programming? Answer Yes or No.\n\nText: {example}",
-                    labels=("No", "Yes"), values=(0, 1))
+PROG = PromptConfig(
+    template="Is the following text about computer programming? Answer Yes or No.\n\nText: {example}",
+    labels=("No", "Yes"),
+    values=(0, 1),
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +36,15 @@ def test_url_normalisation() -> None:
 def test_server_speaks_the_completions_api(server) -> None:
     with urllib.request.urlopen(server.url + "/models", timeout=30) as r:
         assert json.loads(r.read())["data"][0]["id"] == "smollm2-135m-instruct"
-    body = json.dumps({"model": "x", "prompt": ["The capital of France is", "1, 2, 3,"], "max_tokens": 3,
-                       "logprobs": 5, "temperature": 0}).encode()
+    body = json.dumps(
+        {
+            "model": "x",
+            "prompt": ["The capital of France is", "1, 2, 3,"],
+            "max_tokens": 3,
+            "logprobs": 5,
+            "temperature": 0,
+        }
+    ).encode()
     req = urllib.request.Request(server.url + "/completions", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         answer = json.loads(r.read())
@@ -52,15 +62,20 @@ def test_openai_backend_matches_in_process_labels(server, smol_backend, corpus_d
     docs = corpus_docs[::8][:6]
     base = dict(max_example_tokens=96, batch_size=3)
     local = label_documents(docs, PROG, LabelerConfig(backend="transformers", **base), backend=smol_backend)
-    remote = label_documents(docs, PROG, LabelerConfig(backend="openai", url=server.url, model="smollm2-135m-instruct",
-                                                       tokenizer="smollm2-135m-instruct", **base))
+    remote = label_documents(
+        docs,
+        PROG,
+        LabelerConfig(
+            backend="openai", url=server.url, model="smollm2-135m-instruct", tokenizer="smollm2-135m-instruct", **base
+        ),
+    )
     assert remote.model_id == "openai:smollm2-135m-instruct" and remote.failed == 0
     for a, b in zip(local.results, remote.results, strict=True):
         assert a.id == b.id
         # same model and prompt; only the batching (left vs right padding) differs
         assert b.score == pytest.approx(a.score, abs=2e-3)
         assert b.label_mass == pytest.approx(a.label_mass, abs=2e-3)
-    print("\nremote vs local:", [(round(a.score, 4), round(b.score, 4)) for a, b in zip(local.results, remote.results)])
+    print("\nremote vs local:", [(round(a.score, 4), round(b.score, 4)) for a, b in zip(local.results, remote.results, strict=False)])
 
 
 def test_openai_generate_mode_and_errors(server) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from datashop_corpus import write_corpus
+
 from zephyr import Dataset, execution
 from zephyr.datashop.config import (
     ClassifierConfig,
@@ -26,8 +26,11 @@ from zephyr.datashop.pipeline import run_datashop
 LABELER = LabelerConfig(batch_size=8, max_example_tokens=64, quality_sample=8)
 CHEAP = StageConfig(
     name="cheap",
-    prompt=PromptConfig(template="Is the following text about computer programming? Answer Yes or No.\n\nText: {example}",
-                        labels=("No", "Yes"), values=(0, 1)),
+    prompt=PromptConfig(
+        template="Is the following text about computer programming? Answer Yes or No.\n\nText: {example}",
+        labels=("No", "Yes"),
+        values=(0, 1),
+    ),
     labeler=LABELER,
     pool=PoolConfig(size=20, seed=0),
     classifier=ClassifierConfig(kind="fasttext", holdout_fraction=0.25),
@@ -35,8 +38,11 @@ CHEAP = StageConfig(
 )
 STRONG = StageConfig(
     name="strong",
-    prompt=PromptConfig(template="How much is the following text about computer programming, from 0 (not at all) to 5 "
-                                 "(entirely)?\n\nText: {example}\n\nAnswer with one digit.", answer_prefix="Score: "),
+    prompt=PromptConfig(
+        template="How much is the following text about computer programming, from 0 (not at all) to 5 "
+        "(entirely)?\n\nText: {example}\n\nAnswer with one digit.",
+        answer_prefix="Score: ",
+    ),
     labeler=LABELER,
     pool=PoolConfig(size=12, seed=1),
     classifier=ClassifierConfig(kind="embedding", holdout_fraction=0.25),
@@ -44,8 +50,9 @@ STRONG = StageConfig(
 )
 
 
-def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, tmp_path: Path,
-                                                                 scratch: str, capsys) -> None:
+def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(
+    corpus_docs, tmp_path: Path, scratch: str, capsys
+) -> None:
     pytest.importorskip("llama_cpp")
     pattern = write_corpus(corpus_docs, tmp_path / "corpus", shards=2)
     out = tmp_path / "shop"
@@ -56,7 +63,9 @@ def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, tmp
 
     # stage 1 labeled its pool with the LM and trained fastText
     assert cheap.input_docs == len(corpus_docs) and cheap.pool_size == 20
-    assert cheap.labeled_now == 20 and cheap.label_failures == 0 and cheap.label_model == "llamacpp:smollm2-135m-instruct"
+    assert (
+        cheap.labeled_now == 20 and cheap.label_failures == 0 and cheap.label_model == "llamacpp:smollm2-135m-instruct"
+    )
     assert sum(cheap.label_histogram.values()) == 20
     # ... measured its labels' quality on a sample (no paraphrase given: that check says it did not run)
     q = cheap.label_quality
@@ -87,8 +96,10 @@ def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, tmp
     assert [s["name"] for s in saved["stages"]] == ["cheap", "strong"] and (out / "strong" / "report.json").exists()
     for s in report.stages:
         assert s.holdout_agreement.n == s.holdout_size and s.holdout_agreement.accuracy is not None
-    share = {name: sum(r["source"] == "python-reference" for r in recs) / max(1, len(recs))
-             for name, recs in (("corpus", corpus_docs), ("stage1", kept1), ("final", final))}
+    share = {
+        name: sum(r["source"] == "python-reference" for r in recs) / max(1, len(recs))
+        for name, recs in (("corpus", corpus_docs), ("stage1", kept1), ("final", final))
+    }
     print("\n" + report.summary())
     print("agreement (held out):", {s.name: s.holdout_agreement.to_dict() for s in report.stages})
     print("share of Python reference sections:", share)
@@ -97,15 +108,31 @@ def test_cascade_end_to_end_then_cli_resumes_from_cached_labels(corpus_docs, tmp
     from zephyr.cli import main
 
     cfg_path = tmp_path / "shop.yaml"
-    cfg_path.write_text(yaml.safe_dump({
-        "input": pattern, "output_dir": str(out), "engine_backend": "local",
-        "stages": [{"name": s.name, "prompt": {"template": s.prompt.template, "labels": list(s.prompt.labels),
-                                                "values": list(s.prompt.values), "answer_prefix": s.prompt.answer_prefix},
-                    "labeler": {"batch_size": 8, "max_example_tokens": 64, "quality_sample": 8},
-                    "pool": {"size": s.pool.size, "seed": s.pool.seed},
-                    "classifier": {"kind": s.classifier.kind, "holdout_fraction": 0.25},
-                    "filter": {"keep_fraction": 0.5}} for s in (CHEAP, STRONG)],
-    }))
+    cfg_path.write_text(
+        yaml.safe_dump(
+            {
+                "input": pattern,
+                "output_dir": str(out),
+                "engine_backend": "local",
+                "stages": [
+                    {
+                        "name": s.name,
+                        "prompt": {
+                            "template": s.prompt.template,
+                            "labels": list(s.prompt.labels),
+                            "values": list(s.prompt.values),
+                            "answer_prefix": s.prompt.answer_prefix,
+                        },
+                        "labeler": {"batch_size": 8, "max_example_tokens": 64, "quality_sample": 8},
+                        "pool": {"size": s.pool.size, "seed": s.pool.seed},
+                        "classifier": {"kind": s.classifier.kind, "holdout_fraction": 0.25},
+                        "filter": {"keep_fraction": 0.5},
+                    }
+                    for s in (CHEAP, STRONG)
+                ],
+            }
+        )
+    )
     capsys.readouterr()
     with execution(scratch=scratch):
         assert main(["datashop", str(cfg_path)]) == 0
@@ -133,12 +160,17 @@ def test_bigger_single_stage_run_on_all_pages(shared_data: Path, tmp_path: Path,
     pattern = write_corpus(docs, tmp_path / "corpus", shards=4)
     reports = {}
     for kind in ("fasttext", "embedding"):
-        stage = StageConfig(name=f"prog_{kind}", prompt=CHEAP.prompt,
-                            labeler=LabelerConfig(batch_size=8, max_example_tokens=256),
-                            pool=PoolConfig(size=96, seed=0), classifier=ClassifierConfig(kind=kind),
-                            filter=FilterConfig(keep_fraction=0.3))
-        config = DatashopConfig(input=pattern, output_dir=str(tmp_path / "shop"), stages=(stage,), engine_backend="processes",
-                                workers=2)
+        stage = StageConfig(
+            name=f"prog_{kind}",
+            prompt=CHEAP.prompt,
+            labeler=LabelerConfig(batch_size=8, max_example_tokens=256),
+            pool=PoolConfig(size=96, seed=0),
+            classifier=ClassifierConfig(kind=kind),
+            filter=FilterConfig(keep_fraction=0.3),
+        )
+        config = DatashopConfig(
+            input=pattern, output_dir=str(tmp_path / "shop"), stages=(stage,), engine_backend="processes", workers=2
+        )
         if kind == "embedding":  # same prompt and model: reuse the labels (the cache key matches)
             (tmp_path / "shop" / stage.name).mkdir(parents=True)
             shutil.copy(reports["fasttext"].labels_path, tmp_path / "shop" / stage.name / "labels.jsonl")

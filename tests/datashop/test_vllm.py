@@ -28,13 +28,22 @@ from zephyr.datashop.labeling import label_documents  # noqa: E402
 pytestmark = pytest.mark.vllm
 
 MODEL = os.environ.get("ZEPHYR_VLLM_MODEL", "smollm2-135m-instruct")
-PROMPT = PromptConfig(template="How much is the following text about computer programming, from 0 (not at all) to 5 "
-                               "(entirely)?\n\nText: {example}\n\nAnswer with one digit.", answer_prefix="Score: ")
+PROMPT = PromptConfig(
+    template="How much is the following text about computer programming, from 0 (not at all) to 5 "
+    "(entirely)?\n\nText: {example}\n\nAnswer with one digit.",
+    answer_prefix="Score: ",
+)
 DOCS = pydoc_documents(4) + [
-    {"id": "recipe", "text": "Preheat the oven to 180 C. Cream the butter and sugar, add the eggs one at a time, "
-                             "fold in the flour and bake for 25 minutes until golden."},
-    {"id": "football", "text": "The home side equalised in the 89th minute after a corner was only half cleared, "
-                               "sending the crowd into raptures before the final whistle."},
+    {
+        "id": "recipe",
+        "text": "Preheat the oven to 180 C. Cream the butter and sugar, add the eggs one at a time, "
+        "fold in the flour and bake for 25 minutes until golden.",
+    },
+    {
+        "id": "football",
+        "text": "The home side equalised in the 89th minute after a corner was only half cleared, "
+        "sending the crowd into raptures before the final whistle.",
+    },
 ]
 
 
@@ -51,8 +60,12 @@ def test_vllm_in_process_labels(inprocess) -> None:
     assert run.model_id == f"vllm:{MODEL}" and run.failed == 0
     for r in run.results:
         assert 0.0 <= r.score <= 5.0 and 0.0 < r.label_mass <= 1.0
-    gen = label_documents(DOCS[:2], PROMPT, LabelerConfig(backend="vllm", model=MODEL, mode="generate", max_context_tokens=512,
-                                                          max_example_tokens=128), backend=inprocess)
+    gen = label_documents(
+        DOCS[:2],
+        PROMPT,
+        LabelerConfig(backend="vllm", model=MODEL, mode="generate", max_context_tokens=512, max_example_tokens=128),
+        backend=inprocess,
+    )
     assert all(isinstance(r.generated, str) for r in gen.results)
     print("\nvLLM in-process:", {r.id: round(r.score, 3) for r in run.results}, f"{run.docs_per_s:.1f} docs/s")
 
@@ -70,10 +83,30 @@ def test_vllm_serve_through_openai_backend(inprocess) -> None:
     port = _free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name", "smol",
-         "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "512",
-         "--enforce-eager", "--max-logprobs", "20"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            path,
+            "--served-model-name",
+            "smol",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "512",
+            "--enforce-eager",
+            "--max-logprobs",
+            "20",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.time() + 600
@@ -87,8 +120,11 @@ def test_vllm_serve_through_openai_backend(inprocess) -> None:
                     pytest.fail(f"vllm serve did not come up on port {port}: {out[-3000:]}")
                 time.sleep(2)
         base = dict(max_context_tokens=512, max_example_tokens=128, batch_size=3)
-        remote = label_documents(DOCS, PROMPT, LabelerConfig(backend="openai", url=f"http://127.0.0.1:{port}/v1",
-                                                             model="smol", tokenizer=path, **base))
+        remote = label_documents(
+            DOCS,
+            PROMPT,
+            LabelerConfig(backend="openai", url=f"http://127.0.0.1:{port}/v1", model="smol", tokenizer=path, **base),
+        )
         local = label_documents(DOCS, PROMPT, LabelerConfig(backend="vllm", model=MODEL, **base), backend=inprocess)
         assert remote.failed == 0
         for a, b in zip(local.results, remote.results, strict=True):

@@ -66,8 +66,13 @@ def _no_temp_files(directory) -> bool:
 @pytest.mark.parametrize(
     "path, expected",
     [
-        ("a.jsonl", "jsonl"), ("gs://b/x/a.json.gz", "jsonl"), ("a.ndjson.zst", "jsonl"), ("A.JSONL.BZ2", "jsonl"),
-        ("a.jsonl.xz", "jsonl"), ("s3://b/a.parquet", "parquet"), ("a.vortex", "vortex"),
+        ("a.jsonl", "jsonl"),
+        ("gs://b/x/a.json.gz", "jsonl"),
+        ("a.ndjson.zst", "jsonl"),
+        ("A.JSONL.BZ2", "jsonl"),
+        ("a.jsonl.xz", "jsonl"),
+        ("s3://b/a.parquet", "parquet"),
+        ("a.vortex", "vortex"),
     ],
 )
 def test_infer_format(path, expected) -> None:
@@ -385,7 +390,9 @@ def test_skip_counts_each_bad_line_across_chunks(tmp_path) -> None:
     path.write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(lines) + b"\n"))
     assert list(read_records(str(path), on_bad_record="skip")) == RECORDS
     assert counters.snapshot() == {
-        "bad_records/invalid_json": 6, "bad_records/invalid_utf8": 6, "bad_records/not_an_object": 6,
+        "bad_records/invalid_json": 6,
+        "bad_records/invalid_utf8": 6,
+        "bad_records/not_an_object": 6,
     }
 
 

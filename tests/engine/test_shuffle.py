@@ -29,7 +29,10 @@ def test_external_merge_when_runs_exceed_fan_in(tmp_path):
     rng = random.Random(1)
     records = [(rng.randint(0, 50), rng.randint(0, 10_000), "x" * 200) for _ in range(5000)]
     writer = ScatterWriter(
-        ShuffleSpec(1, key=lambda r: r[0], sort_by=lambda r: r[1]), str(tmp_path / "runs"), shard=0, flush_bytes=64 << 10
+        ShuffleSpec(1, key=lambda r: r[0], sort_by=lambda r: r[1]),
+        str(tmp_path / "runs"),
+        shard=0,
+        flush_bytes=64 << 10,
     )
     for r in records:
         writer.add(r)
@@ -64,14 +67,18 @@ def _summarize(key, items):
 def test_group_by_larger_than_budget_stays_within_memory(scratch):
     budget = 32 * MB
     with execution(backend="processes", workers=2, scratch=scratch, memory_per_worker=budget, summary=False):
-        baseline = Dataset.from_iterable(lambda s: iter(range(10)), num_shards=2).group_by(
-            lambda x: x, lambda k, v: k
-        ).execute()
+        baseline = (
+            Dataset.from_iterable(lambda s: iter(range(10)), num_shards=2)
+            .group_by(lambda x: x, lambda k, v: k)
+            .execute()
+        )
         base_rss = max(s.peak_rss for s in baseline.stages)
         # 4 shards x 60k records x ~600 bytes: ~150 MB through the shuffle, several times the budget
-        run = Dataset.from_iterable(_payload_records, num_shards=4).group_by(
-            lambda r: r["key"], _summarize, sort_by=lambda r: r["seq"], num_shards=2
-        ).execute()
+        run = (
+            Dataset.from_iterable(_payload_records, num_shards=4)
+            .group_by(lambda r: r["key"], _summarize, sort_by=lambda r: r["seq"], num_shards=2)
+            .execute()
+        )
     assert sum(r["count"] for r in run.outputs) == 240_000
     assert len(run.outputs) == 1000
     shuffled = run.stages[0].bytes_out
@@ -112,7 +119,9 @@ def test_group_by_on_fields_scatters_arrow_batches_and_matches_key_functions(tmp
     for part in range(3):  # three files, three shards; one lacks the ts column (missing -> None)
         n = 700
         table = {
-            "user": [rng.choice(["ann", "bob", "c\x00d", "dee", "", "émile"]) + str(rng.randrange(40)) for _ in range(n)],
+            "user": [
+                rng.choice(["ann", "bob", "c\x00d", "dee", "", "émile"]) + str(rng.randrange(40)) for _ in range(n)
+            ],
             "n": [rng.randrange(-5, 5) for _ in range(n)],
         }
         if part != 2:
@@ -132,7 +141,11 @@ def test_group_by_on_fields_scatters_arrow_batches_and_matches_key_functions(tmp
 
         monkeypatch.setattr(ScatterWriter, "add", no_per_record_add)
         got = files.group_by("user", summary, sort_by="ts", num_shards=4).collect()
-        by_int = Dataset.from_files(str(tmp_path / "*.parquet")).group_by("n", lambda k, items: (k, sum(1 for _ in items))).collect()
+        by_int = (
+            Dataset.from_files(str(tmp_path / "*.parquet"))
+            .group_by("n", lambda k, items: (k, sum(1 for _ in items)))
+            .collect()
+        )
     assert got == want and len(got) > 100
     assert sorted(by_int) == sorted((k, sum(1 for r in want for v in r["n"] if v == k)) for k in range(-5, 5))
 
@@ -143,7 +156,10 @@ def _runs_of(records, tmp_path, *, key, sort_by=None, flush_bytes=16 << 10, shar
     runs = []
     for shard in range(shards):
         writer = ScatterWriter(
-            ShuffleSpec(1, key=key, sort_by=sort_by), str(tmp_path / f"runs-{shard}"), shard=shard, flush_bytes=flush_bytes
+            ShuffleSpec(1, key=key, sort_by=sort_by),
+            str(tmp_path / f"runs-{shard}"),
+            shard=shard,
+            flush_bytes=flush_bytes,
         )
         for record in records[shard::shards]:
             writer.add(record)
@@ -162,14 +178,14 @@ def _reference_rows(runs):
         reader = pa.ipc.open_file(run.url)
         for i in range(first, end):
             batch = reader.get_batch(i)
-            rows += zip(*(batch.column(name).to_pylist() for name in ("khash", "key", "sort", "value")))
+            rows += zip(*(batch.column(name).to_pylist() for name in ("khash", "key", "sort", "value")), strict=False)
     return sorted(rows, key=lambda r: r[:3])
 
 
 def _merged_rows(runs, tmp_path, budget):
     rows = []
     for block in merged_blocks(runs, 0, memory_budget=budget, spill_dir=str(tmp_path / "spill")):
-        rows += zip(*(block.column(name).to_pylist() for name in ("khash", "key", "sort", "value")))
+        rows += zip(*(block.column(name).to_pylist() for name in ("khash", "key", "sort", "value")), strict=False)
     return rows
 
 
@@ -258,7 +274,9 @@ def test_ties_across_shards_keep_input_order(tmp_path):
 def test_combiner_that_emits_nothing_leaves_no_run(tmp_path):
     """A combiner returning None for every key empties the flush: no run file, no records, no crash."""
     with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False):
-        out = Dataset.from_list(list(range(10))).group_by(lambda r: r % 3, lambda k, items: k, combiner=lambda k, items: None)
+        out = Dataset.from_list(list(range(10))).group_by(
+            lambda r: r % 3, lambda k, items: k, combiner=lambda k, items: None
+        )
         assert out.collect() == []
 
 
@@ -300,13 +318,17 @@ def test_giant_key_streams_within_the_budget_and_is_reported(scratch):
     run's counters name it with its exact record count and bytes."""
     budget = 32 * MB
     with execution(backend="processes", workers=2, scratch=scratch, memory_per_worker=budget, summary=False):
-        baseline = Dataset.from_iterable(lambda s: iter(range(10)), num_shards=2).group_by(
-            lambda x: x, lambda k, v: k
-        ).execute()
+        baseline = (
+            Dataset.from_iterable(lambda s: iter(range(10)), num_shards=2)
+            .group_by(lambda x: x, lambda k, v: k)
+            .execute()
+        )
         base_rss = max(s.peak_rss for s in baseline.stages)
-        run = Dataset.from_iterable(_skewed_records, num_shards=4).group_by(
-            lambda r: r["key"], _summarize, sort_by=lambda r: r["seq"], num_shards=3
-        ).execute()
+        run = (
+            Dataset.from_iterable(_skewed_records, num_shards=4)
+            .group_by(lambda r: r["key"], _summarize, sort_by=lambda r: r["seq"], num_shards=3)
+            .execute()
+        )
     giant = sum(1 for shard in range(4) for r in _skewed_records(shard) if r["key"] == "giant")
     counts = {r["key"]: r["count"] for r in run.outputs}
     assert counts["giant"] == giant and sum(counts.values()) == 200_000
@@ -324,7 +346,9 @@ def test_target_bytes_sums_the_sidecars_per_target(tmp_path):
     runs = _runs_of(records, tmp_path, key=lambda r: r[0], shards=2)
     writer_runs = []
     for shard in range(2):
-        writer = ScatterWriter(ShuffleSpec(3, key=lambda r: r[0]), str(tmp_path / f"t-{shard}"), shard=shard, flush_bytes=4096)
+        writer = ScatterWriter(
+            ShuffleSpec(3, key=lambda r: r[0]), str(tmp_path / f"t-{shard}"), shard=shard, flush_bytes=4096
+        )
         for r in records[shard::2]:
             writer.add(r)
         writer_runs.append(writer.close())
@@ -349,7 +373,7 @@ def test_plan_pieces_splits_only_targets_above_the_limit():
     big = [p for p in pieces if p.target == 2]
     assert len(big) == 3 and [p for p in pieces if p.target != 2] == [ReducePiece(t) for t in (0, 1, 3)]
     assert big[0].lo == 0 and big[-1].hi == 1 << 64
-    assert all(a.hi == b.lo for a, b in zip(big, big[1:]))  # contiguous key-hash ranges, in order
+    assert all(a.hi == b.lo for a, b in zip(big, big[1:], strict=False))  # contiguous key-hash ranges, in order
 
 
 @pytest.mark.parametrize("columnar", [False, True])
@@ -364,7 +388,9 @@ def test_split_targets_give_the_same_groups_in_the_same_order(tmp_path, monkeypa
     from zephyr.engine.shuffle import gather, pieces, runs
 
     rng = random.Random(9)
-    records = [{"k": 0 if rng.random() < 0.3 else rng.randint(1, 400), "s": rng.randint(0, 5), "i": i} for i in range(6000)]
+    records = [
+        {"k": 0 if rng.random() < 0.3 else rng.randint(1, 400), "s": rng.randint(0, 5), "i": i} for i in range(6000)
+    ]
     for part in range(2):
         pq.write_table(pa.Table.from_pylist(records[part::2]), tmp_path / f"part-{part}.parquet")
     data = Dataset.from_files(str(tmp_path / "*.parquet")) if columnar else Dataset.from_list(records, num_shards=2)
@@ -375,7 +401,9 @@ def test_split_targets_give_the_same_groups_in_the_same_order(tmp_path, monkeypa
     def run(name):
         with execution(backend="local", scratch=str(tmp_path / name), summary=False):
             pipeline = data.group_by("k", reducer, sort_by="s", num_shards=2)
-            return pipeline.collect(), pipeline.write(str(tmp_path / name / "out" / "part-{shard:05d}.parquet")).execute()
+            return pipeline.collect(), pipeline.write(
+                str(tmp_path / name / "out" / "part-{shard:05d}.parquet")
+            ).execute()
 
     whole, whole_run = run("whole")
     from zephyr.engine import executor
@@ -389,7 +417,9 @@ def test_split_targets_give_the_same_groups_in_the_same_order(tmp_path, monkeypa
     assert split == whole and len(whole) == len({r["k"] for r in records})
     assert len(whole_run.outputs) == 2 and len(split_run.outputs) > 2
     giant = next(g for g in split if g["k"] == 0)
-    assert giant["ids"] == [r["i"] for r in sorted((r for r in records if r["k"] == 0), key=lambda r: r["s"])] or columnar
+    assert (
+        giant["ids"] == [r["i"] for r in sorted((r for r in records if r["k"] == 0), key=lambda r: r["s"])] or columnar
+    )
 
 
 def test_run_files_survive_the_done_marker_round_trip():

@@ -50,10 +50,14 @@ def test_columnar_group_by_equals_the_pickled_dict_path(tmp_path, budget):
     pattern = _write_parts(tmp_path, records, 3)
     with execution(backend="local", scratch=str(tmp_path / "scratch"), memory_per_worker=budget, summary=False):
         columnar = Dataset.from_files(pattern).group_by("user", _summary, sort_by="ts", num_shards=3).collect()
-        by_fns = Dataset.from_files(pattern).group_by(
-            lambda r: r["user"], _summary, sort_by=lambda r: r["ts"], num_shards=3
-        ).collect()
-        pickled = Dataset.from_list(records, num_shards=3).group_by("user", _summary, sort_by="ts", num_shards=3).collect()
+        by_fns = (
+            Dataset.from_files(pattern)
+            .group_by(lambda r: r["user"], _summary, sort_by=lambda r: r["ts"], num_shards=3)
+            .collect()
+        )
+        pickled = (
+            Dataset.from_list(records, num_shards=3).group_by("user", _summary, sort_by="ts", num_shards=3).collect()
+        )
     assert columnar == pickled == by_fns
     assert len(columnar) == len({r["user"] for r in records})
     for group in columnar:  # sort order, ties in input order
@@ -66,7 +70,9 @@ def test_columnar_runs_hold_record_fields_not_pickles(tmp_path):
     memory budget (many runs, intermediate merges on disk) still gives every record back once, in order."""
     records = _records(5000, 2)
     table = pa.Table.from_pylist(records)
-    writer = ScatterWriter(ShuffleSpec(1, key=_col("user"), sort_by=_col("ts")), str(tmp_path / "runs"), shard=0, flush_bytes=64 << 10)
+    writer = ScatterWriter(
+        ShuffleSpec(1, key=_col("user"), sort_by=_col("ts")), str(tmp_path / "runs"), shard=0, flush_bytes=64 << 10
+    )
     for batch in table.to_batches(max_chunksize=500):
         writer.add_batch(batch)
     runs = writer.close()
@@ -128,9 +134,11 @@ def test_batch_reducer_gets_the_group_as_arrow_batches(tmp_path, monkeypatch, so
 
 def test_batch_reducer_returning_a_table_emits_its_rows(tmp_path):
     with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False):
-        got = Dataset.from_list([{"k": i % 3, "v": i} for i in range(30)]).group_by(
-            "k", lambda k, batches: pa.Table.from_batches(list(batches)).slice(0, 2), sort_by="v", batch=True
-        ).collect()
+        got = (
+            Dataset.from_list([{"k": i % 3, "v": i} for i in range(30)])
+            .group_by("k", lambda k, batches: pa.Table.from_batches(list(batches)).slice(0, 2), sort_by="v", batch=True)
+            .collect()
+        )
     assert sorted((r["k"], r["v"]) for r in got) == [(0, 0), (0, 3), (1, 1), (1, 4), (2, 2), (2, 5)]
 
 

@@ -82,7 +82,9 @@ def test_paragraph_dedup_across_shards(articles, scratch, tmp_path):
     for shards in (1, 3, 8):
         with execution(backend="local", scratch=str(tmp_path / f"p{shards}"), summary=False):
             run = dedup_paragraphs(Dataset.from_list(docs, num_shards=shards)).execute()
-        results[shards] = sorted((d["id"], d["text"], tuple(d["dup_paragraphs"]), d.get("filter_reason")) for d in run.outputs)
+        results[shards] = sorted(
+            (d["id"], d["text"], tuple(d["dup_paragraphs"]), d.get("filter_reason")) for d in run.outputs
+        )
     assert results[1] == results[3] == results[8]
     by_id = {r[0]: r for r in results[3]}
     assert by_id["d0"][1] == articles[0] and by_id["d0"][2] == ()  # first occurrence kept
@@ -129,7 +131,9 @@ def test_document_dedup_by_lookup_equals_the_whole_document_shuffle(articles, sc
     assert by_lookup == by_shuffle
     assert lookup_counters == shuffle_counters
     kept = [json.loads(d) for d in by_lookup if json.loads(d)["dup_keep"]]
-    assert sorted((d["id"], d["copy"]) for d in kept) == sorted([(f"doc-{i}", 0) for i in range(5)] + [("solo", 0), ("empty", 0)])
+    assert sorted((d["id"], d["copy"]) for d in kept) == sorted(
+        [(f"doc-{i}", 0) for i in range(5)] + [("solo", 0), ("empty", 0)]
+    )
 
 
 def test_document_dedup_shuffles_no_text(articles, scratch, monkeypatch):

@@ -238,9 +238,7 @@ def test_processes_backend_gives_the_same_clusters(tmp_path, scratch, small_corp
         with execution(backend=backend, workers=workers, scratch=scratch, summary=False, progress=False):
             outs.append(
                 _clusters(
-                    fuzzy_dedup(
-                        Dataset.from_list(docs, num_shards=3), work_dir=str(tmp_path / backend)
-                    ).collect()
+                    fuzzy_dedup(Dataset.from_list(docs, num_shards=3), work_dir=str(tmp_path / backend)).collect()
                 )
             )
     assert outs[0] == outs[1]

@@ -145,7 +145,7 @@ def test_batched_chunked_signatures_equal_the_definition(chunks):
     texts = [chunks[0], "", "short one", long_doc, chunks[1], chunks[0]]
     sigs = minhash_signatures(texts, config)
     assert sigs.shape == (6, 112) and sigs.dtype == np.uint32
-    for text, sig in zip(texts, sigs):
+    for text, sig in zip(texts, sigs, strict=False):
         if text:
             assert np.array_equal(sig, _reference_signature(text, config))
         # a document's signature does not depend on the batch it was computed in
@@ -181,7 +181,7 @@ def test_estimator_is_unbiased_with_binomial_spread(chunks):
         ours.append((sig_a == sig_b).mean(axis=1))
         for a, b in pairs:
             m = [MinHash(num_perm=112, seed=seed), MinHash(num_perm=112, seed=seed)]
-            for sketch, text in zip(m, (a, b)):
+            for sketch, text in zip(m, (a, b), strict=False):
                 words = normalize_text(text).split()
                 sketch.update_batch([" ".join(words[i : i + 5]).encode() for i in range(len(words) - 4)])
             peer.append(m[0].jaccard(m[1]))
@@ -244,11 +244,11 @@ def test_batched_word_hashes_are_per_word_and_collision_free(articles):
     tokens, lengths = mh._word_tokens(texts)
     assert lengths.tolist() == [len(mh._words(t)) for t in texts]
     # a word's hash depends on the word alone, not on its batch or its position
-    for text, part in zip(texts, np.split(tokens, np.cumsum(lengths)[:-1])):
+    for text, part in zip(texts, np.split(tokens, np.cumsum(lengths)[:-1]), strict=False):
         alone, _ = mh._word_tokens([text])
         assert np.array_equal(part, alone)
     words = [w for t in texts for w in mh._words(t)]
-    by_hash = dict(zip(tokens.tolist(), words))
+    by_hash = dict(zip(tokens.tolist(), words, strict=False))
     assert len(by_hash) == len(set(words))  # equal words, equal hashes; distinct words, distinct hashes
     # words that differ only in length, zero-padding or chunk order
     tricky = ["a", "a0", "ab", "ba", "abcdefgh", "abcdefgh0", "abcdefghabcdefgh", "abcdefgh" * 3, "0", "00"]

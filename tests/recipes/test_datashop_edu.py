@@ -17,8 +17,6 @@ from zephyr.tokenize import open_store, verify_store
 STEPS = ["corpus", "pool", "label", "classifier", "score", "filter", "tokenize"]
 
 
-
-
 def _needs_local_model() -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("gguf")
@@ -126,14 +124,27 @@ def test_input_glob_without_ids_and_threshold_filter(load_recipe, tmp_path):
     """`--input` records need only `text`: ids are text hashes, records without text are dropped (no_text)."""
     _needs_local_model()
     recipe = load_recipe("datashop_edu")
-    records = [{"text": f"Lesson {i}: the water cycle moves water between oceans, air and land. " * (i + 1)}
-               for i in range(6)]
+    records = [
+        {"text": f"Lesson {i}: the water cycle moves water between oceans, air and land. " * (i + 1)} for i in range(6)
+    ]
     records += [{"text": "Home | About | Contact | Privacy Policy"}, {"text": ""}, {"title": "no text at all"}]
     data = tmp_path / "in" / "docs.jsonl.zst"
     data.parent.mkdir()
     data.write_bytes(zstandard.ZstdCompressor().compress("".join(json.dumps(r) + "\n" for r in records).encode()))
-    config, _ = recipe.parse_args(["--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output", str(tmp_path / "out"),
-                                   "--pool-size", "4", "--max-example-tokens", "48", "--threshold", "0"])
+    config, _ = recipe.parse_args(
+        [
+            "--input",
+            str(tmp_path / "in" / "*.jsonl.zst"),
+            "--output",
+            str(tmp_path / "out"),
+            "--pool-size",
+            "4",
+            "--max-example-tokens",
+            "48",
+            "--threshold",
+            "0",
+        ]
+    )
     with _engine(tmp_path):
         result = recipe.run_recipe(config)
     steps = result.steps

@@ -92,15 +92,19 @@ def test_processes_backend_writes_bucket_store_identical_to_local(corpus, bucket
     val = json.loads(_cat(f"{url}/validation/manifest.json"))
     assert val == json.loads((local / "validation" / "manifest.json").read_text()) and val["documents"] > 0
     for shard in val["shards"]:
-        assert _cat(f"{url}/validation/{shard['path']}/tokens.bin") == (local / "validation" / shard["path"] / "tokens.bin").read_bytes()
+        assert (
+            _cat(f"{url}/validation/{shard['path']}/tokens.bin")
+            == (local / "validation" / shard["path"] / "tokens.bin").read_bytes()
+        )
 
     # Read it back through the cache: the same windows, documents and validation split as the local store.
     remote, here = TokenStore(url), open_store(local)
     assert remote.url == url and remote.location == url and url in repr(remote)
     assert remote.path.parent == tmp_path / "cache"
     assert remote.num_tokens == here.num_tokens and remote.num_shards == 3
-    assert [remote.window(i, 32).tolist() for i in range(remote.num_windows(32))] == \
-           [here.window(i, 32).tolist() for i in range(here.num_windows(32))]
+    assert [remote.window(i, 32).tolist() for i in range(remote.num_windows(32))] == [
+        here.window(i, 32).tolist() for i in range(here.num_windows(32))
+    ]
     assert remote.document(7).tolist() == here.document(7).tolist()
     assert remote.validation is not None and remote.validation.url == f"{url}/validation"
     assert remote.validation.num_tokens == here.validation.num_tokens
@@ -220,9 +224,17 @@ def test_processes_of_one_host_copy_a_store_once(corpus, bucket, scratch, tmp_pa
     _tokenize(str(corpus / "*.jsonl.zst"), url, scratch)
     gate = tmp_path / "gate"
     gate.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", _OPENER, url, str(gate / f"ready-{i}"), "3"], cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
-             for i in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER, url, str(gate / f"ready-{i}"), "3"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=os.environ.copy(),
+        )
+        for i in range(3)
+    ]
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     assert sum(out.count("copying token store") for out in outputs) == 1, outputs

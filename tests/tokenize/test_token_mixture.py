@@ -11,8 +11,17 @@ import pytest
 from zephyr.tokenize import Mixture, feistel_permute, largest_remainder_counts, open_store
 from zephyr.tokenize.store import ShardWriter, write_manifest
 
-TOKENIZER = {"name": "t", "source": "none", "content_hash": "1" * 32, "vocab_size": 1000, "bos_token": None,
-             "bos_id": None, "eos_token": None, "eos_id": None, "parse_special": False}
+TOKENIZER = {
+    "name": "t",
+    "source": "none",
+    "content_hash": "1" * 32,
+    "vocab_size": 1000,
+    "bos_token": None,
+    "bos_id": None,
+    "eos_token": None,
+    "eos_id": None,
+    "parse_special": False,
+}
 
 
 def _store(root: Path, tokens: int, marker: int, split: str = "train") -> Path:
@@ -21,8 +30,9 @@ def _store(root: Path, tokens: int, marker: int, split: str = "train") -> Path:
     with ShardWriter(root, "shards/00000", dtype=np.uint16, vocab_size=1000, source="x", config_hash="h") as w:
         w.add(np.array_split(stream, 5))
         rec = w.close()
-    write_manifest(root, shards=[rec], dtype=np.uint16, tokenizer=TOKENIZER, sources=[], split=split, config={},
-                   config_hash="h")
+    write_manifest(
+        root, shards=[rec], dtype=np.uint16, tokenizer=TOKENIZER, sources=[], split=split, config={}, config_hash="h"
+    )
     return root
 
 
@@ -121,10 +131,15 @@ def test_configuration_errors_say_how_to_fix(stores):
 
 
 def test_config_round_trip(stores):
-    mix = Mixture.from_config({"seq_len": 16, "seed": 5, "block_size": 10,
-                               "components": {"web": {"store": str(stores["web"]), "weight": 0.6},
-                                              "code": [str(stores["code"]), 0.4]},
-                               "validation": {"held": str(stores["held"])}})
+    mix = Mixture.from_config(
+        {
+            "seq_len": 16,
+            "seed": 5,
+            "block_size": 10,
+            "components": {"web": {"store": str(stores["web"]), "weight": 0.6}, "code": [str(stores["code"]), 0.4]},
+            "validation": {"held": str(stores["held"])},
+        }
+    )
     again = Mixture.from_config(mix.describe())
     assert again.describe() == mix.describe()
     assert np.array_equal(mix.batch(7, 5), again.batch(7, 5))

@@ -12,8 +12,17 @@ import xxhash
 from zephyr.tokenize import TokenStore, inspect_store, open_store, token_dtype, verify_store
 from zephyr.tokenize.store import ShardWriter, completed_shard, write_manifest
 
-TOKENIZER = {"name": "test-vocab", "source": "none", "content_hash": "0" * 32, "vocab_size": 50000,
-             "bos_token": None, "bos_id": None, "eos_token": None, "eos_id": None, "parse_special": False}
+TOKENIZER = {
+    "name": "test-vocab",
+    "source": "none",
+    "content_hash": "0" * 32,
+    "vocab_size": 50000,
+    "bos_token": None,
+    "bos_id": None,
+    "eos_token": None,
+    "eos_id": None,
+    "parse_special": False,
+}
 
 
 def _docs(rng: np.random.Generator, n: int, vocab: int) -> list[np.ndarray]:
@@ -24,13 +33,22 @@ def _write_store(root: Path, shards: list[list[np.ndarray]], vocab: int = 50000)
     dtype = token_dtype(vocab)
     records = []
     for i, docs in enumerate(shards):
-        with ShardWriter(root, f"shards/{i:05d}", dtype=dtype, vocab_size=vocab, source=f"in-{i}.jsonl",
-                         config_hash="abc") as w:
+        with ShardWriter(
+            root, f"shards/{i:05d}", dtype=dtype, vocab_size=vocab, source=f"in-{i}.jsonl", config_hash="abc"
+        ) as w:
             w.add(docs[: len(docs) // 2])
             w.add(docs[len(docs) // 2 :])
             records.append(w.close())
-    write_manifest(root, shards=records, dtype=dtype, tokenizer={**TOKENIZER, "vocab_size": vocab},
-                   sources=["in-*.jsonl"], split="train", config={}, config_hash="abc")
+    write_manifest(
+        root,
+        shards=records,
+        dtype=dtype,
+        tokenizer={**TOKENIZER, "vocab_size": vocab},
+        sources=["in-*.jsonl"],
+        split="train",
+        config={},
+        config_hash="abc",
+    )
     return root
 
 
@@ -68,7 +86,7 @@ def test_readable_with_numpy_alone(tmp_path):
     tokens = np.memmap(root / shard["path"] / "tokens.bin", dtype=m["dtype"], mode="r")
     ends = np.load(root / shard["path"] / "offsets.npy")
     starts = np.concatenate([[0], ends[:-1]])
-    assert [tokens[a:b].tolist() for a, b in zip(starts, ends)] == [d.tolist() for d in docs]
+    assert [tokens[a:b].tolist() for a, b in zip(starts, ends, strict=False)] == [d.tolist() for d in docs]
 
 
 def test_failed_writer_leaves_no_shard(tmp_path):

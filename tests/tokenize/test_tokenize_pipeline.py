@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -86,7 +85,7 @@ def test_validation_split_is_deterministic_and_disjoint(corpus, scratch):
     val = store.validation
     assert val is not None and result.validation_manifest["split"] == "validation"
     docs = [d for part in parts for d in part if d.get("text")]
-    expected = dict(zip([d["id"] for d in docs], _expected(parts)))
+    expected = dict(zip([d["id"] for d in docs], _expected(parts), strict=False))
     in_val = [d["id"] for d in docs if is_validation_document(d["id"], 0.3)]
     in_train = [d["id"] for d in docs if not is_validation_document(d["id"], 0.3)]
     assert 0 < len(in_val) < len(docs)
@@ -112,7 +111,9 @@ def test_rerun_resumes_per_shard(corpus, scratch):
         again = tokenize_dataset(glob, tmp / "store")
         assert (again.shards_written, again.shards_reused) == (0, 3)
         assert again.manifest["tokens"] == first.manifest["tokens"]
-        assert again.manifest["skipped"] == first.manifest["skipped"] == {"empty_text": 1, "missing_text": 1}  # kept in shard.json
+        assert (
+            again.manifest["skipped"] == first.manifest["skipped"] == {"empty_text": 1, "missing_text": 1}
+        )  # kept in shard.json
         # a shard without its completion mark (a crash mid-shard) is redone, the others are kept
         (tmp / "store" / "shards/00001/shard.json").unlink()
         third = tokenize_dataset(glob, tmp / "store")
@@ -145,8 +146,10 @@ def test_cli_tokenize_inspect_verify(corpus, scratch, capsys, monkeypatch):
     tmp, parts = corpus
     monkeypatch.setenv("ZEPHYR_SCRATCH", scratch)
     out = str(tmp / "store")
-    assert _cli(["tokenize", str(tmp / "in" / "*.jsonl.zst"), out, "--validation-fraction", "0.2",
-                 "--backend", "local"]) == 0
+    assert (
+        _cli(["tokenize", str(tmp / "in" / "*.jsonl.zst"), out, "--validation-fraction", "0.2", "--backend", "local"])
+        == 0
+    )
     assert "wrote" in capsys.readouterr().out
     assert _cli(["verify", out]) == 0
     assert capsys.readouterr().out.startswith("OK ")

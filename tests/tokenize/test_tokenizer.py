@@ -107,7 +107,9 @@ def test_bos_eos_added_per_document(tok):
 
 def test_long_documents_split_at_safe_spaces_with_identical_ids(shared_data):
     small = load_tokenizer(TokenizerSpec(max_chunk_chars=1000))
-    bodies = [v["articleBody"] for v in json.loads((shared_data / "aeb-dev" / "ground-truth.json").read_text()).values()]
+    bodies = [
+        v["articleBody"] for v in json.loads((shared_data / "aeb-dev" / "ground-truth.json").read_text()).values()
+    ]
     doc = "\n\n".join(bodies[:20]) + "  trailing   runs 12 34  \n" + " ".join(MULTILINGUAL)
     chunks = small.split_long_text(doc)
     assert len(chunks) > 20 and "".join(chunks) == doc
@@ -137,11 +139,17 @@ def _variant(tok, tmp_path: Path, name: str, edit) -> Path:
 def test_tokenizer_json_variants_stay_identical(tok, tmp_path):
     """Same vocabulary, other pre-tokenizers: plain GPT-2 regex, and a Llama-3-style Split regex."""
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-    split = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": llama3}, "behavior": "Isolated", "invert": False},
-        {**byte_level, "use_regex": False}]}
+    llama3 = (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
+    split = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": llama3}, "behavior": "Isolated", "invert": False},
+            {**byte_level, "use_regex": False},
+        ],
+    }
     texts = MULTILINGUAL + list(VERIFICATION_SAMPLES)
     for name, pre in (("gpt2", byte_level), ("llama3", split)):
         path = _variant(tok, tmp_path, name, lambda d, pre=pre: d.__setitem__("pre_tokenizer", pre))
@@ -207,9 +215,43 @@ def test_unknown_source_offline_says_how_to_fix(monkeypatch):
 
 def test_fast_path_identical_on_random_adversarial_strings(tok, tok_special):
     """Random mixes of the characters the whitespace-run rewrite and digit split must get right."""
-    alphabet = [" ", " ", "  ", "\n", "\n\n", "\t", "\r\n", "\u00a0", "\u3000", "\u2028", "\x0b", "\x85", "\x1c",
-                "1", "23", "²", "٣", "a", "Zé", "word", "'s", "'", "’", "!", "...", "-", "東京", "😀", "👩\u200d👧",
-                "<|endoftext|>", "<|im_start|>", "<", "|", "\x04", "e\u0301"]
+    alphabet = [
+        " ",
+        " ",
+        "  ",
+        "\n",
+        "\n\n",
+        "\t",
+        "\r\n",
+        "\u00a0",
+        "\u3000",
+        "\u2028",
+        "\x0b",
+        "\x85",
+        "\x1c",
+        "1",
+        "23",
+        "²",
+        "٣",
+        "a",
+        "Zé",
+        "word",
+        "'s",
+        "'",
+        "’",
+        "!",
+        "...",
+        "-",
+        "東京",
+        "😀",
+        "👩\u200d👧",
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<",
+        "|",
+        "\x04",
+        "e\u0301",
+    ]
     rng = np.random.default_rng(1234)
     texts = ["".join(rng.choice(alphabet, size=int(rng.integers(1, 40)))) for _ in range(400)]
     for t in (tok, tok_special):

@@ -19,8 +19,15 @@ import pyarrow as pa
 from zephyr.datashop.classifiers import is_loaded, load_classifier
 from zephyr.engine import counters
 
-__all__ = ["ScoreBatch", "score_dataset", "ScoreHistogram", "score_histogram", "threshold_for_keep_fraction",
-           "KeepAtLeast", "DROP_REASON"]
+__all__ = [
+    "ScoreBatch",
+    "score_dataset",
+    "ScoreHistogram",
+    "score_histogram",
+    "threshold_for_keep_fraction",
+    "KeepAtLeast",
+    "DROP_REASON",
+]
 
 DROP_REASON = "below_threshold"
 HISTOGRAM_BINS = 16384
@@ -53,8 +60,15 @@ class ScoreBatch:
         return batch.append_column(self.score_field, scores)
 
 
-def score_dataset(dataset: Any, classifier_dir: str, *, text_field: str = "text", score_field: str,
-                  batch_size: int = 256, threads: int | None = None) -> Any:
+def score_dataset(
+    dataset: Any,
+    classifier_dir: str,
+    *,
+    text_field: str = "text",
+    score_field: str,
+    batch_size: int = 256,
+    threads: int | None = None,
+) -> Any:
     """`dataset` with `score_field` added to every record (lazy: nothing runs until a terminal call).
 
     `threads`: PyTorch threads in each worker; default: this machine's cores shared among the current

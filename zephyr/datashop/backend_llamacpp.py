@@ -46,8 +46,10 @@ __all__ = ["LlamaCppBackend", "gguf_path", "float16_gguf", "load_llama"]
 _LOCK = threading.Lock()
 _LLAMAS: dict[tuple[str, int, int], Any] = {}
 _TOKENIZERS: dict[str, Any] = {}
-_INSTALL = ('pip install "llama-cpp-python==0.3.36" (it compiles llama.cpp with cmake, ~20 min on 2 cores; '
-            'CMAKE_ARGS="-DGGML_NATIVE=ON" builds for this CPU), or use labeler backend: transformers')
+_INSTALL = (
+    'pip install "llama-cpp-python==0.3.36" (it compiles llama.cpp with cmake, ~20 min on 2 cores; '
+    'CMAKE_ARGS="-DGGML_NATIVE=ON" builds for this CPU), or use labeler backend: transformers'
+)
 
 
 @contextlib.contextmanager
@@ -95,8 +97,10 @@ def float16_gguf(source: Path) -> Path:
         code = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
     if code != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"llama.cpp could not convert {source} to float16 (code {code}); check the file, or use "
-                           "labeler backend: transformers")
+        raise RuntimeError(
+            f"llama.cpp could not convert {source} to float16 (code {code}); check the file, or use "
+            "labeler backend: transformers"
+        )
     os.replace(tmp, target)
     return target
 
@@ -148,8 +152,16 @@ def load_llama(path: Path, *, threads: int, n_ctx: int) -> Any:
     with _LOCK:
         if key not in _LLAMAS:
             Llama = _llama_cpp().Llama
-            _LLAMAS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=threads,
-                                 n_threads_batch=threads, logits_all=False, verbose=False)
+            _LLAMAS[key] = Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_batch=n_ctx,
+                n_ubatch=n_ctx,
+                n_threads=threads,
+                n_threads_batch=threads,
+                logits_all=False,
+                verbose=False,
+            )
         return _LLAMAS[key]
 
 
@@ -195,8 +207,12 @@ class LlamaCppBackend:
             from concurrent.futures import ProcessPoolExecutor
 
             config = dataclasses.replace(self._config, torch_threads=1)
-            self._pool = ProcessPoolExecutor(self.processes - 1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_start_helper, initargs=(config,))
+            self._pool = ProcessPoolExecutor(
+                self.processes - 1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_helper,
+                initargs=(config,),
+            )
         return self._pool
 
     def _encode(self, prompt: str) -> list[int]:
@@ -204,9 +220,11 @@ class LlamaCppBackend:
         if not ids:
             raise ValueError("An empty prompt has no next token to score; render the prompt template first")
         if len(ids) > self.context_tokens:
-            raise ValueError(f"A prompt of {len(ids)} tokens exceeds the llama.cpp context of {self.context_tokens} "
-                             "tokens; render prompts with render_prompt (it truncates the example) or raise "
-                             "labeler.max_context_tokens")
+            raise ValueError(
+                f"A prompt of {len(ids)} tokens exceeds the llama.cpp context of {self.context_tokens} "
+                "tokens; render prompts with render_prompt (it truncates the example) or raise "
+                "labeler.max_context_tokens"
+            )
         return ids
 
     def _last_logits(self, tokens: Sequence[int]) -> np.ndarray:
@@ -239,8 +257,10 @@ class LlamaCppBackend:
             # Contiguous shares: prompts arrive sorted by length, so each process gets similar work and keeps
             # reusing its own cached prefix. This process labels the first share while the helpers run.
             shares = [list(x) for x in np.array_split(np.arange(len(prompts)), self.processes) if len(x)]
-            futures = [self._helpers().submit(_helper_label_probs, [prompts[i] for i in share], tuple(labels))
-                       for share in shares[1:]]
+            futures = [
+                self._helpers().submit(_helper_label_probs, [prompts[i] for i in share], tuple(labels))
+                for share in shares[1:]
+            ]
             out = self._label_probs([prompts[i] for i in shares[0]], labels)
             for future in futures:
                 out.extend(future.result())

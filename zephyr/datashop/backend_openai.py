@@ -75,9 +75,9 @@ class OpenAIBackend:
             raise ValueError(f"labeler.api_key_env names ${config.api_key_env}, which is not set in the environment")
         self.codec: TextCodec = ApproxCodec()
         if config.tokenizer:
-            from zephyr.datashop.models import resolve_causal_lm
-
             from transformers import AutoTokenizer
+
+            from zephyr.datashop.models import resolve_causal_lm
 
             self.codec = HFCodec(AutoTokenizer.from_pretrained(str(resolve_causal_lm(config.tokenizer))))
         self.context_tokens = config.max_context_tokens
@@ -86,8 +86,12 @@ class OpenAIBackend:
         pass
 
     def _complete(self, prompts: Sequence[str], max_tokens: int, logprobs: int | None) -> list[dict[str, Any]]:
-        body: dict[str, Any] = {"model": self.config.model, "prompt": list(prompts), "max_tokens": max_tokens,
-                                "temperature": 0.0}
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "prompt": list(prompts),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+        }
         if logprobs is not None:
             body["logprobs"] = logprobs
         answer = post_json(self.url, body, timeout_s=self.config.timeout_s, api_key=self.api_key)

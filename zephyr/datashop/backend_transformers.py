@@ -99,8 +99,9 @@ class TransformersBackend:
         # Positions count real tokens only, so a padded row sees exactly what an unpadded run sees.
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, S]
         with torch.inference_mode(), torch_threads(self.threads):
-            logits = self.model(input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions,
-                                logits_to_keep=1).logits  # [B, 1, V]
+            logits = self.model(
+                input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions, logits_to_keep=1
+            ).logits  # [B, 1, V]
         return torch.log_softmax(logits[:, -1].float(), dim=-1)  # [B, V]
 
     def label_probs(self, prompts: Sequence[str], labels: Sequence[str]) -> list[dict[str, float]]:
@@ -121,9 +122,16 @@ class TransformersBackend:
         width = enc["input_ids"].shape[1]
         with torch.inference_mode(), torch_threads(self.threads):
             out = self.model.generate(
-                input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], max_new_tokens=max_new_tokens,
-                do_sample=False, temperature=None, top_p=None, top_k=None,
-                pad_token_id=self.tokenizer.pad_token_id, output_scores=top_k > 0, return_dict_in_generate=True,
+                input_ids=enc["input_ids"],
+                attention_mask=enc["attention_mask"],
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=self.tokenizer.pad_token_id,
+                output_scores=top_k > 0,
+                return_dict_in_generate=True,
             )
         eos = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
         results = []
@@ -143,10 +151,17 @@ class TransformersBackend:
                     tokens.append(self.tokenizer.decode([t]))
                     token_lps.append(float(lp[t]))
                     top: dict[str, float] = {}
-                    for v, i in zip(values.tolist(), indices.tolist()):
+                    for v, i in zip(values.tolist(), indices.tolist(), strict=False):
                         s = self.tokenizer.decode([i])
                         top[s] = max(top.get(s, float("-inf")), v)  # distinct ids can decode alike
                     tops.append(top)
-            results.append(GeneratedText(self.tokenizer.decode(keep, skip_special_tokens=True),
-                                         tuple(tokens), tuple(token_lps), tuple(tops), stopped))
+            results.append(
+                GeneratedText(
+                    self.tokenizer.decode(keep, skip_special_tokens=True),
+                    tuple(tokens),
+                    tuple(token_lps),
+                    tuple(tops),
+                    stopped,
+                )
+            )
         return results

@@ -60,8 +60,14 @@ class VLLMBackend:
         path = str(vllm_model_dir(config.model))
         key = (path, config.max_context_tokens)
         if key not in _LLMS:
-            _LLMS[key] = LLM(model=path, dtype="bfloat16", max_model_len=config.max_context_tokens, enforce_eager=True,
-                             max_logprobs=max(20, config.top_logprobs), seed=0)
+            _LLMS[key] = LLM(
+                model=path,
+                dtype="bfloat16",
+                max_model_len=config.max_context_tokens,
+                enforce_eager=True,
+                max_logprobs=max(20, config.top_logprobs),
+                seed=0,
+            )
         self.llm = _LLMS[key]
         self.tokenizer = self.llm.get_tokenizer()
         self.codec = HFCodec(self.tokenizer)
@@ -86,8 +92,12 @@ class VLLMBackend:
         results = []
         for out in outputs:
             first = (out.outputs[0].logprobs or [{}])[0]  # token id -> Logprob
-            results.append({label: float(sum(math.exp(first[t].logprob) for t in toks if t in first))
-                            for label, toks in ids.items()})
+            results.append(
+                {
+                    label: float(sum(math.exp(first[t].logprob) for t in toks if t in first))
+                    for label, toks in ids.items()
+                }
+            )
         return results
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:

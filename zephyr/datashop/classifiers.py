@@ -67,13 +67,13 @@ class TrainedClassifier:
             return np.zeros(0, dtype=np.float64)
         lo, hi = self.score_range
         if self.kind == "fasttext":
-            values = dict(zip((f"__label__{i}" for i in range(len(self.bin_values))), self.bin_values))
+            values = dict(zip((f"__label__{i}" for i in range(len(self.bin_values))), self.bin_values, strict=False))
             lines = [fasttext_text(t, self.max_chars) for t in texts]
             labels, probs = self.model.predict(lines, k=-1)
             out = np.empty(len(texts), dtype=np.float64)
-            for j, (row_labels, row_probs) in enumerate(zip(labels, probs)):
+            for j, (row_labels, row_probs) in enumerate(zip(labels, probs, strict=False)):
                 total = float(np.sum(row_probs))
-                out[j] = sum(values[lab] * p for lab, p in zip(row_labels, row_probs)) / total if total > 0 else lo
+                out[j] = sum(values[lab] * p for lab, p in zip(row_labels, row_probs, strict=False)) / total if total > 0 else lo
             return np.clip(out, lo, hi)
         embedder, weights, bias = self.model
         emb = _embed(embedder, texts, self.max_chars, int(self.meta.get("batch_size", 64)))
@@ -92,8 +92,9 @@ def _embed(embedder: Any, texts: Sequence[str], max_chars: int, batch_size: int)
     limit = min(max_chars, 16 * int(embedder.max_seq_length or max_chars))
     cut = [t[:limit] for t in texts]
     with torch.inference_mode():
-        vectors = embedder.encode(cut, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False,
-                                  convert_to_tensor=True)  # a tensor: numpy has no bfloat16
+        vectors = embedder.encode(
+            cut, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False, convert_to_tensor=True
+        )  # a tensor: numpy has no bfloat16
     return vectors.float().numpy().astype(np.float64)  # [N, D]
 
 
@@ -114,8 +115,14 @@ def train_classifier(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    meta: dict[str, Any] = {"format_version": _FORMAT_VERSION, "kind": config.kind, "bin_values": list(bin_values),
-                            "max_chars": config.max_chars, "train_size": len(texts), "batch_size": config.batch_size}
+    meta: dict[str, Any] = {
+        "format_version": _FORMAT_VERSION,
+        "kind": config.kind,
+        "bin_values": list(bin_values),
+        "max_chars": config.max_chars,
+        "train_size": len(texts),
+        "batch_size": config.batch_size,
+    }
     if config.kind == "fasttext":
         meta.update(_train_fasttext(texts, scores, config, out, bin_values))
     else:
@@ -127,8 +134,9 @@ def train_classifier(
     return load_classifier(out)
 
 
-def _train_fasttext(texts: Sequence[str], scores: Sequence[float], config: ClassifierConfig, out: Path,
-                    bin_values: tuple[float, ...]) -> dict[str, Any]:
+def _train_fasttext(
+    texts: Sequence[str], scores: Sequence[float], config: ClassifierConfig, out: Path, bin_values: tuple[float, ...]
+) -> dict[str, Any]:
     try:
         import fasttext
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -137,13 +145,23 @@ def _train_fasttext(texts: Sequence[str], scores: Sequence[float], config: Class
     fd, train_path = tempfile.mkstemp(prefix="fasttext-train-", suffix=".txt", dir=out)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for text, b in zip(texts, bins):
+            for text, b in zip(texts, bins, strict=False):
                 f.write(f"__label__{int(b)} {fasttext_text(text, config.max_chars)}\n")
         lr = config.lr
         for attempt in range(3):
-            error = _fasttext_subprocess(train_path, out / "model.bin", {
-                "epoch": config.epoch, "lr": lr, "wordNgrams": config.word_ngrams, "dim": config.dim,
-                "minCount": config.min_count, "bucket": config.bucket, "seed": config.seed})
+            error = _fasttext_subprocess(
+                train_path,
+                out / "model.bin",
+                {
+                    "epoch": config.epoch,
+                    "lr": lr,
+                    "wordNgrams": config.word_ngrams,
+                    "dim": config.dim,
+                    "minCount": config.min_count,
+                    "bucket": config.bucket,
+                    "seed": config.seed,
+                },
+            )
             if error is None:
                 break
             if "NaN" not in error or attempt == 2:
@@ -152,8 +170,15 @@ def _train_fasttext(texts: Sequence[str], scores: Sequence[float], config: Class
     finally:
         os.unlink(train_path)
     counts = np.bincount(bins, minlength=len(bin_values))
-    return {"model_file": "model.bin", "bin_counts": counts.tolist(), "epoch": config.epoch, "lr": lr,
-            "word_ngrams": config.word_ngrams, "dim": config.dim, "bucket": config.bucket}
+    return {
+        "model_file": "model.bin",
+        "bin_counts": counts.tolist(),
+        "epoch": config.epoch,
+        "lr": lr,
+        "word_ngrams": config.word_ngrams,
+        "dim": config.dim,
+        "bucket": config.bucket,
+    }
 
 
 def _fasttext_subprocess(train_path: str, model_path: Path, params: dict[str, Any]) -> str | None:
@@ -184,11 +209,14 @@ def _fasttext_train_main(argv: list[str]) -> int:
     return 0
 
 
-def _train_embedding(texts: Sequence[str], scores: Sequence[float], config: ClassifierConfig, out: Path) -> dict[str, Any]:
+def _train_embedding(
+    texts: Sequence[str], scores: Sequence[float], config: ClassifierConfig, out: Path
+) -> dict[str, Any]:
     from zephyr.datashop.models import load_sentence_embedder
 
-    embedder = load_sentence_embedder(config.embedding_model, dtype=config.embedding_dtype,
-                                      max_tokens=config.embedding_max_tokens)
+    embedder = load_sentence_embedder(
+        config.embedding_model, dtype=config.embedding_dtype, max_tokens=config.embedding_max_tokens
+    )
     x = _embed(embedder, texts, config.max_chars, config.batch_size)  # [N, D]
     y = np.asarray(scores, dtype=np.float64)  # [N]
     x_mean, y_mean = x.mean(axis=0), y.mean()
@@ -198,9 +226,14 @@ def _train_embedding(texts: Sequence[str], scores: Sequence[float], config: Clas
     weights = np.linalg.solve(gram, xc.T @ (y - y_mean))
     bias = float(y_mean - x_mean @ weights)
     np.savez(out / "ridge.npz", weights=weights, bias=np.array(bias))
-    return {"model_file": "ridge.npz", "embedding_model": config.embedding_model, "ridge_alpha": config.ridge_alpha,
-            "embedding_dim": int(x.shape[1]), "embedding_dtype": config.embedding_dtype,
-            "embedding_max_tokens": config.embedding_max_tokens}
+    return {
+        "model_file": "ridge.npz",
+        "embedding_model": config.embedding_model,
+        "ridge_alpha": config.ridge_alpha,
+        "embedding_dim": int(x.shape[1]),
+        "embedding_dtype": config.embedding_dtype,
+        "embedding_max_tokens": config.embedding_max_tokens,
+    }
 
 
 def _cache_key(path: Path) -> tuple[str, int] | None:
@@ -236,7 +269,9 @@ def load_classifier(path: str | Path, *, threads: int | None = None) -> TrainedC
             return cached
         meta = json.loads(meta_path.read_text())
         if meta.get("format_version") != _FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: classifier format {meta.get('format_version')!r}, expected {_FORMAT_VERSION}; retrain it")
+            raise ValueError(
+                f"{meta_path}: classifier format {meta.get('format_version')!r}, expected {_FORMAT_VERSION}; retrain it"
+            )
         kind = meta["kind"]
         if kind == "fasttext":
             import fasttext
@@ -247,13 +282,22 @@ def load_classifier(path: str | Path, *, threads: int | None = None) -> TrainedC
 
             set_torch_threads_once(threads)
             ridge = np.load(path / meta["model_file"])
-            embedder = load_sentence_embedder(meta["embedding_model"], dtype=meta.get("embedding_dtype", "float32"),
-                                              max_tokens=meta.get("embedding_max_tokens"))
+            embedder = load_sentence_embedder(
+                meta["embedding_model"],
+                dtype=meta.get("embedding_dtype", "float32"),
+                max_tokens=meta.get("embedding_max_tokens"),
+            )
             model = (embedder, ridge["weights"], float(ridge["bias"]))
         else:
             raise ValueError(f"{meta_path}: unknown classifier kind {kind!r}; expected fasttext or embedding")
-        loaded = TrainedClassifier(path=str(path), kind=kind, bin_values=tuple(meta["bin_values"]),
-                                   max_chars=int(meta["max_chars"]), meta=meta, model=model)
+        loaded = TrainedClassifier(
+            path=str(path),
+            kind=kind,
+            bin_values=tuple(meta["bin_values"]),
+            max_chars=int(meta["max_chars"]),
+            meta=meta,
+            model=model,
+        )
         _LOADED[key] = loaded
         return loaded
 

@@ -19,15 +19,18 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "datashop",
         help="prompt -> LM labels -> classifier -> filtered dataset (see zephyr.datashop.config)",
         description="Run a Datashop config: sample a pool, label it with an LM, train a classifier, "
-                    "score and filter the corpus, stage after stage. Writes OUTPUT_DIR/report.json.",
+        "score and filter the corpus, stage after stage. Writes OUTPUT_DIR/report.json.",
     )
-    parser.add_argument("config", metavar="CONFIG.yaml", help="YAML config (see zephyr/datashop/config.py for the keys)")
+    parser.add_argument(
+        "config", metavar="CONFIG.yaml", help="YAML config (see zephyr/datashop/config.py for the keys)"
+    )
     parser.add_argument("--output-dir", help="override the config's output_dir (default: the config's)")
     from zephyr.engine.options import add_engine_options
 
     add_engine_options(parser, with_cluster=False)  # --backend/--workers override engine_backend/workers
-    parser.add_argument("--engine-backend", dest="backend", choices=("local", "processes", "ray"),
-                        help=argparse.SUPPRESS)  # the old name of --backend
+    parser.add_argument(
+        "--engine-backend", dest="backend", choices=("local", "processes", "ray"), help=argparse.SUPPRESS
+    )  # the old name of --backend
     parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of the table")
     parser.set_defaults(func=run_cli)
 
@@ -36,8 +39,9 @@ def run_cli(args: argparse.Namespace) -> int:
     from zephyr.datashop.config import load_config
     from zephyr.datashop.pipeline import run_datashop
 
-    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-                        format="%(message)s")
+    logging.basicConfig(
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING, format="%(message)s"
+    )
     try:
         config = load_config(args.config)
     except (FileNotFoundError, ValueError) as exc:

@@ -75,8 +75,11 @@ class PromptConfig:
         owner = "PromptConfig"
         for name, text in (("template", self.template), ("paraphrase", self.paraphrase)):
             if text is not None and text.count(EXAMPLE_SLOT) != 1:
-                fail(owner, f"{name} must contain the slot {EXAMPLE_SLOT} exactly once, found "
-                             f"{text.count(EXAMPLE_SLOT)} in {text[:80]!r}")
+                fail(
+                    owner,
+                    f"{name} must contain the slot {EXAMPLE_SLOT} exactly once, found "
+                    f"{text.count(EXAMPLE_SLOT)} in {text[:80]!r}",
+                )
         object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
         if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels):
             fail(owner, f"labels must be at least two distinct strings, got {self.labels!r}")
@@ -84,8 +87,11 @@ class PromptConfig:
             try:
                 values = tuple(float(x) for x in self.labels)
             except ValueError:
-                fail(owner, f"labels {self.labels!r} are not numbers, so give `values` (one number per label), "
-                             "e.g. labels: ['No', 'Yes'] with values: [0, 1]")
+                fail(
+                    owner,
+                    f"labels {self.labels!r} are not numbers, so give `values` (one number per label), "
+                    "e.g. labels: ['No', 'Yes'] with values: [0, 1]",
+                )
             object.__setattr__(self, "values", values)
         else:
             object.__setattr__(self, "values", tuple(float(v) for v in self.values))
@@ -208,9 +214,22 @@ class ClassifierConfig:
             fail(owner, f"kind must be one of {CLASSIFIERS}, got {self.kind!r}")
         if not 0.0 < self.holdout_fraction < 1.0:
             fail(owner, f"holdout_fraction must be strictly between 0 and 1, got {self.holdout_fraction}")
-        if min(self.max_chars, self.epoch, self.dim, self.batch_size, self.bucket, self.word_ngrams,
-               self.embedding_max_tokens) < 1:
-            fail(owner, "max_chars, epoch, dim, bucket, word_ngrams, batch_size and embedding_max_tokens must all be >= 1")
+        if (
+            min(
+                self.max_chars,
+                self.epoch,
+                self.dim,
+                self.batch_size,
+                self.bucket,
+                self.word_ngrams,
+                self.embedding_max_tokens,
+            )
+            < 1
+        ):
+            fail(
+                owner,
+                "max_chars, epoch, dim, bucket, word_ngrams, batch_size and embedding_max_tokens must all be >= 1",
+            )
         if self.embedding_dtype not in ("auto", "float32", "bfloat16"):
             fail(owner, f"embedding_dtype must be auto, float32 or bfloat16, got {self.embedding_dtype!r}")
         if self.ridge_alpha < 0:
@@ -226,8 +245,11 @@ class FilterConfig:
 
     def __post_init__(self) -> None:
         if (self.threshold is None) == (self.keep_fraction is None):
-            fail("FilterConfig", "give exactly one of threshold (e.g. 3.0) or keep_fraction (e.g. 0.1), got "
-                                  f"threshold={self.threshold!r}, keep_fraction={self.keep_fraction!r}")
+            fail(
+                "FilterConfig",
+                "give exactly one of threshold (e.g. 3.0) or keep_fraction (e.g. 0.1), got "
+                f"threshold={self.threshold!r}, keep_fraction={self.keep_fraction!r}",
+            )
         if self.keep_fraction is not None and not 0.0 < self.keep_fraction <= 1.0:
             fail("FilterConfig", f"keep_fraction must be in (0, 1], got {self.keep_fraction}")
 
@@ -245,8 +267,10 @@ class StageConfig:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_\-]+", self.name or ""):
-            fail("StageConfig", f"name must be a non-empty [A-Za-z0-9_-] string (used in paths and field names), "
-                                 f"got {self.name!r}")
+            fail(
+                "StageConfig",
+                f"name must be a non-empty [A-Za-z0-9_-] string (used in paths and field names), got {self.name!r}",
+            )
 
     @property
     def score_field(self) -> str:

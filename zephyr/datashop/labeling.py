@@ -126,14 +126,16 @@ class LabelingRun:
         return {r.id: r.score for r in self.results if r.score is not None}
 
 
-def score_from_probs(probs: dict[str, float], prompt: PromptConfig) -> tuple[float | None, str | None, float, dict[str, float], str | None]:
+def score_from_probs(
+    probs: dict[str, float], prompt: PromptConfig
+) -> tuple[float | None, str | None, float, dict[str, float], str | None]:
     """(score, argmax label, label mass, renormalised probs, error) from next-token label probabilities."""
     assert prompt.values is not None
     mass = float(sum(max(0.0, probs.get(label, 0.0)) for label in prompt.labels))
     if mass <= 0.0 or not math.isfinite(mass):
         return None, None, 0.0, {}, "no_label_in_top_logprobs"
     norm = {label: max(0.0, probs.get(label, 0.0)) / mass for label in prompt.labels}
-    score = sum(norm[label] * value for label, value in zip(prompt.labels, prompt.values))
+    score = sum(norm[label] * value for label, value in zip(prompt.labels, prompt.values, strict=False))
     best = max(prompt.labels, key=lambda label: norm[label])
     return score, best, mass, norm, None
 
@@ -161,8 +163,16 @@ def score_from_text(text: str, prompt: PromptConfig) -> tuple[float | None, str 
 def label_key(prompt: PromptConfig, config: LabelerConfig, model_id: str, doc_id: str, text: str) -> str:
     """Cache key: everything that changes a document's label, hashed."""
     settings = [
-        prompt.template, prompt.system, prompt.answer_prefix, prompt.use_chat_template, list(prompt.labels),
-        list(prompt.values or ()), model_id, config.mode, config.max_context_tokens, config.max_example_tokens,
+        prompt.template,
+        prompt.system,
+        prompt.answer_prefix,
+        prompt.use_chat_template,
+        list(prompt.labels),
+        list(prompt.values or ()),
+        model_id,
+        config.mode,
+        config.max_context_tokens,
+        config.max_example_tokens,
     ]
     if config.mode == "generate":
         settings += [prompt.parse_regex, config.max_new_tokens]
@@ -194,7 +204,9 @@ class LabelCache:
                     continue
                 entries[result.key] = result
         if self.skipped_lines:
-            log.warning("label cache %s: skipped %d unreadable line(s) (interrupted write?)", self.path, self.skipped_lines)
+            log.warning(
+                "label cache %s: skipped %d unreadable line(s) (interrupted write?)", self.path, self.skipped_lines
+            )
         return entries
 
     def append(self, results: Iterable[LabelResult]) -> None:
@@ -249,8 +261,14 @@ def label_documents(
         pending = list({keys[i]: i for i in pending}.values())  # duplicate documents are labeled once
         answer_tokens = 1 if config.mode == "logprobs" else config.max_new_tokens
         rendered: dict[int, RenderedPrompt] = {
-            i: render_prompt(prompt, docs[i][text_field], backend.codec, context_tokens=backend.context_tokens,
-                             answer_tokens=answer_tokens, max_example_tokens=config.max_example_tokens)
+            i: render_prompt(
+                prompt,
+                docs[i][text_field],
+                backend.codec,
+                context_tokens=backend.context_tokens,
+                answer_tokens=answer_tokens,
+                max_example_tokens=config.max_example_tokens,
+            )
             for i in pending
         }
         pending.sort(key=lambda i: len(rendered[i].text))
@@ -261,8 +279,9 @@ def label_documents(
             row = tracker.enter_context(task_progress(progress, total=len(pending), unit="docs"))
             on_batch = _both(on_batch, lambda done, total: row.set(done))
         with tracker:
-            _label_pending(pending, docs, keys, rendered, prompt, config, backend, cache, by_key, text_field,
-                           id_field, on_batch)
+            _label_pending(
+                pending, docs, keys, rendered, prompt, config, backend, cache, by_key, text_field, id_field, on_batch
+            )
         seconds = time.perf_counter() - start
     finally:
         if own_backend:
@@ -289,10 +308,20 @@ def _both(first: Callable[[int, int], None] | None, second: Callable[[int, int],
     return call
 
 
-def _label_pending(pending: list[int], docs: list[dict[str, Any]], keys: list[str], rendered: dict[int, RenderedPrompt],
-                   prompt: PromptConfig, config: LabelerConfig, backend: LabelBackend, cache: LabelCache | None,
-                   by_key: dict[str, LabelResult], text_field: str, id_field: str,
-                   on_batch: Callable[[int, int], None] | None) -> int:
+def _label_pending(
+    pending: list[int],
+    docs: list[dict[str, Any]],
+    keys: list[str],
+    rendered: dict[int, RenderedPrompt],
+    prompt: PromptConfig,
+    config: LabelerConfig,
+    backend: LabelBackend,
+    cache: LabelCache | None,
+    by_key: dict[str, LabelResult],
+    text_field: str,
+    id_field: str,
+    on_batch: Callable[[int, int], None] | None,
+) -> int:
     """Label `pending` (indexes into docs) batch by batch, appending each batch to the cache; returns the count."""
     done = 0
     for b in range(0, len(pending), config.batch_size):
@@ -302,14 +331,32 @@ def _label_pending(pending: list[int], docs: list[dict[str, Any]], keys: list[st
         if config.mode == "logprobs":
             for i, probs in zip(batch, backend.label_probs(texts, prompt.labels), strict=True):
                 score, label, mass, norm, error = score_from_probs(probs, prompt)
-                new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
-                                       label_mass=mass, probs=norm or None, error=error,
-                                       truncated=rendered[i].truncated))
+                new.append(
+                    LabelResult(
+                        id=str(docs[i][id_field]),
+                        key=keys[i],
+                        score=score,
+                        label=label,
+                        label_mass=mass,
+                        probs=norm or None,
+                        error=error,
+                        truncated=rendered[i].truncated,
+                    )
+                )
         else:
             for i, text in zip(batch, backend.generate(texts, config.max_new_tokens), strict=True):
                 score, label, error = score_from_text(text, prompt)
-                new.append(LabelResult(id=str(docs[i][id_field]), key=keys[i], score=score, label=label,
-                                       generated=text, error=error, truncated=rendered[i].truncated))
+                new.append(
+                    LabelResult(
+                        id=str(docs[i][id_field]),
+                        key=keys[i],
+                        score=score,
+                        label=label,
+                        generated=text,
+                        error=error,
+                        truncated=rendered[i].truncated,
+                    )
+                )
         if cache is not None:
             cache.append(new)
         by_key.update((r.key, r) for r in new)
@@ -317,4 +364,3 @@ def _label_pending(pending: list[int], docs: list[dict[str, Any]], keys: list[st
         if on_batch is not None:
             on_batch(done, len(pending))
     return done
-

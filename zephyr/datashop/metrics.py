@@ -74,5 +74,11 @@ def agreement(lm_scores: Sequence[float], predicted: Sequence[float], bin_values
     p = nearest_bin(predicted, bin_values)
     majority = float(np.bincount(t).max() / n)
     mae = float(np.mean(np.abs(np.asarray(lm_scores, dtype=float) - np.asarray(predicted, dtype=float))))
-    return Agreement(n=n, accuracy=float(np.mean(t == p)), macro_f1=macro_f1(t, p), spearman=spearman(lm_scores, predicted),
-                     majority_accuracy=majority, mean_abs_error=mae)
+    return Agreement(
+        n=n,
+        accuracy=float(np.mean(t == p)),
+        macro_f1=macro_f1(t, p),
+        spearman=spearman(lm_scores, predicted),
+        majority_accuracy=majority,
+        mean_abs_error=mae,
+    )

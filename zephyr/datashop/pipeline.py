@@ -86,13 +86,19 @@ class DatashopReport:
     output_files: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"output_dir": self.output_dir, "seconds": self.seconds, "output_files": list(self.output_files),
-                "stages": [s.to_dict() for s in self.stages]}
+        return {
+            "output_dir": self.output_dir,
+            "seconds": self.seconds,
+            "output_files": list(self.output_files),
+            "stages": [s.to_dict() for s in self.stages],
+        }
 
     def summary(self) -> str:
         """A readable table of the stages."""
-        head = (f"{'stage':<12} {'in':>8} {'pool':>6} {'fail':>5} {'LM doc/s':>9} {'clf':<9} "
-                f"{'acc':>5} {'maj':>5} {'F1':>5} {'rho':>6} {'thresh':>7} {'kept':>8} {'frac':>6}")
+        head = (
+            f"{'stage':<12} {'in':>8} {'pool':>6} {'fail':>5} {'LM doc/s':>9} {'clf':<9} "
+            f"{'acc':>5} {'maj':>5} {'F1':>5} {'rho':>6} {'thresh':>7} {'kept':>8} {'frac':>6}"
+        )
         lines = [head, "-" * len(head)]
         for s in self.stages:
             a = s.holdout_agreement
@@ -105,8 +111,10 @@ class DatashopReport:
             lines.append(f"{s.name}: {s.label_quality.summary()}")
             v = s.vs_majority
             if v.get("gain") is not None:
-                lines.append(f"{s.name}: held-out macro-F1 {v['macro_f1']:.2f} vs majority class {v['majority_macro_f1']:.2f}"
-                             f" (gain {v['gain']:+.2f}{'' if v['beats_majority'] else ', NOT clearly better than the majority class'})")
+                lines.append(
+                    f"{s.name}: held-out macro-F1 {v['macro_f1']:.2f} vs majority class {v['majority_macro_f1']:.2f}"
+                    f" (gain {v['gain']:+.2f}{'' if v['beats_majority'] else ', NOT clearly better than the majority class'})"
+                )
         lines.append(f"final dataset: {len(self.output_files)} file(s) under {self.output_dir}  ({self.seconds:.1f} s)")
         return "\n".join(lines)
 
@@ -150,18 +158,34 @@ def run_stage(
     with _execution(config):
         pool = sample_pool_dataset(corpus, stage.pool.size, seed=stage.pool.seed, id_field=config.id_field)
     if len(pool) < 2:
-        raise ValueError(f"Stage {stage.name!r}: its input {list(inputs)} holds {len(pool)} document(s); "
-                         "a stage needs at least 2 to train and evaluate a classifier")
+        raise ValueError(
+            f"Stage {stage.name!r}: its input {list(inputs)} holds {len(pool)} document(s); "
+            "a stage needs at least 2 to train and evaluate a classifier"
+        )
     labels_path = stage_dir / "labels.jsonl"
     own_backend = backend is None
     backend = backend or make_backend(stage.labeler)
     try:
-        labeling = label_documents(pool, stage.prompt, stage.labeler, cache_path=labels_path, backend=backend,
-                                   text_field=config.text_field, id_field=config.id_field,
-                                   progress=f"datashop {stage.name} label")
-        quality = measure_label_quality(pool, labeling.results, stage.prompt, stage.labeler, backend,
-                                        text_field=config.text_field, id_field=config.id_field,
-                                        cache_path=stage_dir / "quality")
+        labeling = label_documents(
+            pool,
+            stage.prompt,
+            stage.labeler,
+            cache_path=labels_path,
+            backend=backend,
+            text_field=config.text_field,
+            id_field=config.id_field,
+            progress=f"datashop {stage.name} label",
+        )
+        quality = measure_label_quality(
+            pool,
+            labeling.results,
+            stage.prompt,
+            stage.labeler,
+            backend,
+            text_field=config.text_field,
+            id_field=config.id_field,
+            cache_path=stage_dir / "quality",
+        )
     finally:
         if own_backend:
             backend.close()
@@ -183,22 +207,31 @@ def run_stage(
     # 3. classifier on the labels, agreement on the held-out part
     train_ids, held_ids = split_holdout(sorted(scores), stage.classifier.holdout_fraction, seed=stage.classifier.seed)
     classifier_dir = stage_dir / "classifier"
-    classifier = train_classifier([texts[i] for i in train_ids], [scores[i] for i in train_ids], stage.classifier,
-                                  classifier_dir, bin_values=stage.prompt.values)
+    classifier = train_classifier(
+        [texts[i] for i in train_ids],
+        [scores[i] for i in train_ids],
+        stage.classifier,
+        classifier_dir,
+        bin_values=stage.prompt.values,
+    )
     t0 = time.perf_counter()
     held_pred = classifier.predict([texts[i] for i in held_ids])
     train_pred = classifier.predict([texts[i] for i in train_ids])
     clf_seconds = time.perf_counter() - t0
     held_agree = agreement([scores[i] for i in held_ids], held_pred, stage.prompt.values)
-    vs_majority = classifier_beats_majority(nearest_bin([scores[i] for i in held_ids], stage.prompt.values),
-                                            nearest_bin(held_pred, stage.prompt.values))
+    vs_majority = classifier_beats_majority(
+        nearest_bin([scores[i] for i in held_ids], stage.prompt.values), nearest_bin(held_pred, stage.prompt.values)
+    )
     train_agree = agreement([scores[i] for i in train_ids], train_pred, stage.prompt.values)
 
     # 4-5. score everything on the engine, then keep the best
     field_name = stage.score_field
     with _execution(config):
-        scored_files = _write(score_dataset(corpus, str(classifier_dir), text_field=config.text_field,
-                                            score_field=field_name), stage_dir / "scored", config.output_format)
+        scored_files = _write(
+            score_dataset(corpus, str(classifier_dir), text_field=config.text_field, score_field=field_name),
+            stage_dir / "scored",
+            config.output_format,
+        )
         scored = Dataset.from_files(scored_files)
         hist = score_histogram(scored, field_name, lo=lo, hi=hi)
         if stage.filter.threshold is not None:
@@ -211,16 +244,34 @@ def run_stage(
         kept_docs = Dataset.from_files(kept_files).select(config.id_field).count() if kept_files else 0
     input_docs = hist.total + hist.missing
     report = StageReport(
-        name=stage.name, stage_dir=str(stage_dir), input_docs=input_docs, pool_size=len(pool),
-        labeled_now=labeling.labeled_now, labels_from_cache=labeling.from_cache, label_failures=labeling.failed,
-        label_truncated=labeling.truncated, label_seconds=labeling.seconds, label_docs_per_s=labeling.docs_per_s,
-        label_model=labeling.model_id, label_histogram=histogram,
-        lm_mean_score=float(np.mean(list(scores.values()))), label_quality=quality, classifier_kind=stage.classifier.kind,
-        classifier_dir=str(classifier_dir), train_size=len(train_ids), holdout_size=len(held_ids),
-        holdout_agreement=held_agree, train_agreement=train_agree, vs_majority=vs_majority,
+        name=stage.name,
+        stage_dir=str(stage_dir),
+        input_docs=input_docs,
+        pool_size=len(pool),
+        labeled_now=labeling.labeled_now,
+        labels_from_cache=labeling.from_cache,
+        label_failures=labeling.failed,
+        label_truncated=labeling.truncated,
+        label_seconds=labeling.seconds,
+        label_docs_per_s=labeling.docs_per_s,
+        label_model=labeling.model_id,
+        label_histogram=histogram,
+        lm_mean_score=float(np.mean(list(scores.values()))),
+        label_quality=quality,
+        classifier_kind=stage.classifier.kind,
+        classifier_dir=str(classifier_dir),
+        train_size=len(train_ids),
+        holdout_size=len(held_ids),
+        holdout_agreement=held_agree,
+        train_agreement=train_agree,
+        vs_majority=vs_majority,
         classifier_docs_per_s=(len(held_ids) + len(train_ids)) / clf_seconds if clf_seconds > 0 else 0.0,
-        threshold=threshold, kept_docs=kept_docs, kept_fraction=kept_docs / input_docs if input_docs else 0.0,
-        scored_files=tuple(scored_files), kept_files=tuple(kept_files), labels_path=str(labels_path),
+        threshold=threshold,
+        kept_docs=kept_docs,
+        kept_fraction=kept_docs / input_docs if input_docs else 0.0,
+        scored_files=tuple(scored_files),
+        kept_files=tuple(kept_files),
+        labels_path=str(labels_path),
         seconds=time.perf_counter() - start,
     )
     _write_atomic(stage_dir / "report.json", json.dumps(report.to_dict(), indent=2, default=str))
@@ -252,8 +303,12 @@ def run_datashop(config: DatashopConfig) -> DatashopReport:
     finally:
         for backend in backends.values():
             backend.close()
-    result = DatashopReport(stages=tuple(reports), output_dir=str(out), seconds=time.perf_counter() - start,
-                            output_files=reports[-1].kept_files if reports else ())
+    result = DatashopReport(
+        stages=tuple(reports),
+        output_dir=str(out),
+        seconds=time.perf_counter() - start,
+        output_files=reports[-1].kept_files if reports else (),
+    )
     _write_atomic(out / "report.json", json.dumps(result.to_dict(), indent=2, default=str))
     return result
 

@@ -106,4 +106,6 @@ def render_prompt(
     if max_example_tokens is not None:
         budget = min(budget, max_example_tokens)
     cut = codec.truncate(example, budget)
-    return RenderedPrompt(text=build(cut), example_tokens=min(budget, codec.count(cut)), truncated=len(cut) < len(example))
+    return RenderedPrompt(
+        text=build(cut), example_tokens=min(budget, codec.count(cut)), truncated=len(cut) < len(example)
+    )

@@ -78,10 +78,12 @@ class LabelQuality:
         def f(x: float | None) -> str:
             return "-" if x is None else f"{x:.2f}"
 
-        line = (f"label quality (n={self.n}): probability vs generate Spearman {f(self.modes_spearman)}, same label "
-                f"{f(self.modes_label_agreement)}, generate parsed {f(self.generate_parsed)}; paraphrase Spearman "
-                f"{f(self.paraphrase_spearman)}, same label {f(self.paraphrase_label_agreement)}; score spread "
-                f"{f(self.score_spread)} -> {'NOISY' if self.noisy else 'ok'}")
+        line = (
+            f"label quality (n={self.n}): probability vs generate Spearman {f(self.modes_spearman)}, same label "
+            f"{f(self.modes_label_agreement)}, generate parsed {f(self.generate_parsed)}; paraphrase Spearman "
+            f"{f(self.paraphrase_spearman)}, same label {f(self.paraphrase_label_agreement)}; score spread "
+            f"{f(self.score_spread)} -> {'NOISY' if self.noisy else 'ok'}"
+        )
         if self.skipped:
             line += " (not measured: " + "; ".join(self.skipped) + ")"
         if self.noisy and self.advice:
@@ -105,8 +107,9 @@ def rank_calibrate(scores: Sequence[float], values: Sequence[float]) -> np.ndarr
     return lo + (hi - lo) * (ranks - 1) / (len(s) - 1)
 
 
-def classifier_beats_majority(true_bins: Sequence[int], pred_bins: Sequence[int],
-                              min_gain: float = QualityThresholds.min_f1_gain) -> dict[str, Any]:
+def classifier_beats_majority(
+    true_bins: Sequence[int], pred_bins: Sequence[int], min_gain: float = QualityThresholds.min_f1_gain
+) -> dict[str, Any]:
     """Held-out macro-F1 of the classifier vs the majority-class baseline's, and whether the gain is >= `min_gain`."""
     t = np.asarray(true_bins)
     if len(t) == 0:
@@ -139,24 +142,38 @@ def assess(
     if modes_spearman is None and generate_parsed:
         reasons.append("generate-mode answers do not vary")
     if modes_spearman is not None and modes_spearman < thresholds.min_modes_spearman:
-        reasons.append(f"probability and generate modes disagree (Spearman {modes_spearman:.2f} < "
-                       f"{thresholds.min_modes_spearman})")
+        reasons.append(
+            f"probability and generate modes disagree (Spearman {modes_spearman:.2f} < {thresholds.min_modes_spearman})"
+        )
     if paraphrase_spearman is not None and paraphrase_spearman < thresholds.min_paraphrase_spearman:
-        reasons.append(f"a paraphrased prompt ranks documents differently (Spearman {paraphrase_spearman:.2f} < "
-                       f"{thresholds.min_paraphrase_spearman})")
+        reasons.append(
+            f"a paraphrased prompt ranks documents differently (Spearman {paraphrase_spearman:.2f} < "
+            f"{thresholds.min_paraphrase_spearman})"
+        )
     if score_spread is not None and score_spread < thresholds.min_spread:
         reasons.append(f"scores barely vary (spread {score_spread:.3f} of the label range)")
     advice = None
     if reasons:
-        advice = (f"labels from {model_id} look too noisy for this criterion: " + "; ".join(reasons) + ". Fixes: "
-                  f"label a larger pool (pool size {max(2 * pool_size, 256)} or more) so the classifier averages the "
-                  "noise out; label with a bigger model (labeler backend: vllm with a local model directory, or "
-                  "backend: openai with url: http://HOST:PORT/v1 of an OpenAI-compatible server); or ask a "
-                  "question this model can judge (a Yes/No prompt with few-shot examples).")
-    return LabelQuality(n=n, modes_spearman=modes_spearman, modes_label_agreement=modes_label_agreement,
-                        generate_parsed=generate_parsed, paraphrase_spearman=paraphrase_spearman,
-                        paraphrase_label_agreement=paraphrase_label_agreement, score_spread=score_spread,
-                        noisy=bool(reasons), reasons=tuple(reasons), advice=advice, skipped=tuple(skipped))
+        advice = (
+            f"labels from {model_id} look too noisy for this criterion: " + "; ".join(reasons) + ". Fixes: "
+            f"label a larger pool (pool size {max(2 * pool_size, 256)} or more) so the classifier averages the "
+            "noise out; label with a bigger model (labeler backend: vllm with a local model directory, or "
+            "backend: openai with url: http://HOST:PORT/v1 of an OpenAI-compatible server); or ask a "
+            "question this model can judge (a Yes/No prompt with few-shot examples)."
+        )
+    return LabelQuality(
+        n=n,
+        modes_spearman=modes_spearman,
+        modes_label_agreement=modes_label_agreement,
+        generate_parsed=generate_parsed,
+        paraphrase_spearman=paraphrase_spearman,
+        paraphrase_label_agreement=paraphrase_label_agreement,
+        score_spread=score_spread,
+        noisy=bool(reasons),
+        reasons=tuple(reasons),
+        advice=advice,
+        skipped=tuple(skipped),
+    )
 
 
 def measure_label_quality(
@@ -197,9 +214,16 @@ def measure_label_quality(
         base = np.asarray([scores[i] for i in ids])
         cache_dir = Path(cache_path) if cache_path is not None else None
         gen_config = dataclasses.replace(config, mode="generate", max_new_tokens=min(config.max_new_tokens, 4))
-        gen = label_documents(sample, prompt, gen_config, backend=backend, text_field=text_field, id_field=id_field,
-                              progress="datashop label quality: generate mode",
-                              cache_path=cache_dir / "generate.jsonl" if cache_dir else None)
+        gen = label_documents(
+            sample,
+            prompt,
+            gen_config,
+            backend=backend,
+            text_field=text_field,
+            id_field=id_field,
+            progress="datashop label quality: generate mode",
+            cache_path=cache_dir / "generate.jsonl" if cache_dir else None,
+        )
         ok = [(b, r) for b, r in zip(base, gen.results, strict=True) if r.score is not None]
         parsed = len(ok) / len(sample)
         if len(ok) >= 3:
@@ -209,17 +233,36 @@ def measure_label_quality(
             skipped.append("no prompt.paraphrase given")
         else:
             para_prompt = dataclasses.replace(prompt, template=prompt.paraphrase, paraphrase=None)
-            para = label_documents(sample, para_prompt, dataclasses.replace(config, mode="logprobs"), backend=backend,
-                                   text_field=text_field, id_field=id_field,
-                                   progress="datashop label quality: paraphrase",
-                                   cache_path=cache_dir / "paraphrase.jsonl" if cache_dir else None)
+            para = label_documents(
+                sample,
+                para_prompt,
+                dataclasses.replace(config, mode="logprobs"),
+                backend=backend,
+                text_field=text_field,
+                id_field=id_field,
+                progress="datashop label quality: paraphrase",
+                cache_path=cache_dir / "paraphrase.jsonl" if cache_dir else None,
+            )
             pairs = [(b, r.score) for b, r in zip(base, para.results, strict=True) if r.score is not None]
             if len(pairs) >= 3:
                 a, b = np.asarray([x for x, _ in pairs]), np.asarray([y for _, y in pairs])
                 para_rho = spearman(a, b)
-                para_same = float(np.mean(nearest_bin(rank_calibrate(a, prompt.values), prompt.values)
-                                          == nearest_bin(rank_calibrate(b, prompt.values), prompt.values)))
+                para_same = float(
+                    np.mean(
+                        nearest_bin(rank_calibrate(a, prompt.values), prompt.values)
+                        == nearest_bin(rank_calibrate(b, prompt.values), prompt.values)
+                    )
+                )
     model_id = getattr(backend, "model_id", config.model)
-    return assess(n=len(sample), modes_spearman=modes_rho, modes_label_agreement=modes_same, generate_parsed=parsed,
-                  paraphrase_spearman=para_rho, paraphrase_label_agreement=para_same, score_spread=spread,
-                  model_id=model_id, pool_size=len(docs), skipped=skipped)
+    return assess(
+        n=len(sample),
+        modes_spearman=modes_rho,
+        modes_label_agreement=modes_same,
+        generate_parsed=parsed,
+        paraphrase_spearman=para_rho,
+        paraphrase_label_agreement=para_same,
+        score_spread=spread,
+        model_id=model_id,
+        pool_size=len(docs),
+        skipped=skipped,
+    )

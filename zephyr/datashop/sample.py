@@ -32,7 +32,9 @@ def _rank_key(doc: dict[str, Any], seed: int, id_field: str) -> tuple[int, str]:
     return pool_rank(doc_id, seed), str(doc_id)  # the id breaks (astronomically rare) hash ties
 
 
-def sample_pool(docs: Iterable[dict[str, Any]], size: int, *, seed: int = 0, id_field: str = "id") -> list[dict[str, Any]]:
+def sample_pool(
+    docs: Iterable[dict[str, Any]], size: int, *, seed: int = 0, id_field: str = "id"
+) -> list[dict[str, Any]]:
     """The pool from an in-memory iterable, in pool order (ascending rank)."""
     return heapq.nsmallest(size, docs, key=lambda d: _rank_key(d, seed, id_field))
 

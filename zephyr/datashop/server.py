@@ -71,7 +71,9 @@ def _handler(backend: Any, model_name: str, lock: threading.Lock) -> type[BaseHT
             if self.path.rstrip("/") in ("/health", ""):
                 self._send(200, {"status": "ok"})
             elif self.path.rstrip("/") == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "zephyr"}]})
+                self._send(
+                    200, {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "zephyr"}]}
+                )
             else:
                 self._error(404, f"no route {self.path}; try POST /v1/completions")
 
@@ -107,12 +109,24 @@ def _handler(backend: Any, model_name: str, lock: threading.Lock) -> type[BaseHT
                     for token in g.tokens:
                         offsets.append(pos)
                         pos += len(token)
-                    logprobs = {"tokens": list(g.tokens), "token_logprobs": list(g.token_logprobs),
-                                "top_logprobs": list(g.top_logprobs), "text_offset": offsets}
+                    logprobs = {
+                        "tokens": list(g.tokens),
+                        "token_logprobs": list(g.token_logprobs),
+                        "top_logprobs": list(g.top_logprobs),
+                        "text_offset": offsets,
+                    }
                 finish = "stop" if g.stopped else "length"
                 choices.append({"index": i, "text": g.text, "logprobs": logprobs, "finish_reason": finish})
-            self._send(200, {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                             "model": model_name, "choices": choices})
+            self._send(
+                200,
+                {
+                    "id": f"cmpl-{uuid.uuid4().hex}",
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": model_name,
+                    "choices": choices,
+                },
+            )
 
     return Handler
 
@@ -130,7 +144,9 @@ def start_server(model: str = "smollm2-135m-instruct", *, host: str = "127.0.0.1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Serve a local transformers model on an OpenAI-compatible completions API")
+    parser = argparse.ArgumentParser(
+        description="Serve a local transformers model on an OpenAI-compatible completions API"
+    )
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)

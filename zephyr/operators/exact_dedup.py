@@ -41,6 +41,7 @@ from zephyr.fs import atomic_write, join, url_to_fs
 
 __all__ = ["dedup_documents", "dedup_paragraphs", "normalize_for_hash", "text_hash"]
 
+
 @functools.lru_cache(maxsize=1)
 def _punctuation_re() -> re.Pattern:
     """A character class of every punctuation code point of the Basic Multilingual Plane, built once

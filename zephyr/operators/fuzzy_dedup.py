@@ -264,7 +264,7 @@ class _PackBands:
         order = np.argsort(part, kind="stable")
         part = part[order]
         bounds = np.flatnonzero(np.diff(part)) + 1
-        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist()):
+        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist(), strict=False):
             sel = order[lo:hi]
             yield (int(part[lo]), flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
 
@@ -408,10 +408,10 @@ class _FanOut:
         out: dict[int, tuple[list, list, list]] = {}
         for _, tag, keys, values in chunks:
             if tag == _EDGES:
-                for node, other in zip(keys, values):
+                for node, other in zip(keys, values, strict=False):
                     neighbours.setdefault(node, set()).add(other)
                 continue
-            for node, shingles in zip(keys, values):
+            for node, shingles in zip(keys, values, strict=False):
                 for other in sorted(neighbours.get(node, ())):
                     edge = (node, other) if node < other else (other, node)
                     part = _partition_of(edge, self.partitions)
@@ -436,7 +436,7 @@ class _VerifyPairs:
     def __call__(self, partition: int, chunks: Iterable[tuple]) -> Iterator[dict]:
         waiting: dict[tuple, bytes] = {}
         for _, a_ids, b_ids, sets in chunks:
-            for a, b, shingles in zip(a_ids, b_ids, sets):
+            for a, b, shingles in zip(a_ids, b_ids, sets, strict=False):
                 first = waiting.pop((a, b), None)
                 if first is None:
                     waiting[(a, b)] = shingles
@@ -711,7 +711,11 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     # with a target's size.
     shards = config.num_shards or engine.num_workers
 
-    sig = _stage(join(work_dir, "signatures"), version, lambda: _write_stage(ds.map_shard(_Sketch(config)), join(work_dir, "signatures")))
+    sig = _stage(
+        join(work_dir, "signatures"),
+        version,
+        lambda: _write_stage(ds.map_shard(_Sketch(config)), join(work_dir, "signatures")),
+    )
     documents = sig["counters"].get("fuzzy_dedup/documents", 0)
 
     def candidates() -> tuple[list[str], dict[str, int]]:
@@ -824,7 +828,7 @@ class _AnnotateFromTable:
             table: dict[Any, Any] = {}
             for path in self.paths:
                 for batch in read_batches(path, format="parquet", columns=["id", "cluster"]):
-                    table.update(zip(batch.column("id").to_pylist(), batch.column("cluster").to_pylist()))
+                    table.update(zip(batch.column("id").to_pylist(), batch.column("cluster").to_pylist(), strict=False))
             self._loaded["table"] = table
         cluster_of = self._loaded["table"]
         id_field = self.id_field

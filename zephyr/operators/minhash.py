@@ -386,7 +386,9 @@ def _word_tokens(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         longer = longer[lengths[longer] > 8 * index]
     if len(longer):  # ...so words longer than that (a text without spaces) are hashed whole by xxh3
         counters.increment("minhash/long_words", len(longer))
-        tails = [xxhash.xxh3_64_intdigest(data[s : s + n]) for s, n in zip(starts[longer].tolist(), lengths[longer].tolist())]
+        tails = [
+            xxhash.xxh3_64_intdigest(data[s : s + n]) for s, n in zip(starts[longer].tolist(), lengths[longer].tolist(), strict=False)
+        ]
         hashes[longer] = _fmix64(hashes[longer] + np.array(tails, dtype=np.uint64))
     owner = np.searchsorted(np.flatnonzero(raw == 10), starts)
     return _fmix64(hashes), np.bincount(owner, minlength=len(texts)).astype(np.int64)
@@ -624,4 +626,3 @@ def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
     if sig_a.shape != sig_b.shape:
         raise ValueError(f"signatures differ in shape: {sig_a.shape} vs {sig_b.shape}.")
     return float(np.mean(sig_a == sig_b))
-

@@ -229,7 +229,9 @@ def score_clusters(cluster_of: Mapping[str, str], true_pairs: Iterable[tuple[str
     true_pairs = list(true_pairs)
     true_set = {(a, b) if a < b else (b, a) for a, b in true_pairs}
     removed = [(doc, keeper) for doc, keeper in cluster_of.items() if doc != keeper]
-    verified_removals = sum(1 for doc, keeper in removed if ((doc, keeper) if doc < keeper else (keeper, doc)) in true_set)
+    verified_removals = sum(
+        1 for doc, keeper in removed if ((doc, keeper) if doc < keeper else (keeper, doc)) in true_set
+    )
     predicted = _pairs_in(Counter(cluster_of.values()).values())
     hits = sum(1 for a, b in true_pairs if cluster_of[a] == cluster_of[b])
     # Components of the true-pair graph (union-find: evaluation only, never on the pipeline path).

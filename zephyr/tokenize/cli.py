@@ -16,41 +16,65 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "tokenize",
         help="tokenize document files into a token store",
         description="Tokenize INPUT_GLOB (jsonl[.gz|.zst], parquet, vortex; one store shard per file) into the "
-                    "token store OUTPUT. Reruns skip completed shards.",
+        "token store OUTPUT. Reruns skip completed shards.",
     )
     p.add_argument("input_glob", nargs="+", metavar="INPUT_GLOB", help="input file glob(s)")
     p.add_argument("output", metavar="OUTPUT", help="token store: a directory or a bucket URL (gs://, s3://)")
-    p.add_argument("--tokenizer", default="smollm2",
-                   help="'smollm2' (offline default), a tokenizer.json / directory / .gguf path, or a hub name")
-    p.add_argument("--validation-fraction", type=float, default=0.0,
-                   help="send this fraction of documents (by id hash) to OUTPUT/validation")
+    p.add_argument(
+        "--tokenizer",
+        default="smollm2",
+        help="'smollm2' (offline default), a tokenizer.json / directory / .gguf path, or a hub name",
+    )
+    p.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=0.0,
+        help="send this fraction of documents (by id hash) to OUTPUT/validation",
+    )
     p.add_argument("--text-field", default="text", help="the field holding each document's text")
     p.add_argument("--id-field", default="id", help="the field holding each document's id")
     p.add_argument("--add-bos", action="store_true", help="prepend BOS to every document")
     p.add_argument("--no-eos", action="store_true", help="do not append EOS (the document separator)")
-    p.add_argument("--parse-special", action="store_true",
-                   help="turn special-token strings in the text into special ids (default: plain text)")
-    p.add_argument("--encoder", choices=("auto", "tiktoken", "tokenizers"), default="auto",
-                   help="BPE encoder: auto = tiktoken when verified identical to tokenizers")
+    p.add_argument(
+        "--parse-special",
+        action="store_true",
+        help="turn special-token strings in the text into special ids (default: plain text)",
+    )
+    p.add_argument(
+        "--encoder",
+        choices=("auto", "tiktoken", "tokenizers"),
+        default="auto",
+        help="BPE encoder: auto = tiktoken when verified identical to tokenizers",
+    )
     p.add_argument("--engine", dest="encoder", choices=("auto", "tiktoken", "tokenizers"), help=argparse.SUPPRESS)
     p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
-    p.add_argument("--on-bad-record", choices=("raise", "skip"), default=None,
-                   help="skip (and count) unreadable records and files instead of failing (default: raise)")
+    p.add_argument(
+        "--on-bad-record",
+        choices=("raise", "skip"),
+        default=None,
+        help="skip (and count) unreadable records and files instead of failing (default: raise)",
+    )
     from zephyr.engine.options import add_engine_options
 
     add_engine_options(p)
     p.set_defaults(func=_run_tokenize)
 
-    p = subparsers.add_parser("inspect", help="summarise a token store",
-                              description="Print counts, a document-length histogram and decoded samples.")
+    p = subparsers.add_parser(
+        "inspect",
+        help="summarise a token store",
+        description="Print counts, a document-length histogram and decoded samples.",
+    )
     p.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     p.add_argument("--samples", type=int, default=3, help="documents to decode and show")
     p.add_argument("--max-chars", type=int, default=400, help="characters shown per sample")
     p.add_argument("--no-decode", action="store_true", help="show ids instead of loading the tokenizer")
     p.set_defaults(func=_run_inspect)
 
-    p = subparsers.add_parser("verify", help="check a token store's files against its manifest",
-                              description="Check offsets, counts, file sizes and id range; exit 1 on any problem.")
+    p = subparsers.add_parser(
+        "verify",
+        help="check a token store's files against its manifest",
+        description="Check offsets, counts, file sizes and id range; exit 1 on any problem.",
+    )
     p.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     p.add_argument("--no-ids", action="store_true", help="skip the scan of every id against vocab_size")
     p.set_defaults(func=_run_verify)
@@ -69,17 +93,27 @@ def _run_tokenize(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         with execution(**overrides):
-            result = tokenize_dataset(args.input_glob, args.output, tokenizer=spec, text_field=args.text_field,
-                                      id_field=args.id_field, add_bos=args.add_bos, add_eos=not args.no_eos,
-                                      validation_fraction=args.validation_fraction, resume=not args.no_resume,
-                                      on_bad_record=args.on_bad_record)
+            result = tokenize_dataset(
+                args.input_glob,
+                args.output,
+                tokenizer=spec,
+                text_field=args.text_field,
+                id_field=args.id_field,
+                add_bos=args.add_bos,
+                add_eos=not args.no_eos,
+                validation_fraction=args.validation_fraction,
+                resume=not args.no_resume,
+                on_bad_record=args.on_bad_record,
+            )
     except (FileNotFoundError, ValueError, ZephyrError) as exc:
         print(f"zephyr tokenize: {exc}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - started
     m = result.manifest
-    line = (f"wrote {result.output}: {m['documents']:,} documents, {m['tokens']:,} tokens, {len(m['shards'])} shards "
-            f"({result.shards_written} written, {result.shards_reused} reused) in {seconds:.1f}s")
+    line = (
+        f"wrote {result.output}: {m['documents']:,} documents, {m['tokens']:,} tokens, {len(m['shards'])} shards "
+        f"({result.shards_written} written, {result.shards_reused} reused) in {seconds:.1f}s"
+    )
     if result.validation_manifest:
         v = result.validation_manifest
         line += f"; validation {v['documents']:,} documents, {v['tokens']:,} tokens"

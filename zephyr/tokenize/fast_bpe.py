@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def bytes_to_unicode() -> dict[int, str]:
             printable.append(b)
             chars.append(256 + extra)
             extra += 1
-    return {b: chr(c) for b, c in zip(printable, chars)}
+    return {b: chr(c) for b, c in zip(printable, chars, strict=False)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -166,8 +167,16 @@ class FastEncoder:
     private marker inside the text) are reported back for ``tokenizers``.
     """
 
-    def __init__(self, encoding: Any, pre: _PreTokenizer, allowed: frozenset[str], vocab_size: int,
-                 separator_id: int, document_id: int, rank_to_id: np.ndarray | None) -> None:
+    def __init__(
+        self,
+        encoding: Any,
+        pre: _PreTokenizer,
+        allowed: frozenset[str],
+        vocab_size: int,
+        separator_id: int,
+        document_id: int,
+        rank_to_id: np.ndarray | None,
+    ) -> None:
         self._core = encoding._core_bpe
         self._allowed = allowed
         self._vocab_size = vocab_size
@@ -193,7 +202,7 @@ class FastEncoder:
             cuts = [m.end() for m in self._insert.finditer(text)]
             if cuts:
                 inserted = len(cuts)
-                text = _SEPARATOR.join([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])])
+                text = _SEPARATOR.join([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=False)])
         if self._native_buffer:
             ids = np.frombuffer(self._core.encode_to_tiktoken_buffer(text, self._allowed), dtype=np.uint32)
         else:  # older tiktoken
@@ -254,8 +263,9 @@ class FastEncoder:
         return np.concatenate(parts), np.asarray(lengths, dtype=np.int64), redo
 
 
-def _rank_table(vocab: dict[str, int], merges: list[Any], added: dict[str, int],
-                byte_of: dict[str, int]) -> tuple[dict[bytes, int], np.ndarray | None, int] | str:
+def _rank_table(
+    vocab: dict[str, int], merges: list[Any], added: dict[str, int], byte_of: dict[str, int]
+) -> tuple[dict[bytes, int], np.ndarray | None, int] | str:
     """Mergeable ranks for tiktoken; a rank->id array when ids are not in merge order."""
     token_bytes: dict[str, bytes] = {}
     for token in vocab:
@@ -271,7 +281,7 @@ def _rank_table(vocab: dict[str, int], merges: list[Any], added: dict[str, int],
     if len(set(merged)) != len(merged) or any(m not in vocab for m in merged):
         return "merges are not one-to-one with vocabulary entries"
     merged_ids = [vocab[m] for m in merged]
-    monotone = all(x < y for x, y in zip(merged_ids, merged_ids[1:])) and (
+    monotone = all(x < y for x, y in zip(merged_ids, merged_ids[1:], strict=False)) and (
         not singles or not merged_ids or vocab[singles[-1]] < merged_ids[0]
     )
     orphans = set(token_bytes) - set(singles) - set(merged)
@@ -302,8 +312,11 @@ def build_fast_encoder(tokenizer_json: dict[str, Any], hf_tokenizer: Any, *, par
     model = tokenizer_json.get("model", {})
     if model.get("type") != "BPE":
         return f"model type {model.get('type')!r} is not BPE"
-    if model.get("dropout") or model.get("byte_fallback") or model.get("continuing_subword_prefix") or model.get(
-        "end_of_word_suffix"
+    if (
+        model.get("dropout")
+        or model.get("byte_fallback")
+        or model.get("continuing_subword_prefix")
+        or model.get("end_of_word_suffix")
     ):
         return "BPE options (dropout/byte_fallback/subword prefix/suffix) have no tiktoken equivalent"
     if tokenizer_json.get("normalizer") is not None:
@@ -376,7 +389,7 @@ def verify_fast_encoder(encoder: FastEncoder, hf_tokenizer: Any, texts: list[str
         return f"the fast encoder declined {len(texts) - len(accepted)} of {len(texts)} verification samples"
     texts = list(texts) + ["\n".join(accepted)]
     reference = [e.ids for e in hf_tokenizer.encode_batch(texts, add_special_tokens=False)]
-    for text, ref in zip(texts, reference):
+    for text, ref in zip(texts, reference, strict=False):
         ids = encoder.encode(text)
         if ids is None:
             continue  # handled by the tokenizers fallback: nothing to compare
@@ -385,7 +398,7 @@ def verify_fast_encoder(encoder: FastEncoder, hf_tokenizer: Any, texts: list[str
             return problem
     flat, lengths, redo = encoder.encode_many(texts)
     ends = np.cumsum(lengths)
-    for i, (text, ref) in enumerate(zip(texts, reference)):
+    for i, (text, ref) in enumerate(zip(texts, reference, strict=False)):
         if i in redo:
             if encoder.encode(text) is not None:
                 return f"batch encoding declined sample {text[:40]!r} that single encoding accepts"
@@ -399,5 +412,5 @@ def verify_fast_encoder(encoder: FastEncoder, hf_tokenizer: Any, texts: list[str
 def _compare(got: list[int], ref: list[int], text: str) -> str | None:
     if got == ref:
         return None
-    at = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), len(ref)))
-    return f"ids differ from tokenizers at token {at} of sample {text[:40]!r}: {got[at:at + 5]} vs {ref[at:at + 5]}"
+    at = next((i for i, (a, b) in enumerate(zip(got, ref, strict=False)) if a != b), min(len(got), len(ref)))
+    return f"ids differ from tokenizers at token {at} of sample {text[:40]!r}: {got[at : at + 5]} vs {ref[at : at + 5]}"

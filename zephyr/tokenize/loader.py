@@ -195,9 +195,11 @@ def _from_gguf(path: Path, name: str, doc_token: str | None) -> TokenizerSource:
                 tmp.write_text(payload, encoding="utf-8")
                 os.replace(tmp, target)
         except OSError as exc:  # a read-only home: work uncached, but say how to make it fast
-            warnings.warn(f"could not cache the tokenizer extracted from {path} in {cache} ({exc}); "
-                          "every load will convert the GGUF again. Set ZEPHYR_CACHE_DIR to a writable directory.",
-                          stacklevel=3)
+            warnings.warn(
+                f"could not cache the tokenizer extracted from {path} in {cache} ({exc}); "
+                "every load will convert the GGUF again. Set ZEPHYR_CACHE_DIR to a writable directory.",
+                stacklevel=3,
+            )
             cached_json = path
     added = _added_contents(text)
     bos = doc_token if doc_token in added else meta.get("bos_token")
@@ -233,7 +235,9 @@ def resolve_tokenizer_source(source: str | os.PathLike[str] = DEFAULT_TOKENIZER)
     if path.is_dir():
         candidate = path / "tokenizer.json"
         if not candidate.is_file():
-            raise FileNotFoundError(f"Tokenizer directory {path} has no tokenizer.json; pass the file itself or a .gguf.")
+            raise FileNotFoundError(
+                f"Tokenizer directory {path} has no tokenizer.json; pass the file itself or a .gguf."
+            )
         return _from_json_file(candidate, path.name)
     if path.is_file():
         if path.suffix == ".gguf":

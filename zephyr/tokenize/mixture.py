@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
 from .store import TokenStore
 
 __all__ = ["Mixture", "MixtureComponent", "largest_remainder_counts", "feistel_permute"]
-
 
 
 def largest_remainder_counts(weights: Mapping[str, float], total: int) -> dict[str, int]:
@@ -52,7 +52,7 @@ def largest_remainder_counts(weights: Mapping[str, float], total: int) -> dict[s
     # Largest fractional remainder first; stable sort keeps the listed order for ties.
     order = np.argsort(-(quotas - seats), kind="stable")
     seats[order[:left]] += 1
-    return {n: int(s) for n, s in zip(names, seats)}
+    return {n: int(s) for n, s in zip(names, seats, strict=False)}
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -127,10 +127,16 @@ class Mixture:
     component's name unless that name is given explicitly.
     """
 
-    def __init__(self, components: Mapping[str, tuple[str | os.PathLike[str] | TokenStore, float]], *,
-                 seq_len: int, seed: int = 0, block_size: int = 256,
-                 validation: Mapping[str, str | os.PathLike[str] | TokenStore] | None = None,
-                 include_store_validation: bool = True) -> None:
+    def __init__(
+        self,
+        components: Mapping[str, tuple[str | os.PathLike[str] | TokenStore, float]],
+        *,
+        seq_len: int,
+        seed: int = 0,
+        block_size: int = 256,
+        validation: Mapping[str, str | os.PathLike[str] | TokenStore] | None = None,
+        include_store_validation: bool = True,
+    ) -> None:
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}.")
         if block_size < 1:
@@ -145,8 +151,10 @@ class Mixture:
         vocab = {s.vocab_size for s in stores.values()}
         hashes = {s.tokenizer.get("content_hash") for s in stores.values()}
         if len(hashes) > 1:
-            raise ValueError(f"mixture components were tokenized with different tokenizers (hashes {sorted(map(str, hashes))}); "
-                             "retokenize them with one tokenizer.")
+            raise ValueError(
+                f"mixture components were tokenized with different tokenizers (hashes {sorted(map(str, hashes))}); "
+                "retokenize them with one tokenizer."
+            )
         for name, store in stores.items():
             if weights[name] > 0 and counts[name] == 0:
                 raise ValueError(
@@ -155,8 +163,10 @@ class Mixture:
                 )
             windows = store.num_windows(seq_len)
             if counts[name] and windows == 0:
-                raise ValueError(f"component {name!r}: store {store.location} has {store.num_tokens} tokens, "
-                                 f"fewer than one window of seq_len {seq_len} + 1.")
+                raise ValueError(
+                    f"component {name!r}: store {store.location} has {store.num_tokens} tokens, "
+                    f"fewer than one window of seq_len {seq_len} + 1."
+                )
             comps.append(MixtureComponent(name, store, weights[name], counts[name], windows))
         self.components: tuple[MixtureComponent, ...] = tuple(comps)
         self.vocab_size = max(vocab)
@@ -173,15 +183,23 @@ class Mixture:
     def from_config(cls, config: Mapping[str, Any]) -> Mixture:
         """Build from a JSON/YAML-style mapping (what :meth:`describe` writes also loads back)::
 
-            {"seq_len": 1024, "seed": 0, "block_size": 256,
-             "components": {"web": {"store": "stores/web", "weight": 0.7}, "code": ["stores/code", 0.3]},
-             "validation": {"held": "stores/held"}}
+        {"seq_len": 1024, "seed": 0, "block_size": 256,
+         "components": {"web": {"store": "stores/web", "weight": 0.7}, "code": ["stores/code", 0.3]},
+         "validation": {"held": "stores/held"}}
         """
-        unknown = set(config) - {"seq_len", "seed", "block_size", "components", "validation",
-                                 "include_store_validation"}
+        unknown = set(config) - {
+            "seq_len",
+            "seed",
+            "block_size",
+            "components",
+            "validation",
+            "include_store_validation",
+        }
         if unknown:
-            raise ValueError(f"unknown mixture config keys {sorted(unknown)}; expected seq_len, seed, block_size, "
-                             "components, validation, include_store_validation.")
+            raise ValueError(
+                f"unknown mixture config keys {sorted(unknown)}; expected seq_len, seed, block_size, "
+                "components, validation, include_store_validation."
+            )
         if "seq_len" not in config or "components" not in config:
             raise ValueError("a mixture config needs 'seq_len' and 'components' ({name: {store, weight}}).")
         components: dict[str, tuple[str, float]] = {}
@@ -191,9 +209,14 @@ class Mixture:
             else:
                 store, weight = spec
                 components[name] = (store, float(weight))
-        return cls(components, seq_len=int(config["seq_len"]), seed=int(config.get("seed", 0)),
-                   block_size=int(config.get("block_size", 256)), validation=config.get("validation"),
-                   include_store_validation=bool(config.get("include_store_validation", True)))
+        return cls(
+            components,
+            seq_len=int(config["seq_len"]),
+            seed=int(config.get("seed", 0)),
+            block_size=int(config.get("block_size", 256)),
+            validation=config.get("validation"),
+            include_store_validation=bool(config.get("include_store_validation", True)),
+        )
 
     # -- sampling ----------------------------------------------------------------------------
 
@@ -207,7 +230,9 @@ class Mixture:
         if hit is not None:
             self._layout_cache.move_to_end(block)
             return hit
-        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed & 0xFFFFFFFF, self.seed >> 32, block])))
+        rng = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence([self.seed & 0xFFFFFFFF, self.seed >> 32, block]))
+        )
         comp = self._base[rng.permutation(self.block_size)]
         rank = np.zeros(self.block_size, dtype=np.int64)
         for k in range(len(self.components)):
@@ -236,7 +261,7 @@ class Mixture:
         n = blocks * per_block[comp] + rank  # the component's own sequence number
         epoch, offset = np.divmod(n, windows[comp])
         out = np.empty(len(idx), dtype=np.int64)
-        for k, e in set(zip(comp.tolist(), epoch.tolist())):
+        for k, e in set(zip(comp.tolist(), epoch.tolist(), strict=False)):
             where = (comp == k) & (epoch == e)
             key = _key(self.seed, k, e)
             out[where] = feistel_permute(offset[where], int(windows[k]), key).astype(np.int64)
@@ -260,7 +285,7 @@ class Mixture:
         """Any sequences, by index, as int32 ``[len(indices), seq_len + 1]`` (e.g. one host's rows of a batch)."""
         comp, window = self.locate_many(list(indices))
         out = np.empty((len(comp), self.seq_len + 1), dtype=np.int32)
-        for row, (k, w) in enumerate(zip(comp.tolist(), window.tolist())):
+        for row, (k, w) in enumerate(zip(comp.tolist(), window.tolist(), strict=False)):
             out[row] = self.components[k].store.window(w, self.seq_len)
         return out
 

@@ -27,10 +27,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import xxhash
 
@@ -49,8 +49,14 @@ from .store import (
 )
 from .tokenizer import TokenizerSpec, load_tokenizer
 
-__all__ = ["TokenizeConfig", "TokenizeResult", "TokenStoreWriter", "tokenize_dataset", "write_store_shard",
-           "is_validation_document"]
+__all__ = [
+    "TokenizeConfig",
+    "TokenizeResult",
+    "TokenStoreWriter",
+    "tokenize_dataset",
+    "write_store_shard",
+    "is_validation_document",
+]
 
 _BATCH_DOCS = 256
 
@@ -110,8 +116,17 @@ def _validation_relpath(index: int) -> str:
 STAGING_DIRNAME = ".next"  # hidden: globs, readers and `zephyr verify` leave it alone
 
 
-def write_store_shard(records: Iterable[Any], index: int, source: str, root: str, config: TokenizeConfig, *,
-                      live: str | None = None, format: str | None = None, resume: bool = True) -> list[str]:
+def write_store_shard(
+    records: Iterable[Any],
+    index: int,
+    source: str,
+    root: str,
+    config: TokenizeConfig,
+    *,
+    live: str | None = None,
+    format: str | None = None,
+    resume: bool = True,
+) -> list[str]:
     """Tokenize ``records`` (dicts) into store shard ``index`` under ``root`` (and its validation shard).
 
     Runs in a worker. Returns the URLs of the ``shard.json`` files that describe the shard (train, then
@@ -139,8 +154,11 @@ def write_store_shard(records: Iterable[Any], index: int, source: str, root: str
     vocab = tokenizer.info.vocab_size
     skipped = {"missing_text": 0, "empty_text": 0}
     train_writer = ShardWriter(root, train_rel, dtype=dtype, vocab_size=vocab, source=source, config_hash=config_hash)
-    val_writer = (ShardWriter(root, val_rel, dtype=dtype, vocab_size=vocab, source=source, config_hash=config_hash)
-                  if split else None)
+    val_writer = (
+        ShardWriter(root, val_rel, dtype=dtype, vocab_size=vocab, source=source, config_hash=config_hash)
+        if split
+        else None
+    )
     text_field, id_field = config.text_field, config.id_field
     seen = 0
     first_record: Any = None
@@ -155,8 +173,10 @@ def write_store_shard(records: Iterable[Any], index: int, source: str, root: str
                 train_writer.add_flat(flat, lengths, ids)
             else:
                 encoded = tokenizer.encode_batch(texts, add_bos=config.add_bos, add_eos=config.add_eos)
-                train_writer.add([e for e, v in zip(encoded, to_val) if not v], [i for i, v in zip(ids, to_val) if not v])
-                val_writer.add([e for e, v in zip(encoded, to_val) if v], [i for i, v in zip(ids, to_val) if v])
+                train_writer.add(
+                    [e for e, v in zip(encoded, to_val, strict=False) if not v], [i for i, v in zip(ids, to_val, strict=False) if not v]
+                )
+                val_writer.add([e for e, v in zip(encoded, to_val, strict=False) if v], [i for i, v in zip(ids, to_val, strict=False) if v])
             texts.clear()
             to_val.clear()
             ids.clear()
@@ -176,8 +196,9 @@ def write_store_shard(records: Iterable[Any], index: int, source: str, root: str
             ids.append(None if record.get(id_field) is None else str(record.get(id_field)))
             if split:
                 doc_id = record.get(id_field)
-                to_val.append(is_validation_document(str(doc_id) if doc_id is not None else text,
-                                                     config.validation_fraction))
+                to_val.append(
+                    is_validation_document(str(doc_id) if doc_id is not None else text, config.validation_fraction)
+                )
             if len(texts) >= _BATCH_DOCS:
                 flush()
         if seen and skipped["missing_text"] == seen:
@@ -215,8 +236,10 @@ def _no_text_message(source: str, text_field: str, seen: int, first: Any, format
         fix = "the field is there but never a string: check the data, or choose another field with text_field="
     else:
         fix = "choose the field that holds the text with text_field= (zephyr tokenize --text-field NAME)"
-    return (f"{source}: none of its {seen} records has a string field {text_field!r}; {has}. {fix.capitalize()}. "
-            "Nothing was written; an existing store at the output is left as it was.")
+    return (
+        f"{source}: none of its {seen} records has a string field {text_field!r}; {has}. {fix.capitalize()}. "
+        "Nothing was written; an existing store at the output is left as it was."
+    )
 
 
 @dataclass(frozen=True)
@@ -236,15 +259,32 @@ class TokenStoreWriter:
 
     def __call__(self, records: Iterable[Any], *, shard: int, total: int, source: str | None) -> list[str]:
         index = self.files.index(source) if self.files is not None and source in self.files else shard
-        return write_store_shard(records, index, source or f"shard {shard}", self.root, self.config, live=self.live,
-                                 format=self.format, resume=self.resume)
+        return write_store_shard(
+            records,
+            index,
+            source or f"shard {shard}",
+            self.root,
+            self.config,
+            live=self.live,
+            format=self.format,
+            resume=self.resume,
+        )
 
 
-def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[str], *,
-                     tokenizer: str | TokenizerSpec = "smollm2", text_field: str = "text", id_field: str = "id",
-                     add_bos: bool = False, add_eos: bool = True, validation_fraction: float = 0.0,
-                     format: str | None = None, resume: bool = True,
-                     on_bad_record: str | None = None) -> TokenizeResult:
+def tokenize_dataset(
+    input_glob: str | Sequence[str],
+    output: str | os.PathLike[str],
+    *,
+    tokenizer: str | TokenizerSpec = "smollm2",
+    text_field: str = "text",
+    id_field: str = "id",
+    add_bos: bool = False,
+    add_eos: bool = True,
+    validation_fraction: float = 0.0,
+    format: str | None = None,
+    resume: bool = True,
+    on_bad_record: str | None = None,
+) -> TokenizeResult:
     """Tokenize every file matching ``input_glob`` into the token store ``output``.
 
     Runs under the current :func:`zephyr.execution` settings (backend,
@@ -273,8 +313,14 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     from zephyr.fs import join
 
     spec = tokenizer if isinstance(tokenizer, TokenizerSpec) else TokenizerSpec(source=os.fspath(tokenizer))
-    config = TokenizeConfig(tokenizer=spec, text_field=text_field, id_field=id_field, add_bos=add_bos,
-                            add_eos=add_eos, validation_fraction=validation_fraction)
+    config = TokenizeConfig(
+        tokenizer=spec,
+        text_field=text_field,
+        id_field=id_field,
+        add_bos=add_bos,
+        add_eos=add_eos,
+        validation_fraction=validation_fraction,
+    )
     globs = [input_glob] if isinstance(input_glob, str) else list(input_glob)
     files: list[str] = []
     for pattern in globs:
@@ -290,8 +336,10 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
         raise NotADirectoryError(f"output {out} exists and is not a directory; a token store is a directory.")
     info = load_tokenizer(spec).info  # fail fast in the driver (bad source, missing EOS) before any worker starts
     if add_eos and info.eos_id is None or add_bos and info.bos_id is None:
-        raise ValueError(f"tokenizer {info.name!r} has no {'EOS' if add_eos and info.eos_id is None else 'BOS'} token; "
-                         "pass TokenizerSpec(eos_token=..., bos_token=...) or add_eos=False / add_bos=False.")
+        raise ValueError(
+            f"tokenizer {info.name!r} has no {'EOS' if add_eos and info.eos_id is None else 'BOS'} token; "
+            "pass TokenizerSpec(eos_token=..., bos_token=...) or add_eos=False / add_bos=False."
+        )
     config_hash = config.hash_with(info.content_hash)
     split = validation_fraction > 0
     staging = join(out, STAGING_DIRNAME)
@@ -314,8 +362,10 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
         if not todo:
             break
     else:
-        raise RuntimeError(f"token store {out}: shards {todo} were reported written but their shard.json files do "
-                           "not match this run; another run is writing the same store. Let it finish, then rerun.")
+        raise RuntimeError(
+            f"token store {out}: shards {todo} were reported written but their shard.json files do "
+            "not match this run; another run is writing the same store. Let it finish, then rerun."
+        )
     staged = [i for i, (train, _) in sorted(records.items()) if train.path.startswith(staging)]
     _promote(out, staging, staged, split)
     results = [records[i] for i in range(len(files))]
@@ -328,12 +378,24 @@ def tokenize_dataset(input_glob: str | Sequence[str], output: str | os.PathLike[
     common = dict(dtype=dtype, tokenizer=tok_manifest, sources=globs, config=config.to_json(), config_hash=config_hash)
     val_manifest = None
     if split:
-        val_manifest = write_manifest(join(out, "validation"),
-                                      shards=[replace(v, path=_validation_relpath(i)[len("validation/"):])
-                                              for i, (_, v) in enumerate(results) if v is not None],
-                                      split="validation", skipped={}, **common)
-    manifest = write_manifest(out, shards=[replace(t, path=_train_relpath(i)) for i, (t, _) in enumerate(results)],
-                              split="train", skipped=skipped, **common)
+        val_manifest = write_manifest(
+            join(out, "validation"),
+            shards=[
+                replace(v, path=_validation_relpath(i)[len("validation/") :])
+                for i, (_, v) in enumerate(results)
+                if v is not None
+            ],
+            split="validation",
+            skipped={},
+            **common,
+        )
+    manifest = write_manifest(
+        out,
+        shards=[replace(t, path=_train_relpath(i)) for i, (t, _) in enumerate(results)],
+        split="train",
+        skipped=skipped,
+        **common,
+    )
     _remove_stale(out, len(files), split)
     _remove_tree(staging)
     remove_temp_files(out)
@@ -349,8 +411,9 @@ def _exists(url: str) -> bool:
     return bool(fs.exists(path))
 
 
-def _read_shard_records(urls: Sequence[str], files: Sequence[str], config_hash: str,
-                        split: bool) -> dict[int, tuple[ShardRecord, ShardRecord | None]]:
+def _read_shard_records(
+    urls: Sequence[str], files: Sequence[str], config_hash: str, split: bool
+) -> dict[int, tuple[ShardRecord, ShardRecord | None]]:
     """The shard records the writers reported, keyed by store shard index; ``path`` holds the shard's full
     location. A record whose ``shard.json`` is gone or describes other settings or another source (a
     checkpoint replayed after another run rewrote the store) is left out, so the caller redoes it."""
@@ -414,8 +477,10 @@ def _check_remote_output(url: str) -> None:
     except OSError as exc:
         raise OSError(f"output {url}: cannot reach the bucket ({exc}); check the URL and the credentials.") from exc
     if is_file:
-        raise NotADirectoryError(f"output {url} is an object, not a prefix; a token store is a directory: "
-                                 f"choose another output, e.g. {url}-store.")
+        raise NotADirectoryError(
+            f"output {url} is an object, not a prefix; a token store is a directory: "
+            f"choose another output, e.g. {url}-store."
+        )
 
 
 def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
@@ -431,10 +496,8 @@ def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
     fs.invalidate_cache()
 
     def remove(path: str, recursive: bool = False) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             fs.rm(path, recursive=recursive)
-        except FileNotFoundError:
-            pass
         fs.invalidate_cache()
 
     if not keep_validation and fs.exists(f"{root}/validation"):

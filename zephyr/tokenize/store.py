@@ -65,9 +65,10 @@ import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -159,17 +160,25 @@ class ShardRecord:
     tokens: int
     source: str
     skipped: dict[str, int] = field(default_factory=dict, compare=False)  # input records left out, by reason
-    xxh3_64: dict[str, str] = field(default_factory=dict)  # data file name -> digest of its bytes (none in older stores)
+    xxh3_64: dict[str, str] = field(
+        default_factory=dict
+    )  # data file name -> digest of its bytes (none in older stores)
 
     def to_json(self) -> dict[str, Any]:
         digests = {"xxh3_64": dict(self.xxh3_64)} if self.xxh3_64 else {}
         return {"path": self.path, "documents": self.documents, "tokens": self.tokens, "source": self.source, **digests}
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> "ShardRecord":
+    def from_json(d: dict[str, Any]) -> ShardRecord:
         """From a manifest entry or a ``shard.json`` (which also keeps ``skipped``)."""
-        return ShardRecord(d["path"], int(d["documents"]), int(d["tokens"]), str(d["source"]), dict(d.get("skipped", {})),
-                           dict(d.get("xxh3_64", {})))
+        return ShardRecord(
+            d["path"],
+            int(d["documents"]),
+            int(d["tokens"]),
+            str(d["source"]),
+            dict(d.get("skipped", {})),
+            dict(d.get("xxh3_64", {})),
+        )
 
 
 class ShardWriter:
@@ -184,8 +193,16 @@ class ShardWriter:
     ``self.location`` names the destination in messages either way.
     """
 
-    def __init__(self, store_root: str | os.PathLike[str], relpath: str, *, dtype: np.dtype, vocab_size: int,
-                 source: str, config_hash: str) -> None:
+    def __init__(
+        self,
+        store_root: str | os.PathLike[str],
+        relpath: str,
+        *,
+        dtype: np.dtype,
+        vocab_size: int,
+        source: str,
+        config_hash: str,
+    ) -> None:
         self.relpath = relpath
         self.url: str | None = None
         if is_remote(store_root):
@@ -239,8 +256,9 @@ class ShardWriter:
         elif self._doc_ids is not None:
             self._doc_ids.extend([None] * len(lengths))
         if int(lengths.sum()) != len(flat):
-            raise ValueError(f"add_flat: lengths sum to {int(lengths.sum())} but {len(flat)} ids were given "
-                             f"(shard {self.location}).")
+            raise ValueError(
+                f"add_flat: lengths sum to {int(lengths.sum())} but {len(flat)} ids were given (shard {self.location})."
+            )
         if flat.size and int(flat.max()) >= self.vocab_size:
             raise ValueError(
                 f"token id {int(flat.max())} >= vocab_size {self.vocab_size} while writing shard {self.location}; "
@@ -288,7 +306,12 @@ class ShardWriter:
         if self._doc_ids is not None:
             digests[DOCUMENT_INDEX] = self._write_document_index(ends)
         record = ShardRecord(self.relpath, self._documents, self._tokens, self.source, dict(skipped or {}), digests)
-        info = {**record.to_json(), "dtype": self.dtype.name, "config_hash": self.config_hash, "skipped": record.skipped}
+        info = {
+            **record.to_json(),
+            "dtype": self.dtype.name,
+            "config_hash": self.config_hash,
+            "skipped": record.skipped,
+        }
         if self.url is None:
             write_marker(str(self.dir / "shard.json"), SHARD_MARKER_KIND, self.config_hash, info)
             return record
@@ -304,12 +327,14 @@ class ShardWriter:
         import pyarrow.parquet as pq
 
         starts = np.concatenate([[0], ends[:-1]]) if len(ends) else np.zeros(0, dtype=np.int64)
-        table = pa.table({
-            "id": pa.array(self._doc_ids, pa.string()),
-            "source": pa.array([self.source] * len(ends), pa.string()),
-            "start": pa.array(starts, pa.int64()),
-            "end": pa.array(ends, pa.int64()),
-        })
+        table = pa.table(
+            {
+                "id": pa.array(self._doc_ids, pa.string()),
+                "source": pa.array([self.source] * len(ends), pa.string()),
+                "start": pa.array(starts, pa.int64()),
+                "end": pa.array(ends, pa.int64()),
+            }
+        )
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
         payload = buffer.getvalue()
@@ -393,9 +418,18 @@ def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_has
     return ShardRecord.from_json({**info, "path": relpath})
 
 
-def write_manifest(store_root: str | os.PathLike[str], *, shards: Iterable[ShardRecord], dtype: np.dtype,
-                   tokenizer: dict[str, Any], sources: Sequence[str], split: str, config: dict[str, Any],
-                   config_hash: str, skipped: dict[str, int] | None = None) -> dict[str, Any]:
+def write_manifest(
+    store_root: str | os.PathLike[str],
+    *,
+    shards: Iterable[ShardRecord],
+    dtype: np.dtype,
+    tokenizer: dict[str, Any],
+    sources: Sequence[str],
+    split: str,
+    config: dict[str, Any],
+    config_hash: str,
+    skipped: dict[str, int] | None = None,
+) -> dict[str, Any]:
     """Write ``manifest.json`` (atomically) listing ``shards`` in the given order; returns it."""
     shard_list = list(shards)
     manifest = {
@@ -485,7 +519,8 @@ class TokenStore:
         self.vocab_size = int(self.manifest["vocab_size"])
         self.tokenizer: dict[str, Any] = self.manifest["tokenizer"]
         self._shards = [
-            _Shard(self.path / s["path"], self.dtype, int(s["documents"]), int(s["tokens"])) for s in self.manifest["shards"]
+            _Shard(self.path / s["path"], self.dtype, int(s["documents"]), int(s["tokens"]))
+            for s in self.manifest["shards"]
         ]
         self._doc_starts = np.concatenate([[0], np.cumsum([s.documents for s in self._shards], dtype=np.int64)])
         self._tok_starts = np.concatenate([[0], np.cumsum([s.tokens for s in self._shards], dtype=np.int64)])
@@ -522,8 +557,10 @@ class TokenStore:
         return self.num_documents
 
     def __repr__(self) -> str:
-        return (f"TokenStore({self.location!r}, documents={self.num_documents}, tokens={self.num_tokens}, "
-                f"dtype={self.dtype.name}, tokenizer={self.tokenizer.get('name')!r})")
+        return (
+            f"TokenStore({self.location!r}, documents={self.num_documents}, tokens={self.num_tokens}, "
+            f"dtype={self.dtype.name}, tokenizer={self.tokenizer.get('name')!r})"
+        )
 
     def _locate_doc(self, i: int) -> tuple[_Shard, int]:
         n = self.num_documents
@@ -565,16 +602,29 @@ class TokenStore:
                 ids = pa.nulls(shard.documents, pa.string())
                 sources = pa.array([str(info.get("source", ""))] * shard.documents, pa.string())
             first = int(self._doc_starts[number])
-            tables.append(pa.table({
-                "document": pa.array(np.arange(first, first + shard.documents, dtype=np.int64)),
-                "shard": pa.array([info["path"]] * shard.documents, pa.string()),
-                "id": ids, "source": sources,
-                "start": pa.array(starts, pa.int64()), "end": pa.array(ends, pa.int64()),
-            }))
+            tables.append(
+                pa.table(
+                    {
+                        "document": pa.array(np.arange(first, first + shard.documents, dtype=np.int64)),
+                        "shard": pa.array([info["path"]] * shard.documents, pa.string()),
+                        "id": ids,
+                        "source": sources,
+                        "start": pa.array(starts, pa.int64()),
+                        "end": pa.array(ends, pa.int64()),
+                    }
+                )
+            )
         if not tables:
-            return pa.table({"document": pa.array([], pa.int64()), "shard": pa.array([], pa.string()),
-                             "id": pa.array([], pa.string()), "source": pa.array([], pa.string()),
-                             "start": pa.array([], pa.int64()), "end": pa.array([], pa.int64())})
+            return pa.table(
+                {
+                    "document": pa.array([], pa.int64()),
+                    "shard": pa.array([], pa.string()),
+                    "id": pa.array([], pa.string()),
+                    "source": pa.array([], pa.string()),
+                    "start": pa.array([], pa.int64()),
+                    "end": pa.array([], pa.int64()),
+                }
+            )
         return pa.concat_tables(tables)
 
     def document_lengths(self) -> np.ndarray:
@@ -643,8 +693,13 @@ def materialize_store(url: str) -> Path:
     manifest_bytes = _remote_manifest(url)
     manifest = _parse_manifest(url, manifest_bytes)
     root = store_cache_root()
-    name = (re.sub(r"[^A-Za-z0-9._-]+", "_", url.split("://", 1)[-1])[-60:].strip("_") + "-"
-            + xxhash.xxh3_64_hexdigest(url.encode())[:12] + "-" + xxhash.xxh3_64_hexdigest(manifest_bytes))
+    name = (
+        re.sub(r"[^A-Za-z0-9._-]+", "_", url.split("://", 1)[-1])[-60:].strip("_")
+        + "-"
+        + xxhash.xxh3_64_hexdigest(url.encode())[:12]
+        + "-"
+        + xxhash.xxh3_64_hexdigest(manifest_bytes)
+    )
     dest = root / name
     done = (dest / "manifest.json").is_file
     if done():
@@ -652,9 +707,15 @@ def materialize_store(url: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     size = sum(int(s["tokens"]) * np.dtype(manifest["dtype"]).itemsize for s in manifest["shards"])
     ttl = 300.0 + size / _PESSIMISTIC_COPY_RATE
-    run_once(key=str(dest), lock_fs=fsspec.filesystem("file"), lock_path=str(root / LOCK_DIRNAME / f"{name}.lock"),
-             done=done, action=lambda: _fetch_store(url, manifest_bytes, dest), ttl_s=ttl,
-             wait_timeout_s=2 * ttl + 30)
+    run_once(
+        key=str(dest),
+        lock_fs=fsspec.filesystem("file"),
+        lock_path=str(root / LOCK_DIRNAME / f"{name}.lock"),
+        done=done,
+        action=lambda: _fetch_store(url, manifest_bytes, dest),
+        ttl_s=ttl,
+        wait_timeout_s=2 * ttl + 30,
+    )
     return dest
 
 
@@ -681,7 +742,9 @@ def _parse_manifest(url: str, payload: bytes) -> dict[str, Any]:
     try:
         manifest = json.loads(payload)
     except ValueError as exc:
-        raise ValueError(f"{url}/manifest.json is not valid JSON ({exc}); rewrite the store with tokenize_dataset.") from None
+        raise ValueError(
+            f"{url}/manifest.json is not valid JSON ({exc}); rewrite the store with tokenize_dataset."
+        ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise ValueError(f"{url}/manifest.json: expected format {STORE_FORMAT!r}, found {found!r}.")
@@ -726,7 +789,9 @@ def _fetch_tree(url: str, manifest_bytes: bytes, dest: Path) -> None:
     for shard in manifest["shards"]:
         local = dest / shard["path"]
         local.mkdir(parents=True, exist_ok=True)
-        names = ("tokens.bin", "offsets.npy") + ((DOCUMENT_INDEX,) if DOCUMENT_INDEX in shard.get("xxh3_64", {}) else ())
+        names = ("tokens.bin", "offsets.npy") + (
+            (DOCUMENT_INDEX,) if DOCUMENT_INDEX in shard.get("xxh3_64", {}) else ()
+        )
         for name in names:
             remote = join(url, shard["path"], name)
             fs, path = url_to_fs(remote)
@@ -734,26 +799,34 @@ def _fetch_tree(url: str, manifest_bytes: bytes, dest: Path) -> None:
                 with fs.open(path, "rb") as src, open(local / name, "wb") as dst:
                     shutil.copyfileobj(src, dst, _COPY_CHUNK)
             except FileNotFoundError:
-                raise FileNotFoundError(f"{remote} not found although {url}/manifest.json lists shard {shard['path']}: "
-                                        "the store is damaged or being rewritten; rerun tokenize_dataset on it.") from None
+                raise FileNotFoundError(
+                    f"{remote} not found although {url}/manifest.json lists shard {shard['path']}: "
+                    "the store is damaged or being rewritten; rerun tokenize_dataset on it."
+                ) from None
         got, want = (local / "tokens.bin").stat().st_size, int(shard["tokens"]) * dtype.itemsize
         if got != want:
-            raise ValueError(f"{join(url, shard['path'], 'tokens.bin')} has {got} bytes, the manifest says {want} "
-                             f"({shard['tokens']} tokens x {dtype.itemsize}): the store is damaged or being rewritten; "
-                             "rerun tokenize_dataset on it.")
+            raise ValueError(
+                f"{join(url, shard['path'], 'tokens.bin')} has {got} bytes, the manifest says {want} "
+                f"({shard['tokens']} tokens x {dtype.itemsize}): the store is damaged or being rewritten; "
+                "rerun tokenize_dataset on it."
+            )
         try:
             ends = np.load(local / "offsets.npy", mmap_mode="r")
             entries = len(ends)
         except ValueError:
             entries = -1
         if entries != int(shard["documents"]):
-            raise ValueError(f"{join(url, shard['path'], 'offsets.npy')} has {entries} entries, the manifest says "
-                             f"{shard['documents']} documents: the store is damaged or being rewritten; rerun "
-                             "tokenize_dataset on it.")
+            raise ValueError(
+                f"{join(url, shard['path'], 'offsets.npy')} has {entries} entries, the manifest says "
+                f"{shard['documents']} documents: the store is damaged or being rewritten; rerun "
+                "tokenize_dataset on it."
+            )
         for name, want in shard.get("xxh3_64", {}).items():
             if (got := _file_digest(local / name)) != want:
-                raise ValueError(f"{join(url, shard['path'], name)} has XXH3-64 digest {got}, the manifest says {want}: "
-                                 "the store is damaged or being rewritten; rerun tokenize_dataset on it.")
+                raise ValueError(
+                    f"{join(url, shard['path'], name)} has XXH3-64 digest {got}, the manifest says {want}: "
+                    "the store is damaged or being rewritten; rerun tokenize_dataset on it."
+                )
 
 
 def _file_digest(path: Path) -> str:
@@ -802,8 +875,10 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
         if key not in m:
             problems.append(f"manifest.json lacks field {key!r}")
     if store.dtype != token_dtype(store.vocab_size):
-        problems.append(f"dtype {store.dtype.name} does not match vocab_size {store.vocab_size} "
-                        f"(expected {token_dtype(store.vocab_size).name})")
+        problems.append(
+            f"dtype {store.dtype.name} does not match vocab_size {store.vocab_size} "
+            f"(expected {token_dtype(store.vocab_size).name})"
+        )
     doc_total = tok_total = 0
     from zephyr.progress import TaskProgress
 
@@ -818,8 +893,10 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
             continue
         expected = int(s["tokens"]) * store.dtype.itemsize
         if tb.stat().st_size != expected:
-            problems.append(f"{where}: tokens.bin has {tb.stat().st_size} bytes, expected {expected} "
-                            f"({s['tokens']} tokens x {store.dtype.itemsize})")
+            problems.append(
+                f"{where}: tokens.bin has {tb.stat().st_size} bytes, expected {expected} "
+                f"({s['tokens']} tokens x {store.dtype.itemsize})"
+            )
         try:
             ends = np.load(ob, mmap_mode="r")
         except ValueError as exc:
@@ -833,14 +910,18 @@ def verify_store(path: str | os.PathLike[str], *, check_ids: bool = True) -> Ver
             steps = np.diff(np.asarray(ends), prepend=0)
             if (steps < 0).any():
                 bad = int(np.argmax(steps < 0))
-                problems.append(f"{where}: offsets decrease at document {bad} ({int(ends[bad - 1])} -> {int(ends[bad])})")
+                problems.append(
+                    f"{where}: offsets decrease at document {bad} ({int(ends[bad - 1])} -> {int(ends[bad])})"
+                )
             if int(ends[-1]) != int(s["tokens"]):
                 problems.append(f"{where}: last offset {int(ends[-1])} != manifest tokens {s['tokens']}")
         elif int(s["tokens"]):
             problems.append(f"{where}: no documents but {s['tokens']} tokens")
         for name, want in s.get("xxh3_64", {}).items():
             if (got := _file_digest(d / name)) != want:
-                problems.append(f"{where}: {name} has XXH3-64 digest {got}, the manifest says {want} (changed after it was written)")
+                problems.append(
+                    f"{where}: {name} has XXH3-64 digest {got}, the manifest says {want} (changed after it was written)"
+                )
         if check_ids and tb.is_file() and tb.stat().st_size == expected and expected:
             arr = np.memmap(tb, dtype=store.dtype, mode="r")
             top = max(int(arr[i : i + (1 << 24)].max()) for i in range(0, len(arr), 1 << 24))
@@ -864,14 +945,18 @@ def _stray_files(root: Path, shard_paths: Sequence[str]) -> list[str]:
     """Files in the store that its manifest does not account for: a killed writer's ``.tmp-*`` file, a shard
     directory of another run. A reader that globs the store (or copies it) would pick them up.
     ``validation/`` is checked as a store of its own; ``.next/`` is an unfinished replacement's staging."""
-    expected = {"manifest.json"} | {f"{p}/{name}" for p in shard_paths for name in ("tokens.bin", "offsets.npy", "shard.json", DOCUMENT_INDEX)}
+    expected = {"manifest.json"} | {
+        f"{p}/{name}" for p in shard_paths for name in ("tokens.bin", "offsets.npy", "shard.json", DOCUMENT_INDEX)
+    }
     stray = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if path.is_dir() or rel.startswith(("validation/", ".next/")) or rel in expected:
             continue
-        stray.append(f"stray file {rel}: not in the manifest (a temporary file of a killed run, or a shard of another "
-                     "run); remove it, or rerun tokenize on the store, which removes it")
+        stray.append(
+            f"stray file {rel}: not in the manifest (a temporary file of a killed run, or a shard of another "
+            "run); remove it, or rerun tokenize on the store, which removes it"
+        )
     return stray
 
 
@@ -882,14 +967,13 @@ def _histogram_lines(lengths: np.ndarray, width: int = 40) -> list[str]:
     edges = [0] + [1 << k for k in range(0, max(1, top.bit_length()) + 1)]
     counts = np.histogram(lengths, bins=np.asarray(edges + [edges[-1] * 2]))[0]
     lines, peak = [], max(1, int(counts.max()))
-    for lo, hi, c in zip(edges, edges[1:] + [edges[-1] * 2], counts):
+    for lo, hi, c in zip(edges, edges[1:] + [edges[-1] * 2], counts, strict=False):
         if c:
             lines.append(f"  [{lo:>9,}, {hi:>9,}) {int(c):>9,} {'#' * max(1, round(width * int(c) / peak))}")
     return lines
 
 
-def inspect_store(path: str | os.PathLike[str], *, samples: int = 3, max_chars: int = 400,
-                  decode: bool = True) -> str:
+def inspect_store(path: str | os.PathLike[str], *, samples: int = 3, max_chars: int = 400, decode: bool = True) -> str:
     """A readable report: counts, tokenizer, document-length histogram, decoded samples.
 
     Samples are decoded with the tokenizer named in the manifest when it can be
@@ -908,8 +992,10 @@ def inspect_store(path: str | os.PathLike[str], *, samples: int = 3, max_chars: 
     ]
     if len(lengths):
         q = np.percentile(lengths, [50, 90, 99])
-        lines.append(f"doc length mean {lengths.mean():,.1f}  p50 {q[0]:,.0f}  p90 {q[1]:,.0f}  p99 {q[2]:,.0f}  "
-                     f"max {int(lengths.max()):,}")
+        lines.append(
+            f"doc length mean {lengths.mean():,.1f}  p50 {q[0]:,.0f}  p90 {q[1]:,.0f}  p99 {q[2]:,.0f}  "
+            f"max {int(lengths.max()):,}"
+        )
     if store.manifest.get("skipped"):
         lines.append("skipped    " + ", ".join(f"{k}={v}" for k, v in store.manifest["skipped"].items()))
     lines.append("document length histogram (tokens):")

@@ -34,14 +34,15 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
 from zephyr import counters
 
-from .fast_bpe import FastEncoder, recognise_pre_tokenizer, build_fast_encoder
+from .fast_bpe import FastEncoder, build_fast_encoder, recognise_pre_tokenizer
 from .loader import DEFAULT_TOKENIZER, TokenizerSource, resolve_tokenizer_source
 
 __all__ = ["TokenizerSpec", "TokenizerInfo", "Tokenizer", "load_tokenizer"]
@@ -216,8 +217,9 @@ class Tokenizer:
         flat, lengths = self.encode_flat(texts, add_bos=add_bos, add_eos=add_eos)
         return np.split(flat, np.cumsum(lengths)[:-1]) if len(texts) else []
 
-    def encode_flat(self, texts: Sequence[str], *, add_bos: bool = False,
-                    add_eos: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def encode_flat(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """All texts' ids back to back (uint32) and each text's length (int64): the store's layout."""
         bos = self._marker(self.info.bos_id, "bos", add_bos)
         eos = self._marker(self.info.eos_id, "eos", add_eos)
@@ -252,11 +254,12 @@ class Tokenizer:
         flat = np.insert(flat, pos, val)
         return flat, lengths + len(positions)
 
-    def _splice_reference(self, pieces: Sequence[str], flat: np.ndarray, lengths: np.ndarray,
-                          redo: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def _splice_reference(
+        self, pieces: Sequence[str], flat: np.ndarray, lengths: np.ndarray, redo: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Put ``tokenizers``' ids for the texts the fast path declined into the flat batch."""
         parts = np.split(flat, np.cumsum(lengths)[:-1])
-        for i, enc in zip(redo, self.hf.encode_batch([pieces[i] for i in redo], add_special_tokens=False)):
+        for i, enc in zip(redo, self.hf.encode_batch([pieces[i] for i in redo], add_special_tokens=False), strict=False):
             parts[i] = np.asarray(enc.ids, dtype=np.uint32)
         lengths = np.asarray([len(p) for p in parts], dtype=np.int64)
         return np.concatenate(parts).astype(np.uint32, copy=False), lengths

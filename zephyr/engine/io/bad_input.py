@@ -20,8 +20,6 @@ def check_policy(on_bad_record: str) -> bool:
     return on_bad_record == "skip"
 
 
-
-
 def bad_record(url: str, skip: bool, line: int, reason: str, detail: str) -> None:
     counter = f"bad_records/{reason}"
     if not skip:

@@ -16,7 +16,6 @@ import zstandard
 
 from zephyr.engine.errors import BadInputError
 
-
 FORMATS = ("jsonl", "parquet", "vortex")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -61,7 +60,6 @@ def resolve_format(path: str, format: str | None) -> str:
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS} or None (infer from the name), got {format!r}")
     return format
-
 
 
 class StreamDamage(Exception):

@@ -14,11 +14,10 @@ import zstandard
 
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
-from zephyr.fs import atomic_write, open_url
 from zephyr.engine.io.bad_input import bad_file, bad_record
 from zephyr.engine.io.compression import StreamDamage, decoded_chunks, split_compression
 from zephyr.engine.io.sink import CountingSink, WriteStats
-
+from zephyr.fs import atomic_write, open_url
 
 JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -30,7 +29,10 @@ def _describe_json_error(line: bytes, exc: orjson.JSONDecodeError) -> tuple[str,
         bad = line[ude.start : ude.start + 1]
         return "invalid_utf8", f"invalid UTF-8 (byte {ude.start} of the line is {bad!r}); JSON text must be UTF-8"
     snippet = line[:80].decode("utf-8", "replace")
-    return "invalid_json", f"invalid JSON ({exc.msg} at column {exc.colno}): {snippet!r}{'...' if len(line) > 80 else ''}"
+    return (
+        "invalid_json",
+        f"invalid JSON ({exc.msg} at column {exc.colno}): {snippet!r}{'...' if len(line) > 80 else ''}",
+    )
 
 
 def _parse_lines_slow(
@@ -172,7 +174,9 @@ def write_jsonl(blocks: Iterator[list[dict] | pa.RecordBatch], url: str) -> Writ
             if set(map(type, rows)) != {dict}:
                 for index, row in enumerate(rows):
                     if not isinstance(row, dict):
-                        raise TypeError(f"writing {url}: record {records + index + 1} is a {type(row).__name__}, expected a dict")
+                        raise TypeError(
+                            f"writing {url}: record {records + index + 1} is a {type(row).__name__}, expected a dict"
+                        )
             lines.append(b"")
             out.write(b"\n".join(lines))
             records += len(rows)

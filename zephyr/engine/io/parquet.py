@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
-from zephyr.fs import atomic_write, url_to_fs
 from zephyr.engine.io.bad_input import bad_file, short_error
 from zephyr.engine.io.scan import (
     check_columns,
@@ -22,7 +21,7 @@ from zephyr.engine.io.scan import (
     unreadable_columnar_file,
 )
 from zephyr.engine.io.sink import CountingSink, WriteStats
-
+from zephyr.fs import atomic_write, url_to_fs
 
 _ROW_GROUP_ROWS = 128 * 1024
 _ROW_GROUP_BYTES = 128 << 20
@@ -78,8 +77,12 @@ def parquet_batches(
         if not isinstance(exc, pa.ArrowException):
             raise  # an error of the filesystem itself (network, permissions): not bad data, let it retry
         bad_file(
-            url, skip, "corrupt", f"a parquet page cannot be decoded ({short_error(exc)})",
-            fix="re-create or re-download the file", kept=kept,
+            url,
+            skip,
+            "corrupt",
+            f"a parquet page cannot be decoded ({short_error(exc)})",
+            fix="re-create or re-download the file",
+            kept=kept,
         )
 
 

@@ -14,12 +14,17 @@ import pyarrow.compute as pc
 from zephyr.engine.io.records import write_records
 from zephyr.engine.io.sink import WriteStats
 
-
 _PARTITION_BUFFER = 65536  # records held in memory across all partitions before spilling
 
 
 def _partition_value(value: Any, field: str, where: str) -> str | int:
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "" or "/" in str(value) or str(value) in (".", ".."):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (str, int))
+        or value == ""
+        or "/" in str(value)
+        or str(value) in (".", "..")
+    ):
         raise ValueError(
             f"{where}: partition_by={field!r} needs a non-empty string or int without '/' (it becomes part of the "
             f"path), got {value!r}; map the field to a clean value first, or filter such records out"

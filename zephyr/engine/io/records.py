@@ -110,7 +110,9 @@ def read_batches(
             buffer.extend(records)
         while len(buffer) >= batch_size or (records is None and buffer):
             rows, buffer = buffer[:batch_size], buffer[batch_size:]
-            yield batch_from_dicts(rows, where=f"{path}, records {first_record + 1}-{first_record + len(rows)}", error=BadInputError)
+            yield batch_from_dicts(
+                rows, where=f"{path}, records {first_record + 1}-{first_record + len(rows)}", error=BadInputError
+            )
             first_record += len(rows)
 
 

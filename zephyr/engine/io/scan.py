@@ -26,7 +26,9 @@ def scan_columns(columns: Sequence[str] | None, filter: Expr | None, schema: pa.
     """Columns to read when the filter runs after the scan: the wanted ones plus the filter's."""
     if columns is None:
         return None
-    extra = sorted(c for c in (filter.columns() if filter is not None else ()) if c not in columns and c in schema.names)
+    extra = sorted(
+        c for c in (filter.columns() if filter is not None else ()) if c not in columns and c in schema.names
+    )
     return [*columns, *extra]
 
 
@@ -40,9 +42,14 @@ def unreadable_columnar_file(url: str, fs: Any, path: str, skip: bool, kind: str
     """Report a parquet/vortex file whose footer cannot be read: empty (0 bytes) or corrupt."""
     empty = fs.size(path) == 0
     bad_file(
-        url, skip, "empty" if empty else "corrupt",
-        "the file is empty (0 bytes)" if empty else f"not a readable {kind} file: truncated, corrupt or not {kind} ({short_error(exc)})",
-        fix=f"re-create or re-download the file ({kind} needs its footer; a cut-off file has none)", kept=0,
+        url,
+        skip,
+        "empty" if empty else "corrupt",
+        "the file is empty (0 bytes)"
+        if empty
+        else f"not a readable {kind} file: truncated, corrupt or not {kind} ({short_error(exc)})",
+        fix=f"re-create or re-download the file ({kind} needs its footer; a cut-off file has none)",
+        kept=0,
     )
 
 
@@ -69,4 +76,3 @@ def check_columns(url: str, columns: Sequence[str] | None, schema: pa.Schema) ->
             f"{url}: no column {', '.join(map(repr, missing))}; the file has columns {schema.names}. "
             "Check the spelling in columns=, or read without columns= and add the field in a map()"
         )
-

@@ -10,13 +10,11 @@ import pyarrow as pa
 from zephyr.engine.errors import ZephyrError
 from zephyr.engine.io.bad_input import short_error
 
-
 WRITE_BLOCK = 8192  # records per orjson/Arrow conversion when writing
 
 
 class SchemaMismatchError(ZephyrError, ValueError):
     """Records written to one parquet/vortex file whose fields or types disagree with the file's schema."""
-
 
 
 def plain_type(t: pa.DataType) -> pa.DataType:
@@ -39,8 +37,6 @@ def plain_type(t: pa.DataType) -> pa.DataType:
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_type(plain_type(f.type)) for f in schema], metadata=schema.metadata)
-
-
 
 
 def batch_from_dicts(rows: list[dict], *, where: str, error: type[Exception]) -> pa.RecordBatch:
@@ -134,7 +130,11 @@ def conformed_batches(
     for block in blocks:
         n = len(block) if isinstance(block, list) else block.num_rows
         where = f"writing {url}, records {written + 1}-{written + n}"
-        batch = block if isinstance(block, pa.RecordBatch) else batch_from_dicts(block, where=where, error=SchemaMismatchError)
+        batch = (
+            block
+            if isinstance(block, pa.RecordBatch)
+            else batch_from_dicts(block, where=where, error=SchemaMismatchError)
+        )
         if schema is None:
             schema = plain_schema(batch.schema)
         yield conform(batch, schema, where)

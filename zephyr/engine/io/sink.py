@@ -41,4 +41,3 @@ class WriteStats:
     path: str
     records: int
     bytes: int
-

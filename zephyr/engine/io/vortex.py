@@ -14,7 +14,6 @@ import pyarrow as pa
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.expr_vortex import to_vortex
-from zephyr.fs import atomic_write, open_url, url_to_fs
 from zephyr.engine.io.bad_input import bad_file, short_error
 from zephyr.engine.io.scan import (
     check_columns,
@@ -26,13 +25,16 @@ from zephyr.engine.io.scan import (
 )
 from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
+from zephyr.fs import atomic_write, open_url, url_to_fs
 
 
 def vortex_module() -> Any:
     try:
         import vortex
     except ImportError:  # pragma: no cover - vortex-data is a core dependency
-        raise ImportError("reading or writing .vortex files needs vortex-data: pip install 'vortex-data>=0.50,<1'") from None
+        raise ImportError(
+            "reading or writing .vortex files needs vortex-data: pip install 'vortex-data>=0.50,<1'"
+        ) from None
     return vortex
 
 
@@ -84,8 +86,12 @@ def vortex_batches(
                     yield batch
         except (RuntimeError, ValueError, OSError, pa.ArrowException) as exc:
             bad_file(
-                url, skip, "corrupt", f"a vortex segment cannot be decoded ({short_error(exc)})",
-                fix="re-create or re-download the file", kept=kept,
+                url,
+                skip,
+                "corrupt",
+                f"a vortex segment cannot be decoded ({short_error(exc)})",
+                fix="re-create or re-download the file",
+                kept=kept,
             )
     finally:
         if handle is not None:

@@ -45,7 +45,12 @@ _CHUNK_BYTES = 4 * BATCH_BYTES  # ... and at most about this many bytes
 
 
 def merged_blocks(
-    runs: list[RunFile], target: int, *, memory_budget: int, spill_dir: str, ordered: bool = True,
+    runs: list[RunFile],
+    target: int,
+    *,
+    memory_budget: int,
+    spill_dir: str,
+    ordered: bool = True,
     khash_range: tuple[int, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """All rows of `target` across `runs` as record batches (columns of RUN_SCHEMA), in the order of
@@ -149,7 +154,9 @@ def _merge(
             yield parts[0]
         else:
             block = pa.concat_batches(parts, memory_pool=GATHER_POOL)
-            yield pc.take(block, pc.sort_indices(block, sort_keys=_SORT_KEYS, memory_pool=GATHER_POOL), memory_pool=GATHER_POOL)
+            yield pc.take(
+                block, pc.sort_indices(block, sort_keys=_SORT_KEYS, memory_pool=GATHER_POOL), memory_pool=GATHER_POOL
+            )
         cursors = [c for c in cursors if c.pos < c.batch.num_rows or c.next_batch()]
     for cursor in cursors:  # one run left: its rows are already in order
         yield cursor.batch.slice(cursor.pos)
@@ -236,7 +243,9 @@ def _pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> It
             yield key, values[start:end], pickled
 
 
-def _batch_pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> Iterator[tuple[bytes, pa.RecordBatch]]:
+def _batch_pieces(
+    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None
+) -> Iterator[tuple[bytes, pa.RecordBatch]]:
     """(key, records as one RecordBatch) for each stretch of one group's rows within a chunk."""
     for rows in _chunks(blocks):
         keys = rows.column(2)
@@ -270,7 +279,9 @@ def _chunks(blocks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     rows = size = 0
     for block in blocks:
         values = block.column(4)
-        block_size = _span(block.column(2)) + (_span(values) if pa.types.is_large_binary(values.type) else values.nbytes)
+        block_size = _span(block.column(2)) + (
+            _span(values) if pa.types.is_large_binary(values.type) else values.nbytes
+        )
         if pending and (size + block_size > _CHUNK_BYTES or rows >= _CHUNK_ROWS):
             yield _joined(pending)
             pending, rows, size = [], 0, 0
@@ -307,7 +318,9 @@ def _group_starts(keys: pa.Array) -> np.ndarray:
     return np.flatnonzero(new)
 
 
-def iter_groups(blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None) -> Iterator[tuple[Any, Iterator[Any]]]:
+def iter_groups(
+    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None
+) -> Iterator[tuple[Any, Iterator[Any]]]:
     """(key, values iterator) per distinct key of merged blocks; pickled values are unpickled lazily.
     A group of more than `giant_bytes` is reported in the counters (see _Tally)."""
     tally = _Tally(giant_bytes)

@@ -160,7 +160,9 @@ def _item_sizes(array: pa.Array) -> np.ndarray:
     if pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
         return np.diff(np.frombuffer(array.buffers()[1], np.int64)[array.offset : array.offset + n + 1])
     if pa.types.is_binary(kind) or pa.types.is_string(kind):
-        return np.diff(np.frombuffer(array.buffers()[1], np.int32)[array.offset : array.offset + n + 1]).astype(np.int64)
+        return np.diff(np.frombuffer(array.buffers()[1], np.int32)[array.offset : array.offset + n + 1]).astype(
+            np.int64
+        )
     try:
         return np.full(n, max(1, kind.bit_width // 8), np.int64)
     except ValueError:  # not fixed width

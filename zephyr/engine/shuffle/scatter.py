@@ -86,7 +86,9 @@ class ScatterWriter:
         khashes = _hash_array(keys)
         targets = (khashes % np.uint64(spec.num_targets)).astype(np.int32)
         values = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
-        part = pa.RecordBatch.from_arrays([pa.array(targets), pa.array(khashes), keys, sorts, values], names=RUN_SCHEMA.names)
+        part = pa.RecordBatch.from_arrays(
+            [pa.array(targets), pa.array(khashes), keys, sorts, values], names=RUN_SCHEMA.names
+        )
         if self._columnar and part.schema != self._columnar[0].schema:
             self.flush()  # a run holds one value type
         self._columnar.append(part)
@@ -218,7 +220,9 @@ def _encode_values(values: list[Any]) -> pa.Array:
 
 
 def _empty_binary(n: int) -> pa.Array:
-    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(np.zeros(n + 1, np.int64)), pa.py_buffer(b"")])
+    return pa.Array.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(np.zeros(n + 1, np.int64)), pa.py_buffer(b"")]
+    )
 
 
 def _hash_array(keys: pa.Array) -> np.ndarray:
