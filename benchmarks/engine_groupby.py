@@ -96,7 +96,8 @@ def checksum(out_dir: Path) -> dict[str, int]:
     # the dataset reader parses very slowly
     table = pa.concat_tables([pq.ParquetFile(p).read(columns=columns) for p in sorted(out_dir.rglob("*.parquet"))])
     crc = sum(
-        zlib.crc32(f"{u}:{p}".encode()) for u, p in zip(table["user"].to_pylist(), table["first_payload"].to_pylist(), strict=False)
+        zlib.crc32(f"{u}:{p}".encode())
+        for u, p in zip(table["user"].to_pylist(), table["first_payload"].to_pylist(), strict=False)
     )
     return {
         "groups": table.num_rows,

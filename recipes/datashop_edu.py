@@ -358,7 +358,9 @@ def label_step(path: str, *, config: LabelStep, pool: str) -> dict[str, Any]:
     assert values is not None
     ok = [r for r in run.results if r.score is not None]
     scores = [r.score for r in ok]
-    trained = dict(zip((r.id for r in ok), rank_calibrate(scores, values) if config.calibrate else scores, strict=False))
+    trained = dict(
+        zip((r.id for r in ok), rank_calibrate(scores, values) if config.calibrate else scores, strict=False)
+    )
     by_id = {str(d["id"]): d for d in docs}
     _write_jsonl(
         Path(path) / "labeled.jsonl",

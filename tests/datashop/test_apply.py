@@ -45,7 +45,9 @@ def test_scores_whole_corpus_on_worker_processes(corpus_docs, classifier_dir: st
 
     expected = {
         d["id"]: s
-        for d, s in zip(corpus_docs, load_classifier(classifier_dir).predict([d["text"] for d in corpus_docs]), strict=False)
+        for d, s in zip(
+            corpus_docs, load_classifier(classifier_dir).predict([d["text"] for d in corpus_docs]), strict=False
+        )
     }
     ds = score_dataset(Dataset.from_list(corpus_docs, num_shards=6), classifier_dir, score_field="datashop_prog")
     with execution(backend="processes", workers=2, scratch=scratch):

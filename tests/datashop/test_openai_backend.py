@@ -75,7 +75,10 @@ def test_openai_backend_matches_in_process_labels(server, smol_backend, corpus_d
         # same model and prompt; only the batching (left vs right padding) differs
         assert b.score == pytest.approx(a.score, abs=2e-3)
         assert b.label_mass == pytest.approx(a.label_mass, abs=2e-3)
-    print("\nremote vs local:", [(round(a.score, 4), round(b.score, 4)) for a, b in zip(local.results, remote.results, strict=False)])
+    print(
+        "\nremote vs local:",
+        [(round(a.score, 4), round(b.score, 4)) for a, b in zip(local.results, remote.results, strict=False)],
+    )
 
 
 def test_openai_generate_mode_and_errors(server) -> None:

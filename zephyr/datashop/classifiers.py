@@ -73,7 +73,11 @@ class TrainedClassifier:
             out = np.empty(len(texts), dtype=np.float64)
             for j, (row_labels, row_probs) in enumerate(zip(labels, probs, strict=False)):
                 total = float(np.sum(row_probs))
-                out[j] = sum(values[lab] * p for lab, p in zip(row_labels, row_probs, strict=False)) / total if total > 0 else lo
+                out[j] = (
+                    sum(values[lab] * p for lab, p in zip(row_labels, row_probs, strict=False)) / total
+                    if total > 0
+                    else lo
+                )
             return np.clip(out, lo, hi)
         embedder, weights, bias = self.model
         emb = _embed(embedder, texts, self.max_chars, int(self.meta.get("batch_size", 64)))

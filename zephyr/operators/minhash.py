@@ -387,7 +387,8 @@ def _word_tokens(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     if len(longer):  # ...so words longer than that (a text without spaces) are hashed whole by xxh3
         counters.increment("minhash/long_words", len(longer))
         tails = [
-            xxhash.xxh3_64_intdigest(data[s : s + n]) for s, n in zip(starts[longer].tolist(), lengths[longer].tolist(), strict=False)
+            xxhash.xxh3_64_intdigest(data[s : s + n])
+            for s, n in zip(starts[longer].tolist(), lengths[longer].tolist(), strict=False)
         ]
         hashes[longer] = _fmix64(hashes[longer] + np.array(tails, dtype=np.uint64))
     owner = np.searchsorted(np.flatnonzero(raw == 10), starts)

@@ -174,9 +174,13 @@ def write_store_shard(
             else:
                 encoded = tokenizer.encode_batch(texts, add_bos=config.add_bos, add_eos=config.add_eos)
                 train_writer.add(
-                    [e for e, v in zip(encoded, to_val, strict=False) if not v], [i for i, v in zip(ids, to_val, strict=False) if not v]
+                    [e for e, v in zip(encoded, to_val, strict=False) if not v],
+                    [i for i, v in zip(ids, to_val, strict=False) if not v],
                 )
-                val_writer.add([e for e, v in zip(encoded, to_val, strict=False) if v], [i for i, v in zip(ids, to_val, strict=False) if v])
+                val_writer.add(
+                    [e for e, v in zip(encoded, to_val, strict=False) if v],
+                    [i for i, v in zip(ids, to_val, strict=False) if v],
+                )
             texts.clear()
             to_val.clear()
             ids.clear()

@@ -259,7 +259,9 @@ class Tokenizer:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Put ``tokenizers``' ids for the texts the fast path declined into the flat batch."""
         parts = np.split(flat, np.cumsum(lengths)[:-1])
-        for i, enc in zip(redo, self.hf.encode_batch([pieces[i] for i in redo], add_special_tokens=False), strict=False):
+        for i, enc in zip(
+            redo, self.hf.encode_batch([pieces[i] for i in redo], add_special_tokens=False), strict=False
+        ):
             parts[i] = np.asarray(enc.ids, dtype=np.uint32)
         lengths = np.asarray([len(p) for p in parts], dtype=np.int64)
         return np.concatenate(parts).astype(np.uint32, copy=False), lengths
