@@ -281,7 +281,8 @@ def main() -> int:
     rho = extra["backends_spearman"]
     print(
         f"llamacpp vs transformers: {ratio:.2f}x the docs/s; score Spearman "
-        f"{'-' if rho is None else f'{rho:.4f}'}, largest score difference {extra['backends_max_abs_diff']:.4f} (0-5 scale)"
+        f"{'-' if rho is None else f'{rho:.4f}'}, "
+        f"largest score difference {extra['backends_max_abs_diff']:.4f} (0-5 scale)"
     )
     print(extra["quality"].summary())
     if clf:
@@ -297,7 +298,8 @@ def main() -> int:
     if recipe:
         print(
             f"\nrecipe classifier, held out (n={recipe['holdout_n']}): macro-F1 {recipe['macro_f1']:.3f} vs majority "
-            f"class {recipe['majority_macro_f1']:.3f} (gain {recipe['gain']:+.3f}; accuracy {recipe['holdout_accuracy']:.3f} "
+            f"class {recipe['majority_macro_f1']:.3f} (gain {recipe['gain']:+.3f}; "
+            f"accuracy {recipe['holdout_accuracy']:.3f} "
             f"vs {recipe['majority_accuracy']:.3f}); kept {recipe['kept']}/{recipe['documents']}"
         )
     q = extra["quality"]

@@ -10,7 +10,8 @@ systems are checked against each other (a checksum over every output row) before
 
 - Zephyr `processes` and Zephyr `ray` (a local Ray cluster, actor pool): `group_by("user", reducer,
   sort_by="ts")` (field names: the shuffle takes whole Arrow batches), and once more on processes with
-  key functions (`lambda r: r["user"]`: one record at a time); peak RSS is the largest worker's peak (StageStats) and the driver's sampled peak.
+  key functions (`lambda r: r["user"]`: one record at a time); peak RSS is the largest worker's peak
+  (StageStats) and the driver's sampled peak.
 - Ray Data: `groupby("user").map_groups(fn)` with the group sorted by ts inside fn (Ray Data has no
   secondary sort); peak RSS sampled every 0.2 s over the Ray worker processes (RSS counts the object
   store pages a worker has mapped, so it overstates private memory).
@@ -167,7 +168,7 @@ def summarize(user: int, items: Any) -> dict:
     """items arrive in ts order (the secondary sort): the first is the earliest."""
     first = last = next(items)
     count = 1
-    for last in items:
+    for last in items:  # noqa: B007 - the loop variable is the value used: the last item
         count += 1
     return {
         "user": user,
@@ -373,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         files = generate(input_dir, records)
         input_bytes = records * RECORD_BYTES
         print(
-            f"input: {records:,} records, {len(files)} parquet files, {_mb(sum(f.stat().st_size for f in files))} MB on "
+            f"input: {records:,} records, {len(files)} parquet files, "
+            f"{_mb(sum(f.stat().st_size for f in files))} MB on "
             f"disk, {_mb(input_bytes)} MB logical (generated in {time.perf_counter() - started:.1f} s)",
             flush=True,
         )
@@ -461,14 +463,18 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(
-        f"group_by + secondary sort, {records:,} records ({_mb(input_bytes)} MB), {reference['groups'] if reference else 0:,} groups; "
+        f"group_by + secondary sort, {records:,} records ({_mb(input_bytes)} MB), "
+        f"{reference['groups'] if reference else 0:,} groups; "
         f"{args.workers} workers, memory_per_worker {args.memory_per_worker}"
     )
     print(
         f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
         f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores shared with other users)"
     )
-    header = f"{'system':<26}{'seconds':>9}{'records/s':>12}{'MB/s':>8}{'peak RSS/worker MB':>20}{'driver MB':>11}{'total MB':>10}"
+    header = (
+        f"{'system':<26}{'seconds':>9}{'records/s':>12}{'MB/s':>8}{'peak RSS/worker MB':>20}"
+        f"{'driver MB':>11}{'total MB':>10}"
+    )
     print(header)
     print("-" * len(header))
     labels = {
@@ -482,8 +488,9 @@ def main(argv: list[str] | None = None) -> int:
         r["records_s"] = records / r["seconds"]
         r["mb_s"] = input_bytes / r["seconds"] / (1 << 20)
         print(
-            f"{labels[name]:<26}{r['seconds']:>9.1f}{r['records_s']:>12,.0f}{r['mb_s']:>8.1f}{_mb(r['peak_worker']):>20}"
-            f"{_mb(r['peak_driver']) if r['peak_driver'] else '-':>11}{_mb(r['peak_total']):>10}"
+            f"{labels[name]:<26}{r['seconds']:>9.1f}{r['records_s']:>12,.0f}{r['mb_s']:>8.1f}"
+            f"{_mb(r['peak_worker']):>20}{_mb(r['peak_driver']) if r['peak_driver'] else '-':>11}"
+            f"{_mb(r['peak_total']):>10}"
         )
     budget = parse_size(args.memory_per_worker)
     for name in ("zephyr_processes", "zephyr_processes_fn", "zephyr_ray"):
@@ -497,9 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     if "polars" in results:
         for name in ("zephyr_processes", "zephyr_processes_fn"):
             if name in results:
-                print(
-                    f"  {labels[name]} vs polars: {results[name]['records_s'] / results['polars']['records_s']:.2f}x records/s"
-                )
+                ratio = results[name]["records_s"] / results["polars"]["records_s"]
+                print(f"  {labels[name]} vs polars: {ratio:.2f}x records/s")
     for name in ("zephyr_processes", "zephyr_processes_fn", "zephyr_ray"):
         if name in results and results[name]["retries"]:
             print(f"  {labels[name]} retries: {results[name]['retries']}")

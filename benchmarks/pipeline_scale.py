@@ -211,7 +211,8 @@ def _text_bytes(pattern: str) -> int:
 
     total = 0
     for path in expand_glob(pattern):
-        data = zstandard.ZstdDecompressor().stream_reader(open(path, "rb")).read()
+        with open(path, "rb") as f:
+            data = zstandard.ZstdDecompressor().stream_reader(f).read()
         total += sum(len(orjson.loads(line)["text"]) for line in data.splitlines() if line)
     return total
 
@@ -432,9 +433,11 @@ def main(argv: list[str] | None = None) -> int:
         figures["total_2T_core_hours"] = round(total_core_hours)
     if skewed:
         print(
-            f"group_by, {args.skew_records or int(2_000_000 * args.gb):,} rows: balanced {skewed['balanced']:.1f} s, one key "
+            f"group_by, {args.skew_records or int(2_000_000 * args.gb):,} rows: "
+            f"balanced {skewed['balanced']:.1f} s, one key "
             f"= 30% {skewed['skewed']:.1f} s (x{skewed['ratio']:.2f}); giant key reported with "
-            f"{skewed['giant_key_records']:,} records (groups over memory_per_worker/16 = {budget >> 24} MB are reported)"
+            f"{skewed['giant_key_records']:,} records "
+            f"(groups over memory_per_worker/16 = {budget >> 24} MB are reported)"
         )
         figures.update({f"skew_{k}": round(v, 2) for k, v in skewed.items()})
     figures["load_before"] = round(load_before[0], 2)

@@ -41,9 +41,10 @@ labeling resumes from its label cache):
     tokenize    the kept documents -> a token store (SmolLM2 tokenizer by default)          store/
 
 Labeling runs in the driver process (the pool is small; `--model` may name a .gguf file, a local model
-directory for --labeler transformers/vllm, or a served model for --labeler openai); scoring, filtering and tokenizing run on the engine backend `zephyr run` was given (local,
-processes or Ray). The run ends with a summary: pool size, LM label distribution, classifier agreement
-(accuracy, macro-F1, Spearman, beside the majority-class baseline), documents in/out per source, tokens.
+directory for --labeler transformers/vllm, or a served model for --labeler openai); scoring, filtering
+and tokenizing run on the engine backend `zephyr run` was given (local, processes or Ray). The run ends
+with a summary: pool size, LM label distribution, classifier agreement (accuracy, macro-F1, Spearman,
+beside the majority-class baseline), documents in/out per source, tokens.
 """
 
 from __future__ import annotations

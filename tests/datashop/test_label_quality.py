@@ -94,8 +94,9 @@ def test_a_question_the_wording_decides_is_called_noisy(llama_backend, corpus_do
     inverted = dataclasses.replace(
         PROMPT,
         paraphrase=(
-            "Rate how useless for learning a text is, from 0 (very useful) to 5 (useless).\n\nText: The heart pumps blood "
-            "through the body.\nScore: 0\n\nText: Sign in | Cart | Accept cookies\nScore: 5\n\nText: {example}"
+            "Rate how useless for learning a text is, from 0 (very useful) to 5 (useless).\n\n"
+            "Text: The heart pumps blood through the body.\nScore: 0\n\n"
+            "Text: Sign in | Cart | Accept cookies\nScore: 5\n\nText: {example}"
         ),
     )
     docs = corpus_docs[::4][:12]

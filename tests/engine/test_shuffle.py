@@ -50,7 +50,7 @@ def test_external_merge_when_runs_exceed_fan_in(tmp_path):
 def _payload_records(shard: int):
     rng = random.Random(shard)
     for i in range(60_000):
-        yield {"key": rng.randint(0, 999), "seq": i, "shard": shard, "payload": "%08d" % i * 70}
+        yield {"key": rng.randint(0, 999), "seq": i, "shard": shard, "payload": f"{i:08d}" * 70}
 
 
 def _summarize(key, items):
@@ -308,7 +308,7 @@ def _skewed_records(shard: int):
     rng = random.Random(100 + shard)
     for i in range(50_000):
         key = "giant" if rng.random() < 0.4 else rng.randint(0, 499)
-        yield {"key": key, "seq": i, "shard": shard, "payload": "%08d" % i * 70}
+        yield {"key": key, "seq": i, "shard": shard, "payload": f"{i:08d}" * 70}
 
 
 @pytest.mark.timeout(300)

@@ -145,9 +145,11 @@ def test_batch_reducer_returning_a_table_emits_its_rows(tmp_path):
 def test_batch_reducer_over_non_dict_records_says_what_to_do(tmp_path):
     from zephyr.engine.errors import UserCodeError
 
-    with execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False):
-        with pytest.raises(UserCodeError, match="needs dict records"):
-            Dataset.from_list([1, 2, 3]).group_by(lambda r: r % 2, lambda k, b: None, batch=True).collect()
+    with (
+        execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False),
+        pytest.raises(UserCodeError, match="needs dict records"),
+    ):
+        Dataset.from_list([1, 2, 3]).group_by(lambda r: r % 2, lambda k, b: None, batch=True).collect()
 
 
 def _col(name):

@@ -90,10 +90,12 @@ def test_readable_with_numpy_alone(tmp_path):
 
 
 def test_failed_writer_leaves_no_shard(tmp_path):
-    with pytest.raises(RuntimeError):
-        with ShardWriter(tmp_path, "shards/00000", dtype=np.uint16, vocab_size=100, source="x", config_hash="h") as w:
-            w.add([np.arange(5, dtype=np.uint32)])
-            raise RuntimeError("worker died")
+    with (
+        pytest.raises(RuntimeError),
+        ShardWriter(tmp_path, "shards/00000", dtype=np.uint16, vocab_size=100, source="x", config_hash="h") as w,
+    ):
+        w.add([np.arange(5, dtype=np.uint32)])
+        raise RuntimeError("worker died")
     assert list((tmp_path / "shards" / "00000").iterdir()) == []
     assert completed_shard(tmp_path, "shards/00000", "h") is None
     with pytest.raises(FileNotFoundError, match="not a complete token store"):
@@ -150,7 +152,8 @@ def test_manifest_records_each_data_files_digest_and_verify_checks_it(tmp_path):
     del tokens
     report = verify_store(root)
     assert report.problems == (
-        f"shard shards/00001: tokens.bin has XXH3-64 digest {xxhash.xxh3_64_hexdigest((root / 'shards/00001/tokens.bin').read_bytes())}, "
+        "shard shards/00001: tokens.bin has XXH3-64 digest "
+        f"{xxhash.xxh3_64_hexdigest((root / 'shards/00001/tokens.bin').read_bytes())}, "
         f"the manifest says {m['shards'][1]['xxh3_64']['tokens.bin']} (changed after it was written)",
     )
 

@@ -142,7 +142,8 @@ def _train_fasttext(
     texts: Sequence[str], scores: Sequence[float], config: ClassifierConfig, out: Path, bin_values: tuple[float, ...]
 ) -> dict[str, Any]:
     try:
-        import fasttext
+        # The import is the check (training runs in a subprocess): a missing or broken install fails here.
+        import fasttext  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("The fastText classifier needs fastText: pip install 'fasttext-numpy2-wheel>=0.9.2'") from exc
     bins = nearest_bin(scores, bin_values)

@@ -115,8 +115,9 @@ class LabelerConfig:
     """Which LM labels the pool, and how.
 
     backend: `llamacpp` (the default: a GGUF model on CPU through llama.cpp, in process; scores as
-    `transformers` does, several times faster), `transformers` (local model on CPU, in process), `openai` (any OpenAI-compatible server
-    at `url`, completions API with logprobs, e.g. `vllm serve`), or `vllm` (`vllm.LLM` in process).
+    `transformers` does, several times faster), `transformers` (local model on CPU, in process), `openai`
+    (any OpenAI-compatible server at `url`, completions API with logprobs, e.g. `vllm serve`), or `vllm`
+    (`vllm.LLM` in process).
     model: a local model directory, the alias `smollm2-135m-instruct` (packaged, offline), or for
     `openai` the served model name. `tokenizer` (a local directory or the alias) lets the `openai`
     backend apply the chat template and count tokens locally; without it prompts are sent raw and
@@ -188,8 +189,9 @@ class ClassifierConfig:
     the expected value over the predicted bins) or `embedding` (sentence embeddings from
     `embedding_model` + a ridge regression on the scores; the first `embedding_max_tokens` tokens of each
     text, computed in `embedding_dtype`: `auto` is bfloat16 where the CPU has native bfloat16 matrix
-    instructions (2x float32's speed, cosine 0.9995 to float32's embedding), else float32). `holdout_fraction` of the labels, chosen by
-    a hash of the id, is kept out of training to measure agreement with the LM.
+    instructions (2x float32's speed, cosine 0.9995 to float32's embedding), else float32).
+    `holdout_fraction` of the labels, chosen by a hash of the id, is kept out of training to measure
+    agreement with the LM.
     """
 
     kind: str = "fasttext"

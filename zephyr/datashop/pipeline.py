@@ -113,7 +113,8 @@ class DatashopReport:
             if v.get("gain") is not None:
                 lines.append(
                     f"{s.name}: held-out macro-F1 {v['macro_f1']:.2f} vs majority class {v['majority_macro_f1']:.2f}"
-                    f" (gain {v['gain']:+.2f}{'' if v['beats_majority'] else ', NOT clearly better than the majority class'})"
+                    f" (gain {v['gain']:+.2f}"
+                    f"{'' if v['beats_majority'] else ', NOT clearly better than the majority class'})"
                 )
         lines.append(f"final dataset: {len(self.output_files)} file(s) under {self.output_dir}  ({self.seconds:.1f} s)")
         return "\n".join(lines)
@@ -293,12 +294,12 @@ def run_datashop(config: DatashopConfig) -> DatashopReport:
             report = run_stage(stage, inputs, config, out / stage.name, backend=backends[stage.labeler])
             reports.append(report)
             log.info("stage %s: kept %d of %d documents", stage.name, report.kept_docs, report.input_docs)
-            if not report.kept_files or report.kept_docs < 2:
-                if stage is not config.stages[-1]:
-                    raise RuntimeError(
-                        f"Stage {stage.name!r} kept {report.kept_docs} document(s), too few for the next stage "
-                        f"({config.stages[config.stages.index(stage) + 1].name!r}). Lower its threshold or raise keep_fraction."
-                    )
+            if (not report.kept_files or report.kept_docs < 2) and stage is not config.stages[-1]:
+                raise RuntimeError(
+                    f"Stage {stage.name!r} kept {report.kept_docs} document(s), too few for the next stage "
+                    f"({config.stages[config.stages.index(stage) + 1].name!r}). "
+                    "Lower its threshold or raise keep_fraction."
+                )
             inputs = report.kept_files
     finally:
         for backend in backends.values():

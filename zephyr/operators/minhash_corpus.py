@@ -153,8 +153,11 @@ def plant_near_duplicates(
     return docs
 
 
+_DEFAULT_CONFIG = MinHashConfig()  # frozen: one shared default, as the default argument was
+
+
 def exact_similar_pairs(
-    docs: Sequence[Mapping], *, config: MinHashConfig = MinHashConfig(), threshold: float = 0.8
+    docs: Sequence[Mapping], *, config: MinHashConfig = _DEFAULT_CONFIG, threshold: float = 0.8
 ) -> dict[tuple[str, str], float]:
     """Every pair (id_a < id_b) whose exact shingle-set Jaccard is >= `threshold`.
 

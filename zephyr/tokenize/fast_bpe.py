@@ -61,7 +61,8 @@ VERIFICATION_SAMPLES: tuple[str, ...] = (
     "The quick brown fox jumps over the lazy dog. It's 2024; we've paid $1,234.56 (12.5%)!",
     "Don't, I'll, we're, they've, she'd, I'm, it'S, DON'T, l'été, rock 'n' roll, ’s curly",
     "Numbers: 0 1 12 123 1234 12345678901234567890 3.14159 -42 +7 1e10 0x1F ²³ ½ Ⅻ ٣٤٥ ५६ ５６７",
-    "Whitespace:  two   three    four\tTab\t\tTabs\n\nnew\r\nCRLF\n \n  \n\t \u00a0nbsp\u3000ideo\u2028ls\u2029ps\x0bvt\x0cff",
+    "Whitespace:  two   three    four\tTab\t\tTabs\n\nnew\r\nCRLF\n \n  \n\t "
+    "\u00a0nbsp\u3000ideo\u2028ls\u2029ps\x0bvt\x0cff",
     "Trailing runs   \n\n\n   ",
     "   leading spaces and  1  2   3 digits after runs\n\n42\n  \n7",
     "Control bytes: \x00\x01\x04\x06\x13\x14\x16\x1c\x1d\x1e\x1f\x7f\x85 a\x04b !\x04! x\x1dy",

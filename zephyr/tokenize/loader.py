@@ -25,6 +25,7 @@ would not match the ones SmolLM2 was trained with.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -158,7 +159,8 @@ def _convert_gguf(path: Path) -> tuple[str, dict[str, object]]:
         from transformers import AutoTokenizer
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
-            f"Reading the tokenizer inside {path} needs transformers and gguf: pip install 'transformers>=4.45' 'gguf>=0.10'"
+            f"Reading the tokenizer inside {path} needs transformers and gguf: "
+            "pip install 'transformers>=4.45' 'gguf>=0.10'"
         ) from exc
     meta = _gguf_metadata(path)
     hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -219,10 +221,9 @@ def _from_hub(name: str) -> TokenizerSource:
     except ImportError as exc:  # pragma: no cover
         raise ImportError("Fetching a hub tokenizer needs huggingface_hub: pip install huggingface_hub") from exc
     path = Path(hf_hub_download(name, "tokenizer.json"))
-    try:
+    # The config is optional; BOS/EOS then come from the added tokens.
+    with contextlib.suppress(Exception):
         hf_hub_download(name, "tokenizer_config.json")
-    except Exception:  # noqa: BLE001 - the config is optional; BOS/EOS then come from the added tokens
-        pass
     return _from_json_file(path, name)
 
 

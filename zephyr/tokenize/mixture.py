@@ -301,13 +301,11 @@ class Mixture:
         """
         store = self._validation_store(name)
         total = store.num_windows(self.seq_len)
-        emitted = 0
-        for start in range(0, total, batch_size):
+        for emitted, start in enumerate(range(0, total, batch_size)):
             if max_batches is not None and emitted >= max_batches:
                 return
             rows = range(start, min(total, start + batch_size))
             yield np.stack([np.asarray(store.window(r, self.seq_len), dtype=np.int32) for r in rows])
-            emitted += 1
 
     def _validation_store(self, name: str) -> TokenStore:
         if name not in self.validation:

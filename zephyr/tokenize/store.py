@@ -224,7 +224,7 @@ class ShardWriter:
         self.source = source
         self.config_hash = config_hash
         self._tmp = self.dir / f".tmp-{uuid.uuid4().hex}-tokens.bin"
-        self._handle = open(self._tmp, "wb")
+        self._handle = open(self._tmp, "wb")  # noqa: SIM115 - written by add() calls, closed by close()/abort
         self._digest = xxhash.xxh3_64()  # of tokens.bin, as it is written
         self._ends: list[np.ndarray] = []
         self._tokens = 0

@@ -162,7 +162,7 @@ def write_jsonl(blocks: Iterator[list[dict] | pa.RecordBatch], url: str) -> Writ
         elif codec == "bz2":
             out = bz2.BZ2File(sink, "wb")
         elif codec == "xz":
-            out = lzma.LZMAFile(sink, "wb")
+            out = lzma.LZMAFile(sink, "wb")  # noqa: SIM115 - closed after the loop, as the other codecs' writers are
         else:
             out = sink
         for block in blocks:

@@ -53,7 +53,8 @@ def write_partitioned(
         def flush() -> None:
             for value, chunk in buffers.items():
                 if value not in spill_files:
-                    spill_files[value] = open(os.path.join(spill, f"{len(spill_files)}.pkl"), "wb")
+                    # One spill file per value, kept open across flushes; closed in the finally below.
+                    spill_files[value] = open(os.path.join(spill, f"{len(spill_files)}.pkl"), "wb")  # noqa: SIM115
                 pickle.dump(chunk, spill_files[value], protocol=5)
             buffers.clear()
 
