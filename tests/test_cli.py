@@ -223,7 +223,8 @@ def test_every_engine_option_with_a_value_is_split_before_the_script(tmp_path):
     for action in run._actions:
         if action.option_strings and action.nargs != 0 and action.dest not in ("help",):
             flag = action.option_strings[-1]
-            value = {"backend": "local", "memory_per_worker": "64MB", "scratch": str(tmp_path)}.get(action.dest, "1")
+            values = {"backend": "local", "memory_per_worker": "64MB", "scratch": str(tmp_path), "ray_mode": "tasks"}
+            value = values.get(action.dest, "1")
             if action.dest == "address":
                 value = "auto"
             args = _parse(parser, ["run", flag, value, "script.py", "--mine", "2"])

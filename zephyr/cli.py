@@ -86,6 +86,7 @@ _ENGINE_VALUE_FLAGS = (
     "--worker-cpus",
     "--worker-gpus",
     "--ray-pool-idle",
+    "--ray-mode",
 )
 _ENGINE_SWITCHES = ("--dry-run", "--estimate", "-q", "--quiet", "-v", "--verbose", "-h", "--help", "--ray-dashboard")
 

@@ -319,3 +319,33 @@ def test_two_drivers_on_one_cluster_both_finish(ray_cluster, tmp_path):
     finally:
         second.kill()
     assert second.returncode == 0 and "second driver done" in output, output[-3000:]
+
+
+# ------------------------------------------------------------------------------------------- ray_mode
+def test_ray_mode_tasks_from_the_config_gives_the_same_groups(ray_cluster, tmp_path, monkeypatch):
+    """`execution(ray_mode="tasks")` (`zephyr run --ray-mode tasks`) runs each shard as a plain Ray task."""
+    from zephyr.engine import executor
+
+    ds = Dataset.from_list(_events(), num_shards=4).group_by(
+        lambda r: r["user"], lambda key, rows: {"user": key, "n": sum(1 for _ in rows)}, num_shards=3
+    )
+    modes = []
+    make_backend = executor.make_backend
+
+    def recording(config):
+        backend = make_backend(config)
+        modes.append(getattr(backend, "mode", None))
+        return backend
+
+    monkeypatch.setattr(executor, "make_backend", recording)
+    tasks = _run(ds, "ray", tmp_path / "tasks", ray_mode="tasks")
+    processes = _run(ds, "processes", tmp_path / "processes")
+    assert modes == ["tasks", None]
+    assert sorted(tasks.outputs, key=lambda r: r["user"]) == sorted(processes.outputs, key=lambda r: r["user"])
+
+
+def test_ray_mode_is_checked():
+    from zephyr.engine.context import ExecutionConfig
+
+    with pytest.raises(ValueError, match="ray_mode must be 'actors' or 'tasks'"):
+        ExecutionConfig(ray_mode="threads")

@@ -86,3 +86,16 @@ def test_processes_backend_says_what_it_ignores(monkeypatch, scratch):
             two_cpu = ds.map(_device_and_window, resources={"cpus": 2}).collect()
     assert _max_overlap(on_cpu) == 1  # no device: one task at a time, on the CPU
     assert _max_overlap(two_cpu) == 1  # 2 workers / 2 CPUs per task
+
+
+def test_pools_state_what_release_backend_uses():
+    """release_backend reads only the WorkerPool protocol: the process pool is one, the in-process backend is not."""
+    from zephyr.engine.backend_api import WorkerPool
+    from zephyr.engine.backends import LocalBackend, ProcessBackend
+
+    assert not isinstance(LocalBackend(), WorkerPool)
+    pool = ProcessBackend(1)
+    try:
+        assert isinstance(pool, WorkerPool) and pool.keep_warm_s is None and pool.healthy()
+    finally:
+        pool.close()

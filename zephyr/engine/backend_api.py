@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import cloudpickle
 
 from zephyr.engine.errors import UserCodeError, ZephyrError
 from zephyr.engine.worker import ShardResult, ShardTask
 
-__all__ = ["Backend", "ClusterError", "Outcome", "portable_error"]
+__all__ = ["Backend", "ClusterError", "Outcome", "WorkerPool", "portable_error"]
 
 
 class ClusterError(ZephyrError):
@@ -45,6 +45,21 @@ class Backend(Protocol):
     def wait(self, timeout: float) -> list[Outcome]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class WorkerPool(Backend, Protocol):
+    """A backend whose workers outlive one run (the process pool, the Ray actor pool): all that
+    `make_backend` and `release_backend` use to reuse it for the next run or give it back."""
+
+    reuse_key: tuple  # how the pool was built; a run that would build it the same way may reuse it
+    keep_warm_s: float | None  # after a run: stay up this long (None: until the next run or exit; 0: close)
+
+    def healthy(self) -> bool: ...  # every worker still alive and usable
+
+    def new_run(self) -> None: ...  # a run starts on this pool
+
+    def end_run(self) -> None: ...  # the run ended: drop its per-run state (ledger, placement, ...)
 
 
 def portable_error(error: Exception) -> Exception:

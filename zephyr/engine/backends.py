@@ -25,7 +25,7 @@ from typing import Any
 
 import cloudpickle
 
-from zephyr.engine.backend_api import Backend, ClusterError, Outcome, portable_error
+from zephyr.engine.backend_api import Backend, ClusterError, Outcome, WorkerPool, portable_error
 from zephyr.engine.ledger import SharedLedger, run_limit
 from zephyr.engine.worker import ShardTask, run_task
 from zephyr.fs.transfer_budget import set_run_ledger
@@ -166,6 +166,7 @@ class ProcessBackend:
         self.capacity = workers
         self.workers = workers
         self.reuse_key = self.reuse_key_for(workers)
+        self.keep_warm_s: float | None = None  # a machine's own pool stays up until the next run or exit
         self._devices: list[list[str]] = []  # per worker slot: the GPU ids it sees (a GPU stage)
         self.live: dict[tuple[int, int], int] = {}  # (stage, shard) of a running task -> records read so far
         self._ctx = multiprocessing.get_context("forkserver")
@@ -189,6 +190,9 @@ class ProcessBackend:
         by this process, from zero."""
         self.ledger.start_run(run_limit())
         set_run_ledger(self.ledger)
+
+    def end_run(self) -> None:
+        """Nothing of a run outlives it in the pool: the ledger restarts at the next `new_run`."""
 
     def prepare(self, request: Any) -> None:
         """Fit a stage's resource request (zephyr.engine.resources.Resources or None) on one machine.
@@ -324,7 +328,7 @@ def _signal_name(code: int | None) -> str:
 # a second, which a recipe of many small steps would otherwise pay at every step. A process pool stays
 # until the next run or exit (it holds no shared resources); a Ray pool holds CPUs of a cluster that
 # other jobs share, so it is closed when the run ends, or `ray_pool_idle_s` later (`keep_warm_s`).
-_warm_pool: Any = None  # the last run's idle worker pool (processes or Ray actors), for the next run
+_warm_pool: WorkerPool | None = None  # the last run's idle worker pool (processes or Ray actors), for the next run
 _warm_timer: threading.Timer | None = None
 _warm_lock = threading.Lock()
 
@@ -341,7 +345,7 @@ def make_backend(config: Any) -> Backend:
             from zephyr.engine.ray_backend import RayBackend
         except ImportError as error:
             raise ImportError(f"the ray backend needs Ray: pip install 'zephyr[ray]' ({error})") from error
-        key = RayBackend.reuse_key_for(config)
+        key = RayBackend.reuse_key_for(config, mode=config.ray_mode)
     else:
         raise ValueError(f"unknown backend {config.backend!r}")
     with _warm_lock:
@@ -350,7 +354,11 @@ def make_backend(config: Any) -> Backend:
     if pool is None or pool.reuse_key != key or not pool.healthy():
         if pool is not None:
             pool.close()
-        pool = ProcessBackend(config.num_workers) if config.backend == "processes" else RayBackend(config)
+        pool = (
+            ProcessBackend(config.num_workers)
+            if config.backend == "processes"
+            else RayBackend(config, mode=config.ray_mode)
+        )
     if config.backend == "ray":
         pool.keep_warm_s = float(config.ray_pool_idle_s)  # this run's setting, also for a reused pool
     pool.new_run()
@@ -365,13 +373,11 @@ def release_backend(backend: Backend, *, idle: bool) -> None:
     another run.
     """
     global _warm_pool, _warm_timer
-    end_run = getattr(backend, "end_run", None)
-    if end_run is not None:
-        end_run()
+    if isinstance(backend, WorkerPool):
+        backend.end_run()
     set_run_ledger(None)  # this process's own budget again, until the next run
-    keep = getattr(backend, "keep_warm_s", None)  # None: until the next run or exit
-    healthy = getattr(backend, "healthy", None)  # pools that can be kept warm say whether they still work
-    if idle and keep != 0 and hasattr(backend, "reuse_key") and healthy is not None and healthy():
+    if idle and isinstance(backend, WorkerPool) and backend.keep_warm_s != 0 and backend.healthy():
+        keep = backend.keep_warm_s
         with _warm_lock:
             previous, _warm_pool = _warm_pool, backend
             _cancel_timer()

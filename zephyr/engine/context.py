@@ -55,6 +55,9 @@ class ExecutionConfig:
     # seconds the Ray actor pool stays up after a run for the next run to reuse; 0 (the default) gives
     # its CPUs back to the cluster the moment the run ends, as a job sharing a cluster must
     ray_pool_idle_s: float = 0.0
+    # how the Ray backend runs shards: "actors" (a warm pool, each stage's functions loaded once per worker)
+    # or "tasks" (one plain Ray task per shard: nothing held between shards, more start-up per shard)
+    ray_mode: str = "actors"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -65,6 +68,8 @@ class ExecutionConfig:
             raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {self.on_bad_record!r}")
         if self.memory_per_worker < 16 << 20:
             raise ValueError(f"memory_per_worker must be at least 16MB, got {self.memory_per_worker} bytes")
+        if self.ray_mode not in ("actors", "tasks"):
+            raise ValueError(f"ray_mode must be 'actors' or 'tasks', got {self.ray_mode!r}")
         if self.worker_cpus < 0 or self.worker_gpus < 0 or self.ray_pool_idle_s < 0:
             raise ValueError(
                 f"worker_cpus, worker_gpus and ray_pool_idle_s must be >= 0, got {self.worker_cpus}, "

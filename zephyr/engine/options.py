@@ -142,6 +142,12 @@ def add_engine_options(parser: argparse.ArgumentParser, *, with_cluster: bool = 
             "meanwhile (default: 0, give them back when the run ends)",
         )
         parser.add_argument(
+            "--ray-mode",
+            choices=("actors", "tasks"),
+            help="run shards on a pool of Ray actors (stage functions loaded once per worker) or as one "
+            "plain Ray task each (default: actors)",
+        )
+        parser.add_argument(
             "--ray-dashboard",
             action="store_true",
             default=None,
@@ -162,6 +168,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         ("worker_gpus", "worker_gpus"),
         ("ray_pool_idle", "ray_pool_idle_s"),
         ("ray_dashboard", "ray_dashboard"),
+        ("ray_mode", "ray_mode"),
     ):
         value = getattr(args, name, None)
         if value is not None:
