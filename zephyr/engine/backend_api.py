@@ -38,7 +38,8 @@ class Outcome:
 
 
 class Backend(Protocol):
-    capacity: int
+    @property
+    def capacity(self) -> int: ...  # tasks it can hold in flight at once
 
     def submit(self, task: ShardTask) -> None: ...
 

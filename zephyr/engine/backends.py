@@ -350,15 +350,17 @@ def make_backend(config: Any) -> Backend:
         raise ValueError(f"unknown backend {config.backend!r}")
     with _warm_lock:
         _cancel_timer()
-        pool, _warm_pool = _warm_pool, None
-    if pool is None or pool.reuse_key != key or not pool.healthy():
-        if pool is not None:
-            pool.close()
-        pool = (
-            ProcessBackend(config.num_workers)
-            if config.backend == "processes"
-            else RayBackend(config, mode=config.ray_mode)
-        )
+        warm, _warm_pool = _warm_pool, None
+    pool: WorkerPool
+    if warm is not None and warm.reuse_key == key and warm.healthy():
+        pool = warm
+    else:
+        if warm is not None:
+            warm.close()
+        if config.backend == "processes":
+            pool = ProcessBackend(config.num_workers)
+        else:
+            pool = RayBackend(config, mode=config.ray_mode)
     if config.backend == "ray":
         pool.keep_warm_s = float(config.ray_pool_idle_s)  # this run's setting, also for a reused pool
     pool.new_run()

@@ -142,7 +142,7 @@ class RayBackend:
         connect(config.ray_address, dashboard=config.ray_dashboard)
         self.mode = mode
         self._config = config
-        self.keep_warm_s = float(config.ray_pool_idle_s)  # 0: give the CPUs back when the run ends
+        self.keep_warm_s: float | None = float(config.ray_pool_idle_s)  # 0: give the CPUs back when the run ends
         self._check_scratch(config.scratch_url)
         self._sys_path = list(sys.path)
         # relative output paths resolve as in the driver on a one-machine cluster; on a remote cluster
