@@ -53,6 +53,7 @@ from typing import Any
 from urllib.parse import quote
 
 from zephyr import Dataset, counters
+from zephyr.engine.options import engine_overrides
 from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.operators import (
     ExtractText,
@@ -754,12 +755,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
         data_dir=args.data_dir,
         force=tuple(args.force),
     )
-    engine = {
-        k: v
-        for k, v in (("backend", args.backend), ("workers", args.workers), ("on_bad_record", args.on_bad_record))
-        if v is not None
-    }
-    return config, engine
+    return config, engine_overrides(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

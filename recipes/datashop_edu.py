@@ -66,6 +66,7 @@ import xxhash
 
 from zephyr import Dataset, counters
 from zephyr.datashop.config import ClassifierConfig, LabelerConfig, PromptConfig
+from zephyr.engine.options import engine_overrides
 from zephyr.fs import join
 from zephyr.steps import StepOutput, StepRunner
 
@@ -937,12 +938,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
         tokenizer=args.tokenizer,
         force=tuple(args.force),
     )
-    engine = {
-        k: v
-        for k, v in (("backend", args.backend), ("workers", args.workers), ("on_bad_record", args.on_bad_record))
-        if v is not None
-    }
-    return config, engine
+    return config, engine_overrides(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -169,6 +169,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         ("ray_pool_idle", "ray_pool_idle_s"),
         ("ray_dashboard", "ray_dashboard"),
         ("ray_mode", "ray_mode"),
+        ("on_bad_record", "on_bad_record"),
     ):
         value = getattr(args, name, None)
         if value is not None:
