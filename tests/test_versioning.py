@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,50 @@ def test_fingerprint_follows_code_and_config_not_identity():
     assert fingerprint({"b": 1, "a": 2}) == fingerprint({"a": 2, "b": 1})
     assert fingerprint(lambda x: x + 1) != fingerprint(lambda x: x + 2)  # bytecode constants
     assert describe(Big(range(10**6))) == ["Big", 10**6]  # objects choose what stands for them
+
+
+class Scorer:
+    """A plain callable class (not a dataclass) with its own setting."""
+
+    def __init__(self, threshold):
+        self.threshold = threshold
+
+    def __call__(self, record):
+        return record["score"] > self.threshold
+
+
+class SlottedScorer:
+    __slots__ = ("threshold",)
+
+    def __init__(self, threshold):
+        self.threshold = threshold
+
+    def __call__(self, record):
+        return record["score"] > self.threshold
+
+
+def test_plain_callable_objects_are_fingerprinted_by_their_settings():
+    # Two instances of one class with different settings used to share a fingerprint (by type and
+    # __call__ code only), so a rerun with another threshold resumed the old checkpoint.
+    assert fingerprint(Scorer(0.5)) == fingerprint(Scorer(0.5))
+    assert fingerprint(Scorer(0.5)) != fingerprint(Scorer(0.9))
+    assert fingerprint(SlottedScorer(0.5)) != fingerprint(SlottedScorer(0.9))
+
+
+def test_sets_fingerprint_alike_in_every_process():
+    # A set's repr follows the per-process string hash seed, so a stopword set gave another
+    # fingerprint in every run and checkpoints were never reused.
+    code = "from zephyr.versioning import fingerprint; print(fingerprint({'the', 'a', 'of', 'and', 'to', 'in'}))"
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+        ).stdout
+        for seed in (1, 2, 3)
+    }
+    assert len(seen) == 1 and next(iter(seen)).strip()
 
 
 def test_marker_round_trip_and_mismatches(tmp_path: Path):

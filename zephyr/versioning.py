@@ -83,6 +83,8 @@ def describe(value: Any, depth: int = 0) -> Any:
         return value
     if isinstance(value, tuple | list):
         return [describe(v, depth + 1) for v in value]
+    if isinstance(value, set | frozenset):  # repr order follows the per-process string hash seed
+        return ["set", sorted((describe(v, depth + 1) for v in value), key=repr)]
     if isinstance(value, dict):
         return {str(k): describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if hasattr(type(value), "__fingerprint__") and not isinstance(value, type):
@@ -115,14 +117,30 @@ def describe(value: Any, depth: int = 0) -> Any:
     if hasattr(value, "to_arrow") and hasattr(value, "evaluate"):  # a filter expression
         return ["expr", repr(value)]
     text = repr(value)
-    if " at 0x" in text:  # identity-based repr: describe by type (and callable code, if any)
+    if " at 0x" in text:  # identity-based repr: describe by type, callable code and instance settings
         call = type(value).__call__ if callable(value) else None
         return [
             type(value).__module__,
             type(value).__qualname__,
             code_digest(call.__code__) if hasattr(call, "__code__") else None,
+            describe(_instance_state(value), depth + 1),
         ]
     return text
+
+
+def _instance_state(value: Any) -> dict[str, Any]:
+    """An object's own attributes (``__dict__`` and ``__slots__``): a plain callable class's settings.
+
+    Without them two instances of one scorer class with different thresholds fingerprinted alike and
+    the second resumed the first one's checkpoint.
+    """
+    state = dict(getattr(value, "__dict__", {}))
+    for cls in type(value).__mro__:
+        slots = getattr(cls, "__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in state and name not in ("__dict__", "__weakref__") and hasattr(value, name):
+                state[name] = getattr(value, name)
+    return state
 
 
 def code_digest(code: Any) -> str:
