@@ -12,7 +12,14 @@ import pytest
 import zstandard
 
 from zephyr import execution
-from zephyr.tokenize import is_validation_document, load_tokenizer, open_store, tokenize_dataset, verify_store
+from zephyr.tokenize import (
+    TokenizerSpec,
+    is_validation_document,
+    load_tokenizer,
+    open_store,
+    tokenize_dataset,
+    verify_store,
+)
 from zephyr.tokenize.cli import add_cli
 
 FALLBACK_TEXTS = [
@@ -122,6 +129,10 @@ def test_rerun_resumes_per_shard(corpus, scratch):
         # other settings (BOS added) invalidate every shard
         fourth = tokenize_dataset(glob, tmp / "store", add_bos=True)
         assert fourth.shards_written == 3
+        # so does another chunk size (ids may differ next to a forced cut); the default's hash is unchanged
+        spec = TokenizerSpec(max_chunk_chars=5_000)
+        fifth = tokenize_dataset(glob, tmp / "store", add_bos=True, tokenizer=spec)
+        assert fifth.shards_written == 3
     store = open_store(tmp / "store")
     assert [store.document(i).tolist() for i in range(store.num_documents)] == [[0] + e for e in _expected(parts)]
     assert verify_store(tmp / "store").ok

@@ -80,7 +80,10 @@ class TokenizeConfig:
         """Hash of everything that changes the stored ids (engine choice excluded: ids are identical)."""
         spec = asdict(self.tokenizer)
         spec.pop("engine")
-        spec.pop("max_chunk_chars")
+        if spec["max_chunk_chars"] == TokenizerSpec.max_chunk_chars:
+            # Ids differ only next to a forced cut in a stretch with no safe split point, so a
+            # non-default size is hashed; the default stays out so existing stores keep their hash.
+            spec.pop("max_chunk_chars")
         payload = {**asdict(self), "tokenizer": spec, "tokenizer_hash": tokenizer_hash, "store_version": 1}
         return xxhash.xxh3_64_hexdigest(json.dumps(payload, sort_keys=True).encode())
 
