@@ -313,3 +313,12 @@ def test_counts_and_bytes_read_differently():
     assert format_count(1_200_000_000) == "1.20G" and format_count(12_345) == "12.3K" and format_count(950) == "950"
     assert format_bytes(1_200_000_000) == "1.1 GB" and format_bytes(512) == "512 B"
     assert not format_count(1_200_000_000).endswith("B")  # "1.20B records" read like bytes
+
+
+def test_summary_of_a_run_that_failed_before_any_stage_prints_no_empty_table(capsys):
+    # A cluster error (no raylet, a lost connection) ends a run before any stage is recorded: the
+    # summary used to print an empty table above the one-line error.
+    from zephyr.engine.progress import print_run_summary
+
+    print_run_summary({"status": "failed", "seconds": 1.2, "command": ["zephyr", "run"], "jobs": [{"job": 0}]})
+    assert "records in" not in capsys.readouterr().err

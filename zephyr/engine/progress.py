@@ -397,6 +397,8 @@ def print_run_summary(record: dict[str, Any]) -> None:
             counters[name] = counters.get(name, 0) + value
     retries = sum(len(s["retries"]) for j in record.get("jobs", []) for s in j.get("stages", []))
     _view.close()
+    if not table.row_count:  # failed before any stage finished (a cluster error): the error line says it all
+        return
     console.print(table)
     if counters:
         console.print(
