@@ -24,7 +24,7 @@ def test_one_cache_root_with_the_old_name_as_alias(monkeypatch, tmp_path):
     from zephyr.cache import cache_root
     from zephyr.datashop.models import cache_root as datashop_cache_root
     from zephyr.tokenize.loader import tokenizer_cache_dir
-    from zephyr.tokenize.store import store_cache_root
+    from zephyr.tokenize.store_format import store_cache_root
 
     monkeypatch.delenv("ZEPHYR_STORE_CACHE", raising=False)
     monkeypatch.setenv("ZEPHYR_CACHE_DIR", str(tmp_path / "new"))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from zephyr.tokenize import Mixture, feistel_permute, largest_remainder_counts, open_store
-from zephyr.tokenize.store import ShardWriter, write_manifest
+from zephyr.tokenize.store_write import ShardWriter, write_manifest
 
 TOKENIZER = {
     "name": "t",

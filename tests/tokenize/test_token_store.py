@@ -10,7 +10,7 @@ import pytest
 import xxhash
 
 from zephyr.tokenize import TokenStore, inspect_store, open_store, token_dtype, verify_store
-from zephyr.tokenize.store import ShardWriter, completed_shard, write_manifest
+from zephyr.tokenize.store_write import ShardWriter, completed_shard, write_manifest
 
 TOKENIZER = {
     "name": "test-vocab",

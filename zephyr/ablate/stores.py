@@ -100,7 +100,8 @@ def _write_store(
     config_hash: str,
 ) -> str:
     """Write ``shards`` (flat ids, document lengths) as a complete store; the manifest goes last."""
-    from zephyr.tokenize.store import ShardWriter, token_dtype, write_manifest
+    from zephyr.tokenize.store_format import token_dtype
+    from zephyr.tokenize.store_write import ShardWriter, write_manifest
 
     m = _manifest(source)
     if destination.exists():  # a stale or partial derived store: it is ours to replace

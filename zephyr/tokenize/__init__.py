@@ -22,14 +22,9 @@ if TYPE_CHECKING:
         is_validation_document,
         tokenize_dataset,
     )
-    from .store import (
-        TokenStore,
-        VerifyReport,
-        inspect_store,
-        open_store,
-        token_dtype,
-        verify_store,
-    )
+    from .store import TokenStore, open_store
+    from .store_check import VerifyReport, inspect_store, verify_store
+    from .store_format import token_dtype
     from .tokenizer import Tokenizer, TokenizerInfo, TokenizerSpec, load_tokenizer
 
 __all__ = [
@@ -64,11 +59,11 @@ __getattr__, __dir__ = lazy_exports(
         "is_validation_document": "zephyr.tokenize.pipeline",
         "tokenize_dataset": "zephyr.tokenize.pipeline",
         "TokenStore": "zephyr.tokenize.store",
-        "VerifyReport": "zephyr.tokenize.store",
-        "inspect_store": "zephyr.tokenize.store",
+        "VerifyReport": "zephyr.tokenize.store_check",
+        "inspect_store": "zephyr.tokenize.store_check",
         "open_store": "zephyr.tokenize.store",
-        "token_dtype": "zephyr.tokenize.store",
-        "verify_store": "zephyr.tokenize.store",
+        "token_dtype": "zephyr.tokenize.store_format",
+        "verify_store": "zephyr.tokenize.store_check",
         "Tokenizer": "zephyr.tokenize.tokenizer",
         "TokenizerInfo": "zephyr.tokenize.tokenizer",
         "TokenizerSpec": "zephyr.tokenize.tokenizer",

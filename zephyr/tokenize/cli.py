@@ -122,7 +122,7 @@ def _run_tokenize(args: argparse.Namespace) -> int:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    from .store import inspect_store
+    from .store_check import inspect_store
 
     try:
         print(inspect_store(args.store, samples=args.samples, max_chars=args.max_chars, decode=not args.no_decode))
@@ -133,7 +133,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from .store import verify_store
+    from .store_check import verify_store
 
     report = verify_store(args.store, check_ids=not args.no_ids)
     if report.ok:

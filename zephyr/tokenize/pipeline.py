@@ -37,16 +37,8 @@ import xxhash
 from zephyr.engine.errors import BadInputError
 from zephyr.versioning import read_marker
 
-from .store import (
-    SHARD_MARKER_KIND,
-    ShardRecord,
-    ShardWriter,
-    completed_shard,
-    is_remote,
-    remove_temp_files,
-    token_dtype,
-    write_manifest,
-)
+from .store_format import SHARD_MARKER_KIND, is_remote, token_dtype
+from .store_write import ShardRecord, ShardWriter, completed_shard, remove_temp_files, write_manifest
 from .tokenizer import TokenizerSpec, load_tokenizer
 
 __all__ = [
