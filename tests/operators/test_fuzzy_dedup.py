@@ -360,3 +360,33 @@ def test_memory_bounded_paths_give_the_same_result(local, tmp_path, small_corpus
     assert tight == roomy and sum(1 for r in roomy if not r[2]) > 50
     report = json.loads((tmp_path / "tight" / "report.json").read_text())
     assert report["duplicates"] == sum(1 for r in tight if not r[2])
+
+
+def test_hot_lsh_buckets_stream_and_give_the_same_edges_and_clusters(local, tmp_path, small_corpus):
+    """A bucket holding a large share of the corpus (one boilerplate page copied 400 times, plus
+    lightly edited copies) is linked as its members stream by, not sorted in one reducer's memory;
+    the candidate edges, and so the clusters, are the ones the sorted path gives."""
+    page = small_corpus[0]["text"]
+    words = page.split()
+    copies = [{"id": f"copy-{i:04d}", "text": page} for i in range(400)]
+    edited = [{"id": f"edit-{i:04d}", "text": " ".join(words[:-3] + [f"note{i}", "x", "y"])} for i in range(60)]
+    corpus = small_corpus + copies + edited
+    random.Random(1).shuffle(corpus)
+
+    def run(name: str, hot: int) -> tuple[list[tuple], set[tuple], dict]:
+        config = FuzzyDedupConfig(num_shards=3, hot_bucket_members=hot)
+        out = fuzzy_dedup(Dataset.from_list(corpus, num_shards=3), config=config, work_dir=str(tmp_path / name))
+        clusters = sorted((d["id"], d["dup_cluster"], d["dup_keep"]) for d in out.collect())
+        candidates = tmp_path / name / "candidates"
+        edges = {(r["a"], r["b"]) for r in Dataset.from_files(str(candidates / "*.parquet")).collect()}
+        marker = json.loads((candidates / "_DONE.json").read_text())
+        return clusters, edges, marker["payload"]["counters"]
+
+    sorted_path, sorted_edges, sorted_counts = run("sorted", 10**9)
+    streamed, streamed_edges, streamed_counts = run("hot", 16)
+    assert sorted_counts.get("fuzzy_dedup/hot_bucket_members", 0) == 0
+    assert streamed_counts["fuzzy_dedup/hot_bucket_members"] > 14 * 300  # most copies' entries never sorted
+    assert streamed_edges == sorted_edges
+    assert streamed == sorted_path
+    kept = {cluster for doc_id, cluster, _ in sorted_path if doc_id.startswith("copy-")}
+    assert len(kept) == 1  # the 400 copies collapse to one keeper

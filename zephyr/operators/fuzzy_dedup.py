@@ -18,7 +18,11 @@ Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun sk
    `anchors_per_bucket` smallest ids (star edges: linear in the bucket size, not all pairs). Two
    anchors rather than one keep a pair connected when the smallest member of their bucket is
    itself a false positive that verification will cut. Packing makes the shuffle carry a few
-   records per partition instead of one per (document, band).
+   records per partition instead of one per (document, band). A giant bucket (one page copied
+   into 30% of a corpus) would make its partition a straggler holding the bucket in memory: a
+   bucket with more than `hot_bucket_members` members in one chunk sends only the chunk's anchors
+   as entries, and its other members arrive after every entry and are linked as they stream by
+   (same edges; benchmarks/lsh_skew.py).
 3. ``verified/``    `group_by` node partition over the candidate edges and the signature files
    together (one `from_files` reads both: the engine's union) sends each node's shingle set to
    its edges (once per distinct edge: a pair found in several bands arrives repeated; when the
@@ -54,7 +58,7 @@ verification, steps 4-5 run on the raw LSH candidate edges.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -78,6 +82,7 @@ __all__ = [
     "annotate_clusters",
     "drop_fuzzy_duplicates",
     "connected_components",
+    "lsh_candidate_edges",
 ]
 
 FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
@@ -110,6 +115,11 @@ class FuzzyDedupConfig:
         grow with the logarithm of the largest cluster's size).
     num_shards: shard count of the shuffles (None: one per engine worker; each reducer streams,
         so a shard's size does not bound memory).
+    hot_bucket_members: an LSH bucket with more members than this among one chunk of 8,192
+        signatures (boilerplate, a page copied thousands of times) is linked inside the chunk, and
+        only the chunk's anchors travel to the bucket's partition; so a bucket holding 30% of a
+        corpus costs its partition two entries per chunk instead of one per member (no straggler,
+        no partition beyond its memory share). Members are still linked to the same component.
     """
 
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
@@ -121,13 +131,14 @@ class FuzzyDedupConfig:
     batch_size: int = 512
     max_iterations: int = 64
     num_shards: int | None = None
+    hot_bucket_members: int = 64
 
     def __post_init__(self) -> None:
         if not isinstance(self.minhash, MinHashConfig):
             raise TypeError(f"FuzzyDedupConfig.minhash must be a MinHashConfig, got {type(self.minhash).__name__}.")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"FuzzyDedupConfig.threshold must be in (0, 1], got {self.threshold!r}; e.g. 0.8.")
-        for name in ("anchors_per_bucket", "batch_size", "max_iterations"):
+        for name in ("anchors_per_bucket", "batch_size", "max_iterations", "hot_bucket_members"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"FuzzyDedupConfig.{name} must be a positive int, got {value!r}.")
@@ -232,6 +243,9 @@ def _doc_id(record: Any, id_field: str) -> str | int:
 _ENTRY_BYTES = 96  # memory per (bucket key, document) entry in a partition reducer, ids included
 
 
+_ENTRIES, _HOT_MEMBERS = 0, 1  # item tags: a partition's entries arrive before hot buckets' members
+
+
 @dataclass(frozen=True)
 class _PackBands:
     """map_shard over signature records: (bucket key, id) entries packed per LSH partition.
@@ -239,12 +253,19 @@ class _PackBands:
     One shuffle record per partition and chunk of `chunk` documents instead of one per (band,
     document): the shuffle's per-record cost is paid ~`chunk * num_bands / partitions` times less.
     A partition is the bucket key modulo `partitions`, so all members of a bucket meet in one.
+
+    Hot buckets (more than `hot_members` members in one chunk: boilerplate, a page copied
+    thousands of times): only the chunk's `anchors` smallest members travel as entries; the others
+    travel as a (key, ids) list tagged to arrive after every entry, so the partition reducer streams
+    them against the bucket's anchors instead of sorting them in memory.
     """
 
     partitions: int
+    anchors: int = 2
+    hot_members: int = 64
     chunk: int = 8192
 
-    def __call__(self, records: Iterable[dict]) -> Iterator[tuple[int, bytes, list]]:
+    def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
         ids: list[Any] = []
         bands: list[bytes] = []
         for record in records:
@@ -256,17 +277,47 @@ class _PackBands:
         if ids:
             yield from self._pack(ids, bands)
 
-    def _pack(self, ids: list[Any], bands: list[bytes]) -> Iterator[tuple[int, bytes, list]]:
+    def _pack(self, ids: list[Any], bands: list[bytes]) -> Iterator[tuple]:
         keys = np.frombuffer(b"".join(bands), dtype="<i8").reshape(len(ids), -1)
         flat = keys.ravel()
         owner = np.repeat(np.arange(len(ids)), keys.shape[1])
+        flat, owner = yield from self._hot_members(ids, flat, owner)
         part = flat.view(np.uint64) % np.uint64(self.partitions)
         order = np.argsort(part, kind="stable")
         part = part[order]
         bounds = np.flatnonzero(np.diff(part)) + 1
         for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist(), strict=False):
             sel = order[lo:hi]
-            yield (int(part[lo]), flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
+            yield (int(part[lo]), _ENTRIES, flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
+
+    def _hot_members(self, ids: list[Any], flat: np.ndarray, owner: np.ndarray) -> Generator[tuple, None, tuple]:
+        """Yield the members of this chunk's hot buckets beyond their `anchors` smallest ids;
+        return the entries left to pack (every other entry, and the hot buckets' anchors)."""
+        _, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
+        hot = counts[inverse] > self.hot_members
+        if not hot.any():
+            return flat, owner
+        keep = ~hot
+        entries = np.flatnonzero(hot)
+        entries = entries[np.argsort(flat[entries], kind="stable")]
+        streamed = []
+        for group in np.split(entries, np.flatnonzero(np.diff(flat[entries])) + 1):
+            members = sorted(set(owner[group].tolist()), key=ids.__getitem__)
+            anchors = np.isin(owner[group], members[: self.anchors])
+            keep[group[anchors]] = True
+            streamed.append(group[~anchors])
+        rest = np.concatenate(streamed)
+        counters.increment("fuzzy_dedup/hot_bucket_members", len(rest))
+        # One record per partition: a member hot in several bands of one partition comes once,
+        # so the reducer can link it to the union of those buckets' anchors without repeats.
+        part = flat[rest].view(np.uint64) % np.uint64(self.partitions)
+        order = np.argsort(part, kind="stable")
+        rest, part = rest[order], part[order]
+        bounds = np.flatnonzero(np.diff(part)) + 1
+        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist(), strict=False):
+            sel = rest[lo:hi]
+            yield (int(part[lo]), _HOT_MEMBERS, flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
+        return flat[keep], owner[keep]
 
 
 @dataclass(frozen=True)
@@ -276,17 +327,40 @@ class _BucketEdges:
     Each bucket links every member to its `anchors` smallest ids (star edges: linear in the
     bucket size, not all pairs), vectorized over the whole partition. A pair met in several
     partitions (several bands) is emitted once per partition; verification and connected
-    components skip the repeats.
+    components skip the repeats. Hot buckets' other members arrive last (sorted by tag) and
+    are linked to the same anchors as they stream by: the edges are the ones the sorted path
+    would give, and memory holds entries only.
     """
 
     anchors: int
 
-    def __call__(self, partition: int, items: Iterable[tuple[int, bytes, list]]) -> Iterator[dict]:
+    def __call__(self, partition: int, items: Iterable[tuple]) -> Iterator[dict]:
         key_parts: list[np.ndarray] = []
         ids: list[Any] = []
-        for _, keys, chunk_ids in items:
-            key_parts.append(np.frombuffer(keys, dtype="<i8"))
-            ids.extend(chunk_ids)
+        buckets: _Buckets | None = None
+        for _, tag, keys, chunk_ids in items:
+            if tag == _ENTRIES:
+                key_parts.append(np.frombuffer(keys, dtype="<i8"))
+                ids.extend(chunk_ids)
+                continue
+            if buckets is None:
+                buckets = yield from self._link(key_parts, ids)
+                key_parts, ids = [], []
+            anchors_of: dict[int, list[Any]] = {}
+            pairs: set[tuple[Any, Any]] = set()
+            for key, member in zip(np.frombuffer(keys, dtype="<i8").tolist(), chunk_ids, strict=True):
+                if key not in anchors_of:
+                    anchors_of[key] = buckets.anchors_of(key, self.anchors)
+                pairs.update((anchor, member) for anchor in anchors_of[key])
+            counters.increment("fuzzy_dedup/candidate_edges_emitted", len(pairs))
+            yield from ({"a": a, "b": b, "jaccard": None} for a, b in sorted(pairs))
+        if buckets is None:
+            yield from self._link(key_parts, ids)
+
+    def _link(self, key_parts: list[np.ndarray], ids: list[Any]) -> Generator[dict, None, _Buckets]:
+        """Edges of the entries; returns the sorted buckets, where hot buckets find their anchors."""
+        if not key_parts:
+            return _Buckets(np.zeros(0, dtype="<i8"), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [])
         keys = np.concatenate(key_parts)
         # Ranks of ids in id order (str or int, Python's order), so one integer sort orders (key,
         # id); a numpy string array would cost the longest id's width for every entry.
@@ -313,6 +387,26 @@ class _BucketEdges:
         for a, b in pairs.tolist():
             # "jaccard": unknown until verified (stage 5 tells graph edges from component edges by it)
             yield {"a": unique_ids[a], "b": unique_ids[b], "jaccard": None}
+        return _Buckets(keys[starts], members, starts, unique_ids)
+
+
+@dataclass(frozen=True)
+class _Buckets:
+    """A partition's members sorted by (bucket key, id rank): bucket `i` is members[starts[i]:starts[i+1]]."""
+
+    bucket_keys: np.ndarray
+    members: np.ndarray
+    starts: np.ndarray
+    unique_ids: list[Any]
+
+    def anchors_of(self, key: int, anchors: int) -> list[Any]:
+        """The `anchors` smallest ids of bucket `key` (its hot chunks sent theirs as entries)."""
+        at = int(np.searchsorted(self.bucket_keys, key))
+        if at >= len(self.bucket_keys) or self.bucket_keys[at] != key:
+            raise RuntimeError(f"LSH bucket {key} has hot members but no anchor entries: a lost shuffle record?")
+        end = self.starts[at + 1] if at + 1 < len(self.starts) else len(self.members)
+        ranks = self.members[self.starts[at] : min(end, self.starts[at] + anchors)]
+        return [self.unique_ids[r] for r in ranks.tolist()]
 
 
 def _first(item: tuple) -> Any:
@@ -676,6 +770,8 @@ def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> str:
     settings = json.loads(json.dumps(asdict(config), default=str))
     for tuning_only in ("batch_size", "max_iterations", "num_shards"):
         settings.pop(tuning_only)
+    if settings["hot_bucket_members"] == FuzzyDedupConfig.hot_bucket_members:
+        settings.pop("hot_bucket_members")  # the default: work dirs of earlier versions stay valid
     settings["format"] = _WORK_DIR_FORMAT
     version = fingerprint(settings)
     url = join(work_dir, "config.json")
@@ -721,15 +817,7 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     def candidates() -> tuple[list[str], dict[str, int]]:
         if not sig["paths"]:
             return [], {}
-        # Enough LSH partitions that one partition's entries fit in a quarter of a worker's memory.
-        entries = documents * config.minhash.num_bands
-        partitions = max(shards, -(-entries * _ENTRY_BYTES // (engine.memory_per_worker // 4)))
-        return _write_stage(
-            Dataset.from_files(sig["paths"], format="parquet", columns=["id", "bands"])
-            .map_shard(_PackBands(partitions))
-            .group_by(_first, _BucketEdges(config.anchors_per_bucket), num_shards=shards),
-            join(work_dir, "candidates"),
-        )
+        return lsh_candidate_edges(sig["paths"], documents, config=config, out_dir=join(work_dir, "candidates"))
 
     cand = _stage(join(work_dir, "candidates"), version, candidates)
     edge_paths: list[str] = cand["paths"]
@@ -787,6 +875,28 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     )
     _write_json(join(work_dir, "report.json"), asdict(report))
     return report
+
+
+def lsh_candidate_edges(
+    signature_paths: Sequence[str], documents: int, *, config: FuzzyDedupConfig, out_dir: str
+) -> tuple[list[str], dict[str, int]]:
+    """Stage 2 on its own: LSH candidate edges {"a", "b", "jaccard": None} from signature files.
+
+    `signature_paths` are parquet files of {"id", "bands"} (band keys as int64 bytes, as stage 1
+    writes them); `documents` sizes the partitions. Returns (edge files, counters). Public so that
+    benchmarks/lsh_skew.py can measure a giant bucket without computing MinHash first.
+    """
+    engine = current_config()
+    shards = config.num_shards or engine.num_workers
+    # Enough LSH partitions that one partition's entries fit in a quarter of a worker's memory.
+    entries = documents * config.minhash.num_bands
+    partitions = max(shards, -(-entries * _ENTRY_BYTES // (engine.memory_per_worker // 4)))
+    return _write_stage(
+        Dataset.from_files(list(signature_paths), format="parquet", columns=["id", "bands"])
+        .map_shard(_PackBands(partitions, config.anchors_per_bucket, config.hot_bucket_members))
+        .group_by(_first, _BucketEdges(config.anchors_per_bucket), sort_by=_second, num_shards=shards),
+        out_dir,
+    )
 
 
 @dataclass(frozen=True)
