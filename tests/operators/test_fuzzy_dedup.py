@@ -347,6 +347,7 @@ def test_memory_bounded_paths_give_the_same_result(local, tmp_path, small_corpus
     verification ships every set, annotation by a join instead of an in-memory lookup table.
     Same clusters, same annotations (up to order)."""
     from zephyr.operators import fuzzy_dedup as module
+    from zephyr.operators import fuzzy_lsh
 
     def run(name: str) -> list[tuple]:
         out = fuzzy_dedup(Dataset.from_list(small_corpus, num_shards=3), work_dir=str(tmp_path / name)).collect()
@@ -355,7 +356,7 @@ def test_memory_bounded_paths_give_the_same_result(local, tmp_path, small_corpus
     roomy = run("roomy")
     monkeypatch.setattr(module, "_ENTRY_BYTES", 1 << 20)  # 256 entries per LSH partition: ~17 partitions
     monkeypatch.setattr(module, "_LOOKUP_BYTES", 1 << 30)  # no table fits: route all sets, join to annotate
-    monkeypatch.setattr(module, "_FLUSH_ITEMS", 3)  # packed shuffle records of at most 3 entries
+    monkeypatch.setattr(fuzzy_lsh, "FLUSH_ITEMS", 3)  # packed shuffle records of at most 3 entries
     tight = run("tight")
     assert tight == roomy and sum(1 for r in roomy if not r[2]) > 50
     report = json.loads((tmp_path / "tight" / "report.json").read_text())

@@ -7,7 +7,9 @@ memory stays bounded by the engine's budget whatever the corpus size (one except
 holds the ids of one connected component at a time), and (with verification) only edges whose
 exact Jaccard similarity passes the threshold reach the clustering.
 
-Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun skips finished work):
+Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun skips finished work;
+the map functions and reducers of stages 1-3 are in :mod:`zephyr.operators.fuzzy_lsh`, of 4-5 in
+:mod:`zephyr.operators.fuzzy_graph`):
 
 1. ``signatures/``  one row per document with shingles: id, LSH band keys and, with
    verification, its sorted set of 32-bit shingle hashes, written as Arrow batches of
@@ -58,19 +60,36 @@ verification, steps 4-5 run on the raw LSH candidate edges.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-import numpy as np
-import pyarrow as pa
-import xxhash
 
 from zephyr.engine import counters
 from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.fs import atomic_write, join, open_url, url_to_fs
-from zephyr.operators.minhash import MinHashConfig, sketch_batch
+from zephyr.operators.fuzzy_graph import (
+    DONE,
+    clear,
+    connected_components,
+    node_summary,
+    priority,
+    route_to_components,
+    star_clusters,
+    write_stage,
+)
+from zephyr.operators.fuzzy_lsh import (
+    BucketEdges,
+    FanOut,
+    PackBands,
+    PackByNode,
+    Sketch,
+    VerifyPairs,
+    first,
+    second,
+    tag_other,
+)
+from zephyr.operators.minhash import MinHashConfig
 from zephyr.versioning import fingerprint, marker_exists, read_marker, write_marker
 
 __all__ = [
@@ -88,15 +107,12 @@ __all__ = [
 FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
 """`filter_reason` of documents that are near-duplicates of their cluster's keeper."""
 
-_DONE = "_DONE.json"
 _WORK_DIR_FORMAT = 2
-# Done markers (`zephyr.versioning`): a stage's carries the work_dir settings' fingerprint; a
-# connected-components round's the layout version (rounds are the same work for any settings).
+# Done markers (`zephyr.versioning`): a stage's carries the work_dir settings' fingerprint.
 _STAGE_KIND = "fuzzy-dedup-stage"
-_ROUND_KIND = "fuzzy-dedup-cc-round"
 _WORK_DIR_KIND = "fuzzy-dedup-work-dir"
-_ROUND_VERSION = f"cc-format-{_WORK_DIR_FORMAT}"
 _LOOKUP_BYTES = 200  # memory per entry of an in-memory id table (set or dict slot, id strings)
+_ENTRY_BYTES = 96  # memory per (bucket key, document) entry in an LSH partition reducer, ids included
 
 
 @dataclass(frozen=True)
@@ -168,553 +184,7 @@ class FuzzyDedupReport:
     clusters_paths: tuple[str, ...]
 
 
-# --------------------------------------------------------------------------- stage 1: signatures
-
-
-@dataclass(frozen=True)
-class _Sketch:
-    """map_shard: vectorized signatures per batch; per document with shingles a row of id, band
-    keys and (with verification) its set of 32-bit shingle hashes, as Arrow batches."""
-
-    config: FuzzyDedupConfig
-
-    def __call__(self, records: Iterable[dict]) -> Iterator[pa.RecordBatch]:
-        batch: list[dict] = []
-        for record in records:
-            batch.append(record)
-            if len(batch) >= self.config.batch_size:
-                yield from self._batch(batch)
-                batch = []
-        if batch:
-            yield from self._batch(batch)
-
-    def _batch(self, batch: list[dict]) -> Iterator[pa.RecordBatch]:
-        cfg = self.config
-        ids, texts = [], []
-        for record in batch:
-            ids.append(_doc_id(record, cfg.id_field))
-            text = record.get(cfg.text_field)
-            if not isinstance(text, str):
-                raise TypeError(
-                    f"fuzzy dedup expects a str in field {cfg.text_field!r} of every document; document "
-                    f"{ids[-1]!r} has {type(text).__name__}. Set FuzzyDedupConfig(text_field=...) or fill "
-                    "missing text with ''."
-                )
-            texts.append(text)
-        sketch = sketch_batch(texts, cfg.minhash)
-        counters.increment("fuzzy_dedup/documents", len(batch))
-        keep = np.flatnonzero(sketch.counts > 0)
-        if len(keep) < len(batch):
-            counters.increment("fuzzy_dedup/documents_without_shingles", len(batch) - len(keep))
-        if not len(keep):
-            return
-        # One Arrow batch straight to the parquet writer: no per-document record or array.
-        keys = np.ascontiguousarray(sketch.keys[keep])
-        columns = {
-            "id": pa.array([ids[i] for i in keep.tolist()]),
-            "bands": pa.Array.from_buffers(pa.binary(keys.shape[1] * 8), len(keep), [None, pa.py_buffer(keys)]),
-        }
-        if cfg.verify:
-            # Documents without shingles have empty sets, so the kept ones' values are contiguous.
-            sizes = np.diff(sketch.set_offsets)[keep]
-            offsets = np.zeros(len(keep) + 1, dtype=np.int64)
-            np.cumsum(sizes * 4, out=offsets[1:])
-            values = np.ascontiguousarray(sketch.set_values, dtype="<u4")
-            columns["shingles"] = pa.Array.from_buffers(
-                pa.large_binary(), len(keep), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
-            )
-        yield pa.RecordBatch.from_pydict(columns)
-
-
-def _doc_id(record: Any, id_field: str) -> str | int:
-    doc_id = record.get(id_field) if isinstance(record, dict) else None
-    if isinstance(doc_id, str) or (isinstance(doc_id, int) and not isinstance(doc_id, bool)):
-        return doc_id
-    fields = sorted(record)[:8] if isinstance(record, dict) else type(record).__name__
-    raise TypeError(
-        f"fuzzy dedup needs a unique str or int id in field {id_field!r} of every document; got "
-        f"{type(doc_id).__name__} in a record with fields {fields}. Set FuzzyDedupConfig(id_field=...) "
-        "or add ids first (e.g. .map(lambda d: {**d, 'id': ...}))."
-    )
-
-
-# --------------------------------------------------------------------------- stage 2: LSH buckets
-
-_ENTRY_BYTES = 96  # memory per (bucket key, document) entry in a partition reducer, ids included
-
-
-_ENTRIES, _HOT_MEMBERS = 0, 1  # item tags: a partition's entries arrive before hot buckets' members
-
-
-@dataclass(frozen=True)
-class _PackBands:
-    """map_shard over signature records: (bucket key, id) entries packed per LSH partition.
-
-    One shuffle record per partition and chunk of `chunk` documents instead of one per (band,
-    document): the shuffle's per-record cost is paid ~`chunk * num_bands / partitions` times less.
-    A partition is the bucket key modulo `partitions`, so all members of a bucket meet in one.
-
-    Hot buckets (more than `hot_members` members in one chunk: boilerplate, a page copied
-    thousands of times): only the chunk's `anchors` smallest members travel as entries; the others
-    travel as a (key, ids) list tagged to arrive after every entry, so the partition reducer streams
-    them against the bucket's anchors instead of sorting them in memory.
-    """
-
-    partitions: int
-    anchors: int = 2
-    hot_members: int = 64
-    chunk: int = 8192
-
-    def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
-        ids: list[Any] = []
-        bands: list[bytes] = []
-        for record in records:
-            ids.append(record["id"])
-            bands.append(record["bands"])
-            if len(ids) >= self.chunk:
-                yield from self._pack(ids, bands)
-                ids, bands = [], []
-        if ids:
-            yield from self._pack(ids, bands)
-
-    def _pack(self, ids: list[Any], bands: list[bytes]) -> Iterator[tuple]:
-        keys = np.frombuffer(b"".join(bands), dtype="<i8").reshape(len(ids), -1)
-        flat = keys.ravel()
-        owner = np.repeat(np.arange(len(ids)), keys.shape[1])
-        flat, owner = yield from self._hot_members(ids, flat, owner)
-        part = flat.view(np.uint64) % np.uint64(self.partitions)
-        order = np.argsort(part, kind="stable")
-        part = part[order]
-        bounds = np.flatnonzero(np.diff(part)) + 1
-        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist(), strict=False):
-            sel = order[lo:hi]
-            yield (int(part[lo]), _ENTRIES, flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
-
-    def _hot_members(self, ids: list[Any], flat: np.ndarray, owner: np.ndarray) -> Generator[tuple, None, tuple]:
-        """Yield the members of this chunk's hot buckets beyond their `anchors` smallest ids;
-        return the entries left to pack (every other entry, and the hot buckets' anchors)."""
-        _, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
-        hot = counts[inverse] > self.hot_members
-        if not hot.any():
-            return flat, owner
-        keep = ~hot
-        entries = np.flatnonzero(hot)
-        entries = entries[np.argsort(flat[entries], kind="stable")]
-        streamed = []
-        for group in np.split(entries, np.flatnonzero(np.diff(flat[entries])) + 1):
-            members = sorted(set(owner[group].tolist()), key=ids.__getitem__)
-            anchors = np.isin(owner[group], members[: self.anchors])
-            keep[group[anchors]] = True
-            streamed.append(group[~anchors])
-        rest = np.concatenate(streamed)
-        counters.increment("fuzzy_dedup/hot_bucket_members", len(rest))
-        # One record per partition: a member hot in several bands of one partition comes once,
-        # so the reducer can link it to the union of those buckets' anchors without repeats.
-        part = flat[rest].view(np.uint64) % np.uint64(self.partitions)
-        order = np.argsort(part, kind="stable")
-        rest, part = rest[order], part[order]
-        bounds = np.flatnonzero(np.diff(part)) + 1
-        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist(), strict=False):
-            sel = rest[lo:hi]
-            yield (int(part[lo]), _HOT_MEMBERS, flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
-        return flat[keep], owner[keep]
-
-
-@dataclass(frozen=True)
-class _BucketEdges:
-    """Reducer per LSH partition: sort (bucket key, id) entries, link bucket members to anchors.
-
-    Each bucket links every member to its `anchors` smallest ids (star edges: linear in the
-    bucket size, not all pairs), vectorized over the whole partition. A pair met in several
-    partitions (several bands) is emitted once per partition; verification and connected
-    components skip the repeats. Hot buckets' other members arrive last (sorted by tag) and
-    are linked to the same anchors as they stream by: the edges are the ones the sorted path
-    would give, and memory holds entries only.
-    """
-
-    anchors: int
-
-    def __call__(self, partition: int, items: Iterable[tuple]) -> Iterator[dict]:
-        key_parts: list[np.ndarray] = []
-        ids: list[Any] = []
-        buckets: _Buckets | None = None
-        for _, tag, keys, chunk_ids in items:
-            if tag == _ENTRIES:
-                key_parts.append(np.frombuffer(keys, dtype="<i8"))
-                ids.extend(chunk_ids)
-                continue
-            if buckets is None:
-                buckets = yield from self._link(key_parts, ids)
-                key_parts, ids = [], []
-            anchors_of: dict[int, list[Any]] = {}
-            pairs: set[tuple[Any, Any]] = set()
-            for key, member in zip(np.frombuffer(keys, dtype="<i8").tolist(), chunk_ids, strict=True):
-                if key not in anchors_of:
-                    anchors_of[key] = buckets.anchors_of(key, self.anchors)
-                pairs.update((anchor, member) for anchor in anchors_of[key])
-            counters.increment("fuzzy_dedup/candidate_edges_emitted", len(pairs))
-            yield from ({"a": a, "b": b, "jaccard": None} for a, b in sorted(pairs))
-        if buckets is None:
-            yield from self._link(key_parts, ids)
-
-    def _link(self, key_parts: list[np.ndarray], ids: list[Any]) -> Generator[dict, None, _Buckets]:
-        """Edges of the entries; returns the sorted buckets, where hot buckets find their anchors."""
-        if not key_parts:
-            return _Buckets(np.zeros(0, dtype="<i8"), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [])
-        keys = np.concatenate(key_parts)
-        # Ranks of ids in id order (str or int, Python's order), so one integer sort orders (key,
-        # id); a numpy string array would cost the longest id's width for every entry.
-        unique_ids = sorted(set(ids))
-        rank_of = {doc_id: i for i, doc_id in enumerate(unique_ids)}
-        members = np.fromiter(map(rank_of.__getitem__, ids), dtype=np.int64, count=len(ids))
-        order = np.lexsort((members, keys))
-        keys, members = keys[order], members[order]
-        fresh = np.ones(len(keys), dtype=bool)
-        fresh[1:] = (keys[1:] != keys[:-1]) | (members[1:] != members[:-1])  # one id twice: a collision
-        keys, members = keys[fresh], members[fresh]
-        new_bucket = np.ones(len(keys), dtype=bool)
-        new_bucket[1:] = keys[1:] != keys[:-1]
-        starts = np.flatnonzero(new_bucket)
-        bucket = np.cumsum(new_bucket) - 1
-        rank = np.arange(len(keys)) - starts[bucket]  # position inside the bucket, in id order
-        a_parts, b_parts = [], []
-        for j in range(self.anchors):
-            later = rank > j
-            a_parts.append(members[starts[bucket[later]] + j])
-            b_parts.append(members[later])
-        pairs = np.unique(np.stack([np.concatenate(a_parts), np.concatenate(b_parts)], axis=1), axis=0)
-        counters.increment("fuzzy_dedup/candidate_edges_emitted", len(pairs))
-        for a, b in pairs.tolist():
-            # "jaccard": unknown until verified (stage 5 tells graph edges from component edges by it)
-            yield {"a": unique_ids[a], "b": unique_ids[b], "jaccard": None}
-        return _Buckets(keys[starts], members, starts, unique_ids)
-
-
-@dataclass(frozen=True)
-class _Buckets:
-    """A partition's members sorted by (bucket key, id rank): bucket `i` is members[starts[i]:starts[i+1]]."""
-
-    bucket_keys: np.ndarray
-    members: np.ndarray
-    starts: np.ndarray
-    unique_ids: list[Any]
-
-    def anchors_of(self, key: int, anchors: int) -> list[Any]:
-        """The `anchors` smallest ids of bucket `key` (its hot chunks sent theirs as entries)."""
-        at = int(np.searchsorted(self.bucket_keys, key))
-        if at >= len(self.bucket_keys) or self.bucket_keys[at] != key:
-            raise RuntimeError(f"LSH bucket {key} has hot members but no anchor entries: a lost shuffle record?")
-        end = self.starts[at + 1] if at + 1 < len(self.starts) else len(self.members)
-        ranks = self.members[self.starts[at] : min(end, self.starts[at] + anchors)]
-        return [self.unique_ids[r] for r in ranks.tolist()]
-
-
-def _first(item: tuple) -> Any:
-    return item[0]
-
-
-def _second(item: tuple) -> Any:
-    return item[1]
-
-
-def _tag_other(item: tuple) -> tuple:
-    return (item[1], item[2])
-
-
-# --------------------------------------------------------------------------- stage 3: verification
-
-_EDGES, _SETS = 0, 1  # chunk tags: a node partition's edges arrive before its sets
-_FLUSH_ITEMS = 4096  # entries per packed record
-
-
-def _partition_of(value: Any, partitions: int) -> int:
-    """A partition from a stable hash (Python's own hash of str differs between processes)."""
-    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else repr(value).encode("utf-8")
-    return xxhash.xxh3_64_intdigest(data) % partitions
-
-
-@dataclass(frozen=True)
-class _PackByNode:
-    """map_shard over candidate edges and signatures: pack both per partition of node ids.
-
-    With `edge_paths` (when the candidate nodes fit in memory), a signature shard first loads the
-    set of ids that have a candidate edge and ships only their shingle sets: the others (most of
-    a corpus) have nothing to verify. One shuffle record per partition and chunk, not per item.
-    """
-
-    partitions: int
-    edge_paths: tuple[str, ...] | None
-    # Loaded once per worker process: the engine keeps a stage's objects across its shards.
-    _loaded: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
-        wanted: set[Any] | None = None
-        chunks: dict[tuple[int, int], tuple[list, list]] = {}
-        pending = 0
-        for record in records:
-            if "shingles" in record:  # a signature file's record
-                if wanted is None and self.edge_paths is not None:
-                    if "nodes" not in self._loaded:
-                        self._loaded["nodes"] = _candidate_nodes(self.edge_paths)
-                    wanted = self._loaded["nodes"]
-                node = record["id"]
-                if wanted is not None and node not in wanted:
-                    continue
-                keys, values = chunks.setdefault((_partition_of(node, self.partitions), _SETS), ([], []))
-                keys.append(node)
-                values.append(record["shingles"])
-            else:  # a candidate edge, both directions
-                for node, other in ((record["a"], record["b"]), (record["b"], record["a"])):
-                    keys, values = chunks.setdefault((_partition_of(node, self.partitions), _EDGES), ([], []))
-                    keys.append(node)
-                    values.append(other)
-            pending += 1
-            if pending >= _FLUSH_ITEMS:
-                yield from ((part, tag, keys, values) for (part, tag), (keys, values) in chunks.items())
-                chunks, pending = {}, 0
-        yield from ((part, tag, keys, values) for (part, tag), (keys, values) in chunks.items())
-
-
-def _candidate_nodes(paths: Sequence[str]) -> set[Any]:
-    from zephyr.engine.io import read_batches
-
-    nodes: set[Any] = set()
-    for path in paths:
-        for batch in read_batches(path, format="parquet", columns=["a", "b"]):
-            nodes.update(batch.column("a").to_pylist())
-            nodes.update(batch.column("b").to_pylist())
-    return nodes
-
-
-@dataclass(frozen=True)
-class _FanOut:
-    """Reducer per node partition: send each node's shingle set to each of its distinct edges.
-
-    Chunks arrive edges first (a pair found in several LSH partitions arrives repeated: kept
-    once), then sets; out come (edge partition, a's, b's, sets) records packed per partition.
-    Memory: the partition's adjacency plus one chunk of output per edge partition.
-    """
-
-    partitions: int
-
-    def __call__(self, partition: int, chunks: Iterable[tuple]) -> Iterator[tuple]:
-        neighbours: dict[Any, set[Any]] = {}
-        out: dict[int, tuple[list, list, list]] = {}
-        for _, tag, keys, values in chunks:
-            if tag == _EDGES:
-                for node, other in zip(keys, values, strict=False):
-                    neighbours.setdefault(node, set()).add(other)
-                continue
-            for node, shingles in zip(keys, values, strict=False):
-                for other in sorted(neighbours.get(node, ())):
-                    edge = (node, other) if node < other else (other, node)
-                    part = _partition_of(edge, self.partitions)
-                    target = out.setdefault(part, ([], [], []))
-                    target[0].append(edge[0])
-                    target[1].append(edge[1])
-                    target[2].append(shingles)
-                    if len(target[0]) >= _FLUSH_ITEMS:
-                        yield (part, *out.pop(part))
-        for part, (a_ids, b_ids, sets) in out.items():
-            yield (part, a_ids, b_ids, sets)
-
-
-@dataclass(frozen=True)
-class _VerifyPairs:
-    """Reducer per edge partition: each edge meets its two shingle sets (sorted uint32 as bytes);
-    keep it when their Jaccard similarity is >= threshold. Memory: edges still waiting for their
-    second set."""
-
-    threshold: float
-
-    def __call__(self, partition: int, chunks: Iterable[tuple]) -> Iterator[dict]:
-        waiting: dict[tuple, bytes] = {}
-        for _, a_ids, b_ids, sets in chunks:
-            for a, b, shingles in zip(a_ids, b_ids, sets, strict=False):
-                first = waiting.pop((a, b), None)
-                if first is None:
-                    waiting[(a, b)] = shingles
-                    continue
-                x, y = np.frombuffer(first, dtype=np.uint32), np.frombuffer(shingles, dtype=np.uint32)
-                inter = len(np.intersect1d(x, y, assume_unique=True))
-                similarity = inter / (len(x) + len(y) - inter)
-                counters.increment("fuzzy_dedup/candidate_edges")
-                if similarity < self.threshold:
-                    counters.increment("fuzzy_dedup/edges_rejected")
-                    continue
-                counters.increment("fuzzy_dedup/edges_verified")
-                yield {"a": a, "b": b, "jaccard": similarity}
-        if waiting:
-            edge = next(iter(waiting))
-            raise RuntimeError(
-                f"candidate edge {edge!r} met 1 shingle set, expected 2: are document ids unique, and the "
-                f"signature files complete? ({len(waiting)} such edges in partition {partition})"
-            )
-
-
-# --------------------------------------------------------------------------- stage 4: components
-
-
-def _both_directions(edge: dict) -> Iterator[tuple[Any, Any]]:
-    yield (edge["a"], edge["b"])
-    yield (edge["b"], edge["a"])
-
-
-def _large_star(node: Any, neighbours: Iterable[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
-    """Link every larger neighbour of `node` to the smallest id of its closed neighbourhood.
-
-    Also counts (``fuzzy_dedup/cc_unsettled``) whether `node` breaks the star-forest shape: more
-    than one smaller neighbour, or a smaller and a larger one. A round in which no node is
-    unsettled started from the fixed point.
-    """
-    smallest = None
-    previous = None
-    smaller = larger = 0
-    for _, other in neighbours:  # sorted ascending
-        if other == previous:
-            continue
-        previous = other
-        if smallest is None:
-            smallest = other if other < node else node
-        if other < node:
-            smaller += 1
-        else:
-            larger += 1
-            yield (other, smallest)  # keyed by the larger endpoint, for small-star
-    if smaller > 1 or (smaller and larger):
-        counters.increment("fuzzy_dedup/cc_unsettled")
-
-
-def _small_star(node: Any, neighbours: Iterable[tuple[Any, Any]]) -> Iterator[dict]:
-    """Link `node` and all its (smaller) neighbours to the smallest of them."""
-    smallest = None
-    previous = None
-    for _, other in neighbours:  # sorted ascending
-        if other == previous:
-            continue
-        previous = other
-        if smallest is None:
-            smallest = other
-        else:
-            yield {"a": smallest, "b": other}
-    if smallest is not None:
-        yield {"a": smallest, "b": node}
-
-
-def connected_components(
-    edges: Dataset | Sequence[str],
-    *,
-    work_dir: str,
-    max_iterations: int = 64,
-    num_shards: int | None = None,
-) -> tuple[list[str], int]:
-    """Connected components of an undirected graph of records {"a", "b"} (a != b), on the engine.
-
-    `edges` is a Dataset or a list of parquet files. Returns (parquet files of the converged star
-    edges {"a": component minimum, "b": every other member}, rounds run). Each round is one
-    large-star and one small-star `group_by`, written to ``work_dir/iter-NNNN/``; a rerun skips
-    rounds whose ``_DONE.json`` exists. Node ids must be all str or all int. The last round is
-    the one that finds nothing left to change.
-    """
-    paths: list[str] | None = None
-    for iteration in range(1, max_iterations + 1):
-        out_dir = join(work_dir, f"iter-{iteration:04d}")
-        marker = read_marker(join(out_dir, _DONE), _ROUND_KIND, _ROUND_VERSION)
-        if marker is None:
-            _clear(out_dir)  # a killed round's files belong to no finished round
-            if paths is None and isinstance(edges, Dataset):
-                source: Dataset | None = edges
-            else:
-                files = list(edges) if paths is None else paths
-                source = Dataset.from_files(files, format="parquet", columns=["a", "b"]) if files else None
-            new_paths: list[str] = []
-            unsettled = 0
-            if source is not None:
-                new_paths, found = _write_stage(
-                    source.flat_map(_both_directions)
-                    .group_by(_first, _large_star, sort_by=_second, num_shards=num_shards)
-                    .group_by(_first, _small_star, sort_by=_second, num_shards=num_shards),
-                    out_dir,
-                )
-                unsettled = found.get("fuzzy_dedup/cc_unsettled", 0)
-            marker = write_marker(
-                join(out_dir, _DONE), _ROUND_KIND, _ROUND_VERSION, {"paths": new_paths, "unsettled": unsettled}
-            )
-        done = marker.payload
-        paths = done["paths"]
-        if done["unsettled"] == 0:
-            # This round started from a star forest, so its output equals its input: converged.
-            return paths, iteration
-    raise RuntimeError(
-        f"connected components did not converge in {max_iterations} rounds (work_dir {work_dir!r}); "
-        "raise FuzzyDedupConfig.max_iterations, or look for an enormous chain-shaped cluster."
-    )
-
-
-# --------------------------------------------------------------------------- stage 5: star clusters
-
-_COMPONENT, _NEIGHBOUR = 0, 1
-
-
-def _route_to_components(record: dict) -> Iterator[tuple]:
-    if "jaccard" in record:  # an edge of the similarity graph (verified, or a raw candidate)
-        yield (record["a"], _NEIGHBOUR, record["b"])
-        yield (record["b"], _NEIGHBOUR, record["a"])
-    else:  # a converged component edge: member b belongs to the component of a
-        yield (record["b"], _COMPONENT, record["a"])
-
-
-def _node_summary(node: Any, items: Iterable[tuple]) -> tuple:
-    """Items sorted by (tag, other): a node's component (absent: it is the component's minimum),
-    then its graph neighbours in id order. Out: (component, -degree, node, neighbours)."""
-    component = node
-    neighbours: list[Any] = []
-    for _, tag, other in items:
-        if tag == _COMPONENT:
-            component = other
-        elif not neighbours or other != neighbours[-1]:
-            neighbours.append(other)
-    return (component, -len(neighbours), node, neighbours)
-
-
-def _priority(item: tuple) -> tuple:
-    return (item[1], item[2])  # highest degree first, ties to the smallest id
-
-
-def _star_clusters(component: Any, nodes: Iterable[tuple]) -> Iterator[dict]:
-    """Reducer per component: greedy star clustering (Aslam, Pelekhov and Rus, "The Star
-    Clustering Algorithm for Static and Dynamic Information Organization", JGAA 2004).
-
-    Nodes arrive by priority (degree descending, then id). A node not yet claimed becomes a keeper
-    and claims every unclaimed neighbour as its duplicate. So every removed document has an edge
-    (with verification: exact Jaccard >= threshold) to the very document kept in its place; chains
-    of links never remove a document on a keeper's account it does not itself match. The
-    highest-degree node is the family's centre (typically the original its copies were made from),
-    so one keeper covers its copies. Memory: the set of claimed ids of one component.
-    """
-    claimed: set[Any] = set()
-    for _, _, node, neighbours in nodes:
-        if node in claimed:
-            continue
-        claimed.add(node)
-        for other in neighbours:
-            if other not in claimed:
-                claimed.add(other)
-                counters.increment("fuzzy_dedup/duplicates")
-                yield {"id": other, "cluster": node}
-
-
 # --------------------------------------------------------------------------- storage helpers
-
-
-def _write_stage(ds: Dataset, out_dir: str) -> tuple[list[str], dict[str, int]]:
-    """Write `ds` as parquet under `out_dir`; return (written paths, the run's counters).
-
-    The counters carry the stage's figures (documents, edges, convergence).
-    """
-    pattern = join(out_dir, "part-{shard:05d}-of-{total:05d}.parquet")
-    run = ds.write(pattern, format="parquet").execute()
-    return list(run.outputs), dict(run.counters)
 
 
 def _bytes_of(paths: Sequence[str]) -> int:
@@ -739,23 +209,17 @@ def _write_json(url: str, info: dict) -> dict:
     return info
 
 
-def _clear(url: str) -> None:
-    fs, path = url_to_fs(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
-
-
 def _stage(out_dir: str, version: str, build: Any) -> dict:
     """Run `build() -> (paths, counters)` unless `out_dir` already holds a finished run of it.
 
     Finished means a done marker of this work_dir's settings (`version`); files without one are
     what a killed run left, and are removed before the stage runs again, so they never mix into it.
     """
-    marker = read_marker(join(out_dir, _DONE), _STAGE_KIND, version)
+    marker = read_marker(join(out_dir, DONE), _STAGE_KIND, version)
     if marker is None:
-        _clear(out_dir)
+        clear(out_dir)
         paths, found = build()
-        marker = write_marker(join(out_dir, _DONE), _STAGE_KIND, version, {"paths": paths, "counters": found})
+        marker = write_marker(join(out_dir, DONE), _STAGE_KIND, version, {"paths": paths, "counters": found})
     return marker.payload
 
 
@@ -807,10 +271,11 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     # with a target's size.
     shards = config.num_shards or engine.num_workers
 
+    sketch = Sketch(config.minhash, config.id_field, config.text_field, config.batch_size, config.verify)
     sig = _stage(
         join(work_dir, "signatures"),
         version,
-        lambda: _write_stage(ds.map_shard(_Sketch(config)), join(work_dir, "signatures")),
+        lambda: write_stage(ds.map_shard(sketch), join(work_dir, "signatures")),
     )
     documents = sig["counters"].get("fuzzy_dedup/documents", 0)
 
@@ -834,11 +299,11 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
             # Enough partitions that one holds its edges' sets in a quarter of a worker's memory.
             set_bytes = _bytes_of(sig["paths"]) // max(1, documents) + _LOOKUP_BYTES
             partitions = max(shards, -(-2 * candidate_edges * set_bytes // (engine.memory_per_worker // 4)))
-            return _write_stage(
+            return write_stage(
                 Dataset.from_files([*edge_paths, *sig["paths"]], format="parquet")
-                .map_shard(_PackByNode(partitions, tuple(edge_paths) if fits_in_memory else None))
-                .group_by(_first, _FanOut(partitions), sort_by=_second, num_shards=shards)
-                .group_by(_first, _VerifyPairs(config.threshold), num_shards=shards),
+                .map_shard(PackByNode(partitions, tuple(edge_paths) if fits_in_memory else None))
+                .group_by(first, FanOut(partitions), sort_by=second, num_shards=shards)
+                .group_by(first, VerifyPairs(config.threshold), num_shards=shards),
                 join(work_dir, "verified"),
             )
 
@@ -854,11 +319,11 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     def clusters() -> tuple[list[str], dict[str, int]]:
         if not star_paths:
             return [], {}
-        return _write_stage(
+        return write_stage(
             Dataset.from_files([*edge_paths, *star_paths], format="parquet")
-            .flat_map(_route_to_components)
-            .group_by(_first, _node_summary, sort_by=_tag_other, num_shards=shards)
-            .group_by(_first, _star_clusters, sort_by=_priority, num_shards=shards),
+            .flat_map(route_to_components)
+            .group_by(first, node_summary, sort_by=tag_other, num_shards=shards)
+            .group_by(first, star_clusters, sort_by=priority, num_shards=shards),
             join(work_dir, "clusters"),
         )
 
@@ -891,10 +356,10 @@ def lsh_candidate_edges(
     # Enough LSH partitions that one partition's entries fit in a quarter of a worker's memory.
     entries = documents * config.minhash.num_bands
     partitions = max(shards, -(-entries * _ENTRY_BYTES // (engine.memory_per_worker // 4)))
-    return _write_stage(
+    return write_stage(
         Dataset.from_files(list(signature_paths), format="parquet", columns=["id", "bands"])
-        .map_shard(_PackBands(partitions, config.anchors_per_bucket, config.hot_bucket_members))
-        .group_by(_first, _BucketEdges(config.anchors_per_bucket), sort_by=_second, num_shards=shards),
+        .map_shard(PackBands(partitions, config.anchors_per_bucket, config.hot_bucket_members))
+        .group_by(first, BucketEdges(config.anchors_per_bucket), sort_by=second, num_shards=shards),
         out_dir,
     )
 

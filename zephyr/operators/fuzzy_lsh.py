@@ -1,0 +1,418 @@
+"""Fuzzy dedup stages 1-3: MinHash signatures, LSH candidate edges, verification by exact Jaccard.
+
+The map functions and reducers :mod:`zephyr.operators.fuzzy_dedup` chains on the engine (why each is
+built as it is: that module's docstring). Every shuffle record is packed per partition and chunk,
+not one per (document, band), edge or set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from zephyr.engine import counters
+from zephyr.operators.minhash import MinHashConfig, sketch_batch
+
+__all__ = [
+    "FLUSH_ITEMS",
+    "BucketEdges",
+    "FanOut",
+    "PackBands",
+    "PackByNode",
+    "Sketch",
+    "VerifyPairs",
+    "first",
+    "second",
+    "tag_other",
+]
+
+
+# --------------------------------------------------------------------------- stage 1: signatures
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """map_shard: vectorized signatures per batch; per document with shingles a row of id, band
+    keys and (with verification) its set of 32-bit shingle hashes, as Arrow batches."""
+
+    minhash: MinHashConfig
+    id_field: str
+    text_field: str
+    batch_size: int
+    verify: bool
+
+    def __call__(self, records: Iterable[dict]) -> Iterator[pa.RecordBatch]:
+        batch: list[dict] = []
+        for record in records:
+            batch.append(record)
+            if len(batch) >= self.batch_size:
+                yield from self._batch(batch)
+                batch = []
+        if batch:
+            yield from self._batch(batch)
+
+    def _batch(self, batch: list[dict]) -> Iterator[pa.RecordBatch]:
+        cfg = self
+        ids, texts = [], []
+        for record in batch:
+            ids.append(doc_id(record, cfg.id_field))
+            text = record.get(cfg.text_field)
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"fuzzy dedup expects a str in field {cfg.text_field!r} of every document; document "
+                    f"{ids[-1]!r} has {type(text).__name__}. Set FuzzyDedupConfig(text_field=...) or fill "
+                    "missing text with ''."
+                )
+            texts.append(text)
+        sketch = sketch_batch(texts, cfg.minhash)
+        counters.increment("fuzzy_dedup/documents", len(batch))
+        keep = np.flatnonzero(sketch.counts > 0)
+        if len(keep) < len(batch):
+            counters.increment("fuzzy_dedup/documents_without_shingles", len(batch) - len(keep))
+        if not len(keep):
+            return
+        # One Arrow batch straight to the parquet writer: no per-document record or array.
+        keys = np.ascontiguousarray(sketch.keys[keep])
+        columns = {
+            "id": pa.array([ids[i] for i in keep.tolist()]),
+            "bands": pa.Array.from_buffers(pa.binary(keys.shape[1] * 8), len(keep), [None, pa.py_buffer(keys)]),
+        }
+        if cfg.verify:
+            # Documents without shingles have empty sets, so the kept ones' values are contiguous.
+            sizes = np.diff(sketch.set_offsets)[keep]
+            offsets = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(sizes * 4, out=offsets[1:])
+            values = np.ascontiguousarray(sketch.set_values, dtype="<u4")
+            columns["shingles"] = pa.Array.from_buffers(
+                pa.large_binary(), len(keep), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+            )
+        yield pa.RecordBatch.from_pydict(columns)
+
+
+def doc_id(record: Any, id_field: str) -> str | int:
+    doc_id = record.get(id_field) if isinstance(record, dict) else None
+    if isinstance(doc_id, str) or (isinstance(doc_id, int) and not isinstance(doc_id, bool)):
+        return doc_id
+    fields = sorted(record)[:8] if isinstance(record, dict) else type(record).__name__
+    raise TypeError(
+        f"fuzzy dedup needs a unique str or int id in field {id_field!r} of every document; got "
+        f"{type(doc_id).__name__} in a record with fields {fields}. Set FuzzyDedupConfig(id_field=...) "
+        "or add ids first (e.g. .map(lambda d: {**d, 'id': ...}))."
+    )
+
+
+# --------------------------------------------------------------------------- stage 2: LSH buckets
+
+
+_ENTRIES, _HOT_MEMBERS = 0, 1  # item tags: a partition's entries arrive before hot buckets' members
+
+
+@dataclass(frozen=True)
+class PackBands:
+    """map_shard over signature records: (bucket key, id) entries packed per LSH partition.
+
+    One shuffle record per partition and chunk of `chunk` documents instead of one per (band,
+    document): the shuffle's per-record cost is paid ~`chunk * num_bands / partitions` times less.
+    A partition is the bucket key modulo `partitions`, so all members of a bucket meet in one.
+
+    Hot buckets (more than `hot_members` members in one chunk: boilerplate, a page copied
+    thousands of times): only the chunk's `anchors` smallest members travel as entries; the others
+    travel as a (key, ids) list tagged to arrive after every entry, so the partition reducer streams
+    them against the bucket's anchors instead of sorting them in memory.
+    """
+
+    partitions: int
+    anchors: int = 2
+    hot_members: int = 64
+    chunk: int = 8192
+
+    def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
+        ids: list[Any] = []
+        bands: list[bytes] = []
+        for record in records:
+            ids.append(record["id"])
+            bands.append(record["bands"])
+            if len(ids) >= self.chunk:
+                yield from self._pack(ids, bands)
+                ids, bands = [], []
+        if ids:
+            yield from self._pack(ids, bands)
+
+    def _pack(self, ids: list[Any], bands: list[bytes]) -> Iterator[tuple]:
+        keys = np.frombuffer(b"".join(bands), dtype="<i8").reshape(len(ids), -1)
+        flat = keys.ravel()
+        owner = np.repeat(np.arange(len(ids)), keys.shape[1])
+        flat, owner = yield from self._hot_members(ids, flat, owner)
+        part = flat.view(np.uint64) % np.uint64(self.partitions)
+        order = np.argsort(part, kind="stable")
+        part = part[order]
+        bounds = np.flatnonzero(np.diff(part)) + 1
+        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist(), strict=False):
+            sel = order[lo:hi]
+            yield (int(part[lo]), _ENTRIES, flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
+
+    def _hot_members(self, ids: list[Any], flat: np.ndarray, owner: np.ndarray) -> Generator[tuple, None, tuple]:
+        """Yield the members of this chunk's hot buckets beyond their `anchors` smallest ids;
+        return the entries left to pack (every other entry, and the hot buckets' anchors)."""
+        _, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
+        hot = counts[inverse] > self.hot_members
+        if not hot.any():
+            return flat, owner
+        keep = ~hot
+        entries = np.flatnonzero(hot)
+        entries = entries[np.argsort(flat[entries], kind="stable")]
+        streamed = []
+        for group in np.split(entries, np.flatnonzero(np.diff(flat[entries])) + 1):
+            members = sorted(set(owner[group].tolist()), key=ids.__getitem__)
+            anchors = np.isin(owner[group], members[: self.anchors])
+            keep[group[anchors]] = True
+            streamed.append(group[~anchors])
+        rest = np.concatenate(streamed)
+        counters.increment("fuzzy_dedup/hot_bucket_members", len(rest))
+        # One record per partition: a member hot in several bands of one partition comes once,
+        # so the reducer can link it to the union of those buckets' anchors without repeats.
+        part = flat[rest].view(np.uint64) % np.uint64(self.partitions)
+        order = np.argsort(part, kind="stable")
+        rest, part = rest[order], part[order]
+        bounds = np.flatnonzero(np.diff(part)) + 1
+        for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(part)].tolist(), strict=False):
+            sel = rest[lo:hi]
+            yield (int(part[lo]), _HOT_MEMBERS, flat[sel].tobytes(), [ids[i] for i in owner[sel].tolist()])
+        return flat[keep], owner[keep]
+
+
+@dataclass(frozen=True)
+class BucketEdges:
+    """Reducer per LSH partition: sort (bucket key, id) entries, link bucket members to anchors.
+
+    Each bucket links every member to its `anchors` smallest ids (star edges: linear in the
+    bucket size, not all pairs), vectorized over the whole partition. A pair met in several
+    partitions (several bands) is emitted once per partition; verification and connected
+    components skip the repeats. Hot buckets' other members arrive last (sorted by tag) and
+    are linked to the same anchors as they stream by: the edges are the ones the sorted path
+    would give, and memory holds entries only.
+    """
+
+    anchors: int
+
+    def __call__(self, partition: int, items: Iterable[tuple]) -> Iterator[dict]:
+        key_parts: list[np.ndarray] = []
+        ids: list[Any] = []
+        buckets: _Buckets | None = None
+        for _, tag, keys, chunk_ids in items:
+            if tag == _ENTRIES:
+                key_parts.append(np.frombuffer(keys, dtype="<i8"))
+                ids.extend(chunk_ids)
+                continue
+            if buckets is None:
+                buckets = yield from self._link(key_parts, ids)
+                key_parts, ids = [], []
+            anchors_of: dict[int, list[Any]] = {}
+            pairs: set[tuple[Any, Any]] = set()
+            for key, member in zip(np.frombuffer(keys, dtype="<i8").tolist(), chunk_ids, strict=True):
+                if key not in anchors_of:
+                    anchors_of[key] = buckets.anchors_of(key, self.anchors)
+                pairs.update((anchor, member) for anchor in anchors_of[key])
+            counters.increment("fuzzy_dedup/candidate_edges_emitted", len(pairs))
+            yield from ({"a": a, "b": b, "jaccard": None} for a, b in sorted(pairs))
+        if buckets is None:
+            yield from self._link(key_parts, ids)
+
+    def _link(self, key_parts: list[np.ndarray], ids: list[Any]) -> Generator[dict, None, _Buckets]:
+        """Edges of the entries; returns the sorted buckets, where hot buckets find their anchors."""
+        if not key_parts:
+            return _Buckets(np.zeros(0, dtype="<i8"), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [])
+        keys = np.concatenate(key_parts)
+        # Ranks of ids in id order (str or int, Python's order), so one integer sort orders (key,
+        # id); a numpy string array would cost the longest id's width for every entry.
+        unique_ids = sorted(set(ids))
+        rank_of = {doc_id: i for i, doc_id in enumerate(unique_ids)}
+        members = np.fromiter(map(rank_of.__getitem__, ids), dtype=np.int64, count=len(ids))
+        order = np.lexsort((members, keys))
+        keys, members = keys[order], members[order]
+        fresh = np.ones(len(keys), dtype=bool)
+        fresh[1:] = (keys[1:] != keys[:-1]) | (members[1:] != members[:-1])  # one id twice: a collision
+        keys, members = keys[fresh], members[fresh]
+        new_bucket = np.ones(len(keys), dtype=bool)
+        new_bucket[1:] = keys[1:] != keys[:-1]
+        starts = np.flatnonzero(new_bucket)
+        bucket = np.cumsum(new_bucket) - 1
+        rank = np.arange(len(keys)) - starts[bucket]  # position inside the bucket, in id order
+        a_parts, b_parts = [], []
+        for j in range(self.anchors):
+            later = rank > j
+            a_parts.append(members[starts[bucket[later]] + j])
+            b_parts.append(members[later])
+        pairs = np.unique(np.stack([np.concatenate(a_parts), np.concatenate(b_parts)], axis=1), axis=0)
+        counters.increment("fuzzy_dedup/candidate_edges_emitted", len(pairs))
+        for a, b in pairs.tolist():
+            # "jaccard": unknown until verified (stage 5 tells graph edges from component edges by it)
+            yield {"a": unique_ids[a], "b": unique_ids[b], "jaccard": None}
+        return _Buckets(keys[starts], members, starts, unique_ids)
+
+
+@dataclass(frozen=True)
+class _Buckets:
+    """A partition's members sorted by (bucket key, id rank): bucket `i` is members[starts[i]:starts[i+1]]."""
+
+    bucket_keys: np.ndarray
+    members: np.ndarray
+    starts: np.ndarray
+    unique_ids: list[Any]
+
+    def anchors_of(self, key: int, anchors: int) -> list[Any]:
+        """The `anchors` smallest ids of bucket `key` (its hot chunks sent theirs as entries)."""
+        at = int(np.searchsorted(self.bucket_keys, key))
+        if at >= len(self.bucket_keys) or self.bucket_keys[at] != key:
+            raise RuntimeError(f"LSH bucket {key} has hot members but no anchor entries: a lost shuffle record?")
+        end = self.starts[at + 1] if at + 1 < len(self.starts) else len(self.members)
+        ranks = self.members[self.starts[at] : min(end, self.starts[at] + anchors)]
+        return [self.unique_ids[r] for r in ranks.tolist()]
+
+
+def first(item: tuple) -> Any:
+    return item[0]
+
+
+def second(item: tuple) -> Any:
+    return item[1]
+
+
+def tag_other(item: tuple) -> tuple:
+    return (item[1], item[2])
+
+
+# --------------------------------------------------------------------------- stage 3: verification
+
+_EDGES, _SETS = 0, 1  # chunk tags: a node partition's edges arrive before its sets
+FLUSH_ITEMS = 4096  # entries per packed record
+
+
+def partition_of(value: Any, partitions: int) -> int:
+    """A partition from a stable hash (Python's own hash of str differs between processes)."""
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else repr(value).encode("utf-8")
+    return xxhash.xxh3_64_intdigest(data) % partitions
+
+
+@dataclass(frozen=True)
+class PackByNode:
+    """map_shard over candidate edges and signatures: pack both per partition of node ids.
+
+    With `edge_paths` (when the candidate nodes fit in memory), a signature shard first loads the
+    set of ids that have a candidate edge and ships only their shingle sets: the others (most of
+    a corpus) have nothing to verify. One shuffle record per partition and chunk, not per item.
+    """
+
+    partitions: int
+    edge_paths: tuple[str, ...] | None
+    # Loaded once per worker process: the engine keeps a stage's objects across its shards.
+    _loaded: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
+        wanted: set[Any] | None = None
+        chunks: dict[tuple[int, int], tuple[list, list]] = {}
+        pending = 0
+        for record in records:
+            if "shingles" in record:  # a signature file's record
+                if wanted is None and self.edge_paths is not None:
+                    if "nodes" not in self._loaded:
+                        self._loaded["nodes"] = candidate_nodes(self.edge_paths)
+                    wanted = self._loaded["nodes"]
+                node = record["id"]
+                if wanted is not None and node not in wanted:
+                    continue
+                keys, values = chunks.setdefault((partition_of(node, self.partitions), _SETS), ([], []))
+                keys.append(node)
+                values.append(record["shingles"])
+            else:  # a candidate edge, both directions
+                for node, other in ((record["a"], record["b"]), (record["b"], record["a"])):
+                    keys, values = chunks.setdefault((partition_of(node, self.partitions), _EDGES), ([], []))
+                    keys.append(node)
+                    values.append(other)
+            pending += 1
+            if pending >= FLUSH_ITEMS:
+                yield from ((part, tag, keys, values) for (part, tag), (keys, values) in chunks.items())
+                chunks, pending = {}, 0
+        yield from ((part, tag, keys, values) for (part, tag), (keys, values) in chunks.items())
+
+
+def candidate_nodes(paths: Sequence[str]) -> set[Any]:
+    from zephyr.engine.io import read_batches
+
+    nodes: set[Any] = set()
+    for path in paths:
+        for batch in read_batches(path, format="parquet", columns=["a", "b"]):
+            nodes.update(batch.column("a").to_pylist())
+            nodes.update(batch.column("b").to_pylist())
+    return nodes
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """Reducer per node partition: send each node's shingle set to each of its distinct edges.
+
+    Chunks arrive edges first (a pair found in several LSH partitions arrives repeated: kept
+    once), then sets; out come (edge partition, a's, b's, sets) records packed per partition.
+    Memory: the partition's adjacency plus one chunk of output per edge partition.
+    """
+
+    partitions: int
+
+    def __call__(self, partition: int, chunks: Iterable[tuple]) -> Iterator[tuple]:
+        neighbours: dict[Any, set[Any]] = {}
+        out: dict[int, tuple[list, list, list]] = {}
+        for _, tag, keys, values in chunks:
+            if tag == _EDGES:
+                for node, other in zip(keys, values, strict=False):
+                    neighbours.setdefault(node, set()).add(other)
+                continue
+            for node, shingles in zip(keys, values, strict=False):
+                for other in sorted(neighbours.get(node, ())):
+                    edge = (node, other) if node < other else (other, node)
+                    part = partition_of(edge, self.partitions)
+                    target = out.setdefault(part, ([], [], []))
+                    target[0].append(edge[0])
+                    target[1].append(edge[1])
+                    target[2].append(shingles)
+                    if len(target[0]) >= FLUSH_ITEMS:
+                        yield (part, *out.pop(part))
+        for part, (a_ids, b_ids, sets) in out.items():
+            yield (part, a_ids, b_ids, sets)
+
+
+@dataclass(frozen=True)
+class VerifyPairs:
+    """Reducer per edge partition: each edge meets its two shingle sets (sorted uint32 as bytes);
+    keep it when their Jaccard similarity is >= threshold. Memory: edges still waiting for their
+    second set."""
+
+    threshold: float
+
+    def __call__(self, partition: int, chunks: Iterable[tuple]) -> Iterator[dict]:
+        waiting: dict[tuple, bytes] = {}
+        for _, a_ids, b_ids, sets in chunks:
+            for a, b, shingles in zip(a_ids, b_ids, sets, strict=False):
+                first = waiting.pop((a, b), None)
+                if first is None:
+                    waiting[(a, b)] = shingles
+                    continue
+                x, y = np.frombuffer(first, dtype=np.uint32), np.frombuffer(shingles, dtype=np.uint32)
+                inter = len(np.intersect1d(x, y, assume_unique=True))
+                similarity = inter / (len(x) + len(y) - inter)
+                counters.increment("fuzzy_dedup/candidate_edges")
+                if similarity < self.threshold:
+                    counters.increment("fuzzy_dedup/edges_rejected")
+                    continue
+                counters.increment("fuzzy_dedup/edges_verified")
+                yield {"a": a, "b": b, "jaccard": similarity}
+        if waiting:
+            edge = next(iter(waiting))
+            raise RuntimeError(
+                f"candidate edge {edge!r} met 1 shingle set, expected 2: are document ids unique, and the "
+                f"signature files complete? ({len(waiting)} such edges in partition {partition})"
+            )
