@@ -322,3 +322,18 @@ def test_summary_of_a_run_that_failed_before_any_stage_prints_no_empty_table(cap
 
     print_run_summary({"status": "failed", "seconds": 1.2, "command": ["zephyr", "run"], "jobs": [{"job": 0}]})
     assert "records in" not in capsys.readouterr().err
+
+
+def test_progress_false_also_silences_the_plain_stage_lines(capsys, monkeypatch, tmp_path):
+    # Without a terminal a stage logs a progress line every 30 s; progress=False used to keep them
+    # (a benchmark's output filled with "stage 1 ...: 1/2 shards ... ETA" lines).
+    from zephyr import Dataset, execution
+    from zephyr.engine import progress
+
+    monkeypatch.setattr(progress, "PLAIN_LOG_EVERY_S", 0.0)
+    records = [{"i": i} for i in range(40)]
+    for enabled in (None, False):
+        with execution(backend="local", scratch=str(tmp_path / "s"), progress=enabled, summary=False):
+            Dataset.from_list(records, num_shards=4).map(dict).collect()
+        lines = [line for line in capsys.readouterr().err.splitlines() if "shards" in line and "rec" in line]
+        assert bool(lines) == (enabled is None), (enabled, lines)

@@ -70,6 +70,10 @@ class _StageState:
         self.reading = 0  # records read so far by the stage's running shards (heartbeats)
 
 
+PLAIN_LOG_EVERY_S = 30.0
+"""Without a terminal, a running stage logs one line of progress this often (none with progress=False)."""
+
+
 class ProgressDisplay:
     """The executor's hooks for one job: feed the live view, the plain log and the run record."""
 
@@ -178,7 +182,8 @@ class ProgressDisplay:
         rec["eta_seconds"] = _eta(state, elapsed)
         _view.update(state.row, completed=rec["shards_done"], detail=_stage_detail(state, elapsed))
         now = time.monotonic()
-        if state.row is None and now - state.last_log >= 30 and rec["shards_done"] < stage.num_shards:
+        plain = state.row is None and self.enabled is not False  # progress=False: no periodic lines either
+        if plain and now - state.last_log >= PLAIN_LOG_EVERY_S and rec["shards_done"] < stage.num_shards:
             state.last_log = now
             log(f"{_stage_label(stage)}: {_stage_detail(state, elapsed)}")
         if self._recorder is not None:
