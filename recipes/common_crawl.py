@@ -616,7 +616,7 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
     upstream: StepOutput | str | list[str] = warcs
     for name, fn, step_config, input_name in chain:
         upstream = steps[name] = runner.run(name, fn, config=step_config, inputs={input_name: upstream})
-        if upstream.summary["documents_out"] == 0:
+        if not upstream.planned and upstream.summary["documents_out"] == 0:  # planned: a dry run's
             raise EmptyCorpusError(
                 f"no documents left after step {name!r} ({upstream.summary['documents_in']:,} in; dropped: "
                 f"{_counts(upstream.summary['dropped'])}; see {upstream.path}). Nothing to tokenize: check "
@@ -628,6 +628,7 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
         config=TokenizeStep(config.tokenizer, config.store),
         inputs={"docs": steps["fuzzy_dedup"]},
     )
+    runner.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
     return RecipeResult(steps, config)
 
 

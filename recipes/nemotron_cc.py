@@ -26,6 +26,7 @@ from typing import Any
 
 from zephyr import Dataset, counters
 from zephyr.cli import ZephyrArgumentParser
+from zephyr.engine.pending import pending_producer
 from zephyr.fs import expand_glob, join, url_to_fs
 from zephyr.operators import dedup_documents
 from zephyr.operators.fuzzy_dedup import (
@@ -89,6 +90,9 @@ def _quality_order(doc: dict) -> tuple[int, str]:
 def normalize(path: str, *, config: dict, inputs: list[str]) -> dict:
     files_by_split: dict[str, list[str]] = {}
     for pattern in inputs:
+        if pending_producer(pattern) is not None:  # a dry run: the sample is not built, plan one split for all
+            files_by_split.setdefault("<split>", []).append(pattern)
+            continue
         for file in expand_glob(pattern):
             files_by_split.setdefault(split_of(file), []).append(file)
     summary = {"documents_in": 0, "documents_out": 0, "splits": {}}
@@ -149,7 +153,7 @@ def tokenize(path: str, *, config: dict, docs: str) -> dict:
     summary: dict[str, Any] = {}
     for split in config["splits"]:
         fs, split_dir = url_to_fs(join(docs, "docs", split))
-        if not fs.exists(split_dir):  # every document of this split was a duplicate
+        if not fs.exists(split_dir) and pending_producer(split_dir) is None:  # every document was a duplicate
             continue
         result = tokenize_dataset(
             join(docs, "docs", split, "*.jsonl.zst"),
@@ -160,8 +164,8 @@ def tokenize(path: str, *, config: dict, docs: str) -> dict:
         validation = result.validation_manifest or {}
         summary[split] = {
             "store": result.output,
-            "documents": result.manifest["documents"],
-            "tokens": result.manifest["tokens"],
+            "documents": result.manifest.get("documents", 0),  # a dry run's result has an empty manifest
+            "tokens": result.manifest.get("tokens", 0),
             "validation_documents": validation.get("documents", 0),
             "validation_tokens": validation.get("tokens", 0),
         }
@@ -292,16 +296,18 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
     steps = StepRunner(config.output)
     if not inputs:
         n = config.sample_docs_per_split
-        if not (Path(config.output) / f"sample-{n}" / "planted.json").is_file():
-            steps.stop_dry_run("sample", f"the embedded sample into {Path(config.output) / f'sample-{n}'}")
-        sample = build_sample(Path(config.output) / f"sample-{n}", docs_per_split=n)
+        sample = Path(config.output) / f"sample-{n}"
+        if (sample / "planted.json").is_file() or not steps.would_write("sample", str(sample), f"the sample {sample}"):
+            sample = build_sample(sample, docs_per_split=n)
         inputs = [str(sample / "*" / "*.jsonl.zst")]
     docs = steps.run("normalize", normalize, config={}, inputs={"inputs": inputs})
     exact = steps.run("exact_dedup", exact_dedup, config={"num_shards": config.num_shards}, inputs={"docs": docs})
     fuzzy = steps.run(
         "fuzzy_dedup", fuzzy_dedup, config={"threshold": 0.8, "num_shards": config.num_shards}, inputs={"docs": exact}
     )
-    splits = sorted(docs.summary["splits"], key=lambda s: SPLIT_RANK.get(s, len(SPLIT_RANK)))
+    # a dry run's planned normalize has no summary: it plans every split (the real run, those it found)
+    found = SPLITS if docs.planned else docs.summary["splits"]
+    splits = sorted(found, key=lambda s: SPLIT_RANK.get(s, len(SPLIT_RANK)))
     tokens = steps.run(
         "tokenize",
         tokenize,
@@ -311,10 +317,13 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
     mix = steps.run("mixture", mixture, config={"weights": config.weights}, inputs={"stores": tokens.summary})
     outputs = {"normalize": docs, "exact_dedup": exact, "fuzzy_dedup": fuzzy, "tokenize": tokens, "mixture": mix}
     if config.train:
-        from zephyr.tokenize import open_store
+        from zephyr.tokenize import load_tokenizer, open_store
 
-        any_store = next(iter(tokens.summary.values()))["store"]
-        vocab_size = int(open_store(any_store).manifest["vocab_size"])
+        if tokens.planned:  # a dry run: no store yet, the tokenizer tells the vocabulary's size
+            vocab_size = int(load_tokenizer(config.tokenizer).info.vocab_size)
+        else:
+            any_store = next(iter(tokens.summary.values()))["store"]
+            vocab_size = int(open_store(any_store).manifest["vocab_size"])
         outputs["train"] = steps.run(
             "train",
             train,
@@ -330,6 +339,7 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
             },
             inputs={"mixture_path": mix, "stores": tokens.summary},
         )
+    steps.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
     return outputs
 
 

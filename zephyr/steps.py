@@ -12,11 +12,15 @@ replaced by another completed one (see `StepRunner.run`).
     dedup = steps.run("exact_dedup", exact_dedup, config=..., inputs={"docs": docs})
     dedup.path, dedup.summary, dedup.skipped
 
-A dry run (`zephyr run --dry-run`, or `execution(dry_run=True)`) writes nothing a later run would trust:
-completed steps are reported as reused; the first step that would run is called with its output redirected
-to a throw-away directory under the engine's dry run (so its pipelines print their plans and write
-nothing), no marker is written, and the recipe stops there with exit code 0 (`DryRunStop`): the steps
-after it read its outputs, which a dry run does not make.
+A dry run (`zephyr run --dry-run`, or `execution(dry_run=True)`) prints every step's plan and writes
+nothing a later run would trust (no output, no marker, no run record): completed steps are reported as
+reused; every step that would run is called with its output redirected to a throw-away directory under
+the engine's dry run, so its pipelines print their plans and write nothing, and it returns a *planned*
+`StepOutput` (`planned=True`, empty summary). Its output folder (and the throw-away one) are declared
+pending (`zephyr.engine.pending`), so the later steps that read them are planned too: their sources
+read "the output of step 'x', not written yet", with a shard count known once it runs. A recipe ends its
+dry run with `end_dry_run()` (exit code 0, `DryRunStop`), which lists what would run; work a recipe does
+outside a step (building a sample) asks `would_write(...)` first.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
+from zephyr.engine.pending import declare_pending
 from zephyr.engine.progress import format_duration, live_view, log
 from zephyr.engine.run_record import RunRecorder, current_run, use_run
 from zephyr.fs import join, url_to_fs
@@ -41,7 +46,7 @@ _KIND = "recipe-step"
 
 
 class DryRunStop(SystemExit):
-    """Ends a dry run at the first step that would run (exit code 0); the message says what would run."""
+    """Ends a dry run once every step was planned (exit code 0); the message says what would run."""
 
     def __init__(self, message: str) -> None:
         super().__init__(0)
@@ -61,6 +66,7 @@ class StepOutput:
     summary: dict[str, Any]
     skipped: bool  # True when an earlier run had already completed this version
     seconds: float
+    planned: bool = False  # dry run: the step would run; nothing is at `path` yet and `summary` is empty
 
 
 @dataclass
@@ -71,6 +77,7 @@ class StepRunner:
     force: tuple[str, ...] = ()  # step names to rerun even when complete
     history: list[StepOutput] = dataclasses.field(default_factory=list)
     dry_run: bool | None = None  # None: the current execution config's dry_run
+    _pending: dict[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)  # dry run
     _own: RunRecorder | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -81,18 +88,26 @@ class StepRunner:
 
         return current_config().dry_run
 
-    def stop_dry_run(self, name: str, what: str) -> None:
-        """In a dry run, stop before `name`, which would write `what` (for work a recipe does outside a step,
-        such as building a sample); otherwise do nothing."""
-        if self.is_dry_run:
-            self._stop(name, what)
+    def would_write(self, name: str, path: str, what: str) -> bool:
+        """For work a recipe does outside a step (such as building a sample into `path`): in a dry run,
+        say that `name` would write `what`, declare `path` pending (the steps reading it are planned
+        against it) and return True: the caller skips the work. Otherwise return False."""
+        if not self.is_dry_run:
+            return False
+        print(f"[dry run] {name!r} would write {what}; not written, the steps reading it are planned", flush=True)
+        self._pending[path] = f"{name!r}"
+        self.history.append(StepOutput(name, path, "", {}, False, 0.0, planned=True))
+        return True
 
-    def _stop(self, name: str, what: str) -> NoReturn:
-        done = [f"{o.name} ({'reused' if o.skipped else 'ran'})" for o in self.history]
+    def end_dry_run(self) -> None:
+        """In a dry run, end it (exit code 0) with a line listing every step and whether it would run;
+        otherwise do nothing. Recipes call it after their last step, before reading summaries."""
+        if not self.is_dry_run:
+            return
+        listed = [f"{o.name} ({'would run' if o.planned else 'reused'})" for o in self.history]
         message = (
-            f"[dry run] {len(done)} step(s) complete: {', '.join(done) or 'none'}. Next, step {name!r} would "
-            f"run and write {what}; the steps after it read its output, so a dry run stops here. "
-            "Nothing was written."
+            f"[dry run] {len(listed)} step(s): {', '.join(listed) or 'none'}; "
+            f"{sum(o.planned for o in self.history)} would run. Nothing was written."
         )
         print(message, flush=True)
         raise DryRunStop(message)
@@ -121,25 +136,20 @@ class StepRunner:
         marker_url = join(path, MARKER)
         marker = read_marker(marker_url, _KIND, version)
         args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
-        if marker is not None and name not in self.force:
+        if self.is_dry_run:  # reported, never recorded: a dry run leaves no run record
+            if marker is not None and name not in self.force:
+                payload = marker.payload
+                print(f"[dry run] step {name!r} (version {version[:10]}) is complete: reused", flush=True)
+                output = StepOutput(name, path, version, payload["summary"], True, payload.get("seconds", 0.0))
+            else:
+                output = self._plan(name, fn, config, inputs, args, version, path)
+        elif marker is not None and name not in self.force:
             payload = marker.payload
 
             def reuse() -> StepOutput:
                 return StepOutput(name, path, version, payload["summary"], True, payload.get("seconds", 0.0))
 
             output = self._recorded(name, version, path, reuse)
-        elif self.is_dry_run:
-            print(f"[dry run] step {name!r} (version {version[:10]}) would run into {path}; its plans:", flush=True)
-            with tempfile.TemporaryDirectory(prefix=f"zephyr-dry-run-{name}-") as throwaway:
-                try:
-                    fn(throwaway, config=config, **args)
-                except Exception as error:  # noqa: BLE001 - the step's code met the dry run's empty results
-                    print(
-                        f"[dry run] step {name!r} stopped on the dry run's empty results: {type(error).__name__}: "
-                        f"{str(error).splitlines()[0] if str(error) else ''}",
-                        flush=True,
-                    )
-            self._stop(name, path)
         else:
 
             def produce() -> StepOutput:
@@ -153,6 +163,36 @@ class StepRunner:
             output = self._recorded(name, version, path, produce)
         self.history.append(output)
         return output
+
+    def _plan(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        config: Any,
+        inputs: Mapping[str, Any],
+        args: Mapping[str, Any],
+        version: str,
+        path: str,
+    ) -> StepOutput:
+        """Dry run of a step that would run: `fn` into a throw-away folder under the engine's dry run
+        (its pipelines print their plans), with the outputs of earlier planned steps declared pending."""
+        waits = [v.name for v in inputs.values() if isinstance(v, StepOutput) and v.planned]
+        reads = f", reading the output of {', '.join(map(repr, waits))} (not written yet)" if waits else ""
+        print(f"[dry run] step {name!r} (version {version[:10]}) would run into {path}{reads}", flush=True)
+        who = f"step {name!r}"
+        with tempfile.TemporaryDirectory(prefix=f"zephyr-dry-run-{name}-") as throwaway:
+            try:
+                with declare_pending({**self._pending, path: who, throwaway: who}):
+                    fn(throwaway, config=config, **args)
+            except Exception as error:  # noqa: BLE001 - the step's own code met what a dry run does not make
+                why = f"it needs what {', '.join(map(repr, waits))} would write" if waits else "on empty results"
+                first = str(error).splitlines()[0] if str(error) else ""
+                print(
+                    f"[dry run] step {name!r}: its code went no further ({why}): {type(error).__name__}: {first}",
+                    flush=True,
+                )
+        self._pending[path] = who
+        return StepOutput(name, path, version, {}, False, 0.0, planned=True)
 
     def _recorded(self, name: str, version: str, path: str, step: Callable[[], StepOutput]) -> StepOutput:
         """Run or reuse one step (`step()`), reporting it to the run record and the live view."""

@@ -28,6 +28,7 @@ from zephyr.engine.backends import Backend, Outcome, make_backend, release_backe
 from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.counters import merge
 from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
+from zephyr.engine.inputs import FileInput
 from zephyr.engine.outputs import FileSink, PartitionedSink
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.progress import ProgressDisplay
@@ -85,11 +86,16 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
     _check_process_local_urls(physical, config)
     if config.dry_run:
         print(physical.describe())
-        if config.estimate:
+        pending = [s.input.pending for s in physical.stages if isinstance(s.input, FileInput) and s.input.pending]
+        if config.estimate and pending:  # nothing to sample: an earlier step of the dry run would write it
+            print(f"no estimate: the plan reads the output of {pending[0]}, which a dry run does not write")
+        elif config.estimate:
             from zephyr.engine.estimate import estimate_plan, format_estimate
 
             print(format_estimate(estimate_plan(physical, config, execute_plan), config.num_workers))
-        return RunResult([], {}, [], plan=physical)
+        # every stage's figures are zero: nothing ran (code reading run.stages[i] still runs on)
+        stats = [StageStats(stage.index, stage.name, stage.num_shards) for stage in physical.stages]
+        return RunResult([], {}, stats, plan=physical)
     started = time.perf_counter()
     run_url = join(config.scratch_url, physical.fingerprint[:16])
     with run_locks(run_url, _output_dirs(physical)):

@@ -62,6 +62,7 @@ class FileInput:
     source: O.FilesSource
     shards: tuple[SourceShard, ...]
     batch_rows: int | None = None
+    pending: str | None = None  # dry run only: who would write the patterns not there yet (engine.pending)
 
     @property
     def upstream(self) -> tuple[int, ...]:
@@ -77,6 +78,9 @@ class FileInput:
         return f"read({first}{more}{cols}{extra})"
 
     def describe(self) -> str:
+        if self.pending is not None:
+            listed = f"{len(self.shards)} source shard(s) and " if self.shards else ""
+            return f"{listed}the output of {self.pending}, not written yet (its shard count is known once it runs)"
         return f"{len(self.shards)} source shard(s)"
 
     def shard_name(self, shard: int) -> str:
@@ -84,6 +88,9 @@ class FileInput:
 
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         from zephyr.engine.io import read_batches, read_records
+
+        if self.pending is not None:  # a dry run's plan never runs; a real run never plans a pending input
+            raise RuntimeError(f"{self.name} reads the output of {self.pending}, which was not written")
 
         shard, source = self.shards[task.shard], self.source
         result.bytes_in = shard.size

@@ -39,6 +39,7 @@ from zephyr.engine.outputs import (
     ShardWriterSink,
     StageOutput,
 )
+from zephyr.engine.pending import pending_producer
 from zephyr.engine.pipeline import (
     Apply,
     BatchApply,
@@ -96,7 +97,8 @@ class Plan:
     def describe(self) -> str:
         lines = [f"plan {self.fingerprint[:12]}: {len(self.stages)} stage(s)"]
         for stage in self.stages:
-            lines.append(f"  stage {stage.index} [{stage.num_shards} shards] {stage.name}")
+            shards = stage.num_shards or "?"  # 0: it reads what a dry run's earlier step would write
+            lines.append(f"  stage {stage.index} [{shards} shards] {stage.name}")
             lines.append(
                 f"      reads {stage.input.describe()}; fused ops: {len(stage.ops.steps)}; {stage.output.describe()}"
             )
@@ -252,8 +254,16 @@ def _lower_source(source: O.Source, config: ExecutionConfig) -> tuple[StageInput
     if isinstance(source, O.FilesSource):
         if source.on_bad_record is None:  # resolved here, so the fingerprint holds the policy that applies
             source = dataclasses.replace(source, on_bad_record=config.on_bad_record)
-        files = [(path, size) for pattern in source.patterns for path, size in _glob_with_sizes(pattern, source.format)]
+        pending = {p: who for p in source.patterns if config.dry_run and (who := pending_producer(p)) is not None}
+        files = [
+            (path, size)
+            for pattern in source.patterns
+            if pattern not in pending
+            for path, size in _glob_with_sizes(pattern, source.format)
+        ]
         shards = tuple(SourceShard(i, path, path=path, size=size) for i, (path, size) in enumerate(files))
+        if pending:  # a dry run: an earlier step would write these; planned with an unknown shard count (0)
+            return FileInput(source, shards, pending=", ".join(dict.fromkeys(pending.values()))), 0
         return FileInput(source, shards), len(shards)
     raise PlanError(f"unknown source {type(source).__name__}")
 

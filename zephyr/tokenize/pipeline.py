@@ -309,6 +309,7 @@ def tokenize_dataset(
     from zephyr import Dataset
     from zephyr.engine.context import current_config
     from zephyr.engine.io.listing import data_files
+    from zephyr.engine.pending import pending_producer
     from zephyr.fs import join
 
     spec = tokenizer if isinstance(tokenizer, TokenizerSpec) else TokenizerSpec(source=os.fspath(tokenizer))
@@ -323,6 +324,9 @@ def tokenize_dataset(
     globs = [input_glob] if isinstance(input_glob, str) else list(input_glob)
     files: list[str] = []
     for pattern in globs:
+        if current_config().dry_run and pending_producer(pattern) is not None:
+            files.append(pattern)  # what an earlier step would write: the dry run plans against it as it is
+            continue
         for match in data_files(pattern, format):
             if match not in files:
                 files.append(match)
