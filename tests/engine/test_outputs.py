@@ -19,6 +19,7 @@ import pytest
 
 from zephyr import Dataset, execution
 from zephyr.engine.io import SchemaMismatchError, read_records
+from zephyr.engine.io.partitioned import read_partition_manifests
 
 RECORDS = [
     {"id": 1, "text": "a"},
@@ -88,6 +89,64 @@ def test_an_empty_shard_writes_its_empty_file(local, tmp_path, ext):
     assert all(Path(p).is_file() for p in paths)
     assert [r for p in paths for r in read_records(p)] == [{"id": 1}]
     assert Dataset.from_files(str(tmp_path / "out")).count() == 1
+
+
+def _keep_but_shard_2(record: dict) -> bool:
+    return record["id"] not in (4, 5)  # from_list(8 records, 4 shards): shard 2 holds ids 4 and 5
+
+
+@pytest.mark.parametrize("ext", ["jsonl.zst", "parquet"])
+def test_a_partitioned_output_tells_an_empty_shard_from_a_lost_file(local, tmp_path, ext):
+    records = [{"id": i, "lang": "en" if i % 2 else "de", "text": f"t{i}"} for i in range(8)]
+    pattern = str(tmp_path / "out" / "docs" / "lang={lang}" / f"part-{{shard:05d}}-of-{{total:05d}}.{ext}")
+    paths = (
+        Dataset.from_list(records, num_shards=4)
+        .filter(_keep_but_shard_2)
+        .write(pattern, partition_by="lang")
+        .execute()
+        .outputs
+    )
+    assert len(paths) == 6  # shards 0, 1, 3 x {de, en}; shard 2 wrote no file
+    manifests = read_partition_manifests(pattern)
+    assert [m["shard"] for m in manifests] == [0, 1, 2, 3]  # every shard finished, the empty one too
+    assert manifests[2]["records"] == 0 and manifests[2]["files"] == []
+    listed = sorted(f["path"] for m in manifests for f in m["files"])
+    assert listed == sorted(paths)
+    for m in manifests:
+        for f in m["files"]:
+            rows = list(read_records(f["path"]))
+            assert len(rows) == f["records"] and {r["lang"] for r in rows} == {f["value"]}
+    assert sum(m["records"] for m in manifests) == 6
+    # beside the root, not in it: the folder reads as before in polars and pyarrow.dataset
+    assert (tmp_path / "out" / "docs.partitions" / "shard-00002-of-00004.json").is_file()
+    assert not [p for p in (tmp_path / "out" / "docs").rglob("*") if p.is_file() and p.suffix == ".json"]
+    if ext == "parquet":
+        assert pl.read_parquet(str(tmp_path / "out" / "docs") + "/").height == 6
+        table = pads.dataset(str(tmp_path / "out" / "docs"), format="parquet", partitioning="hive").to_table()
+        assert table.num_rows == 6 and sorted(set(table.column("lang").to_pylist())) == ["de", "en"]
+    else:
+        assert pl.read_ndjson(sorted(paths)).height == 6
+    assert Dataset.from_files(str(tmp_path / "out" / "docs")).count() == 6
+    # a lost file is now visible: listed by its shard's manifest, missing on disk
+    os.remove(paths[0])
+    missing = [f["path"] for m in read_partition_manifests(pattern) for f in m["files"] if not Path(f["path"]).exists()]
+    assert missing == [paths[0]]
+
+
+def test_a_partitioned_write_removes_dead_temp_files_in_every_partition(local, tmp_path):
+    pattern = str(tmp_path / "out" / "{lang}" / "part-{shard:05d}.jsonl")
+    dead = "0123456789abcdef0123456789abcdef"
+    # a killed attempt of shard 1 left temp files in partitions this run's shard 1 writes (en) and does not (xx)
+    for lang in ("en", "xx"):
+        (tmp_path / "out" / lang).mkdir(parents=True)
+        (tmp_path / "out" / lang / f".tmp-{dead}-part-00001.jsonl").write_text('{"id": 99}\n')
+    other = tmp_path / "out" / "xx" / f".tmp-{dead}-notes.jsonl"  # not a temp file of this output's shards
+    other.write_text("{}\n")
+    Dataset.from_list([{"id": i, "lang": "en"} for i in range(4)], num_shards=2).write(
+        pattern, partition_by="lang"
+    ).execute()
+    assert sorted(p.name for p in (tmp_path / "out").rglob(".tmp-*")) == [other.name]
+    assert Dataset.from_files(str(tmp_path / "out")).count() == 4
 
 
 def test_a_directory_is_read_recursively_without_hidden_files(local, tmp_path, caplog):

@@ -114,18 +114,22 @@ class PartitionedSink:
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         from zephyr.engine.io import write_partitioned
+        from zephyr.engine.io.partitioned import remove_dead_partition_temps, write_partition_manifest
 
-        field = self.partition_by
-        written = write_partitioned(
-            _counted_out(stream, result, self.batches),
-            field,
-            lambda value: self.pattern.format(shard=task.shard, total=self.total, **{field: value}),
-            format=self.format,
-        )
+        field, values = self.partition_by, {}
+
+        def path_of(value: Any) -> str:
+            path = values[value] = self.pattern.format(shard=task.shard, total=self.total, **{field: value})
+            return path
+
+        written = write_partitioned(_counted_out(stream, result, self.batches), field, path_of, format=self.format)
         result.paths = [stats.path for stats in written]
-        for path in result.paths:  # its own temporary file is renamed by now: any left is a dead attempt's
-            if remove_dead_temps(path):
-                counters.increment("sink/dead_temp_files_removed")
+        # its own temporary files are renamed by now: any left in any partition is a dead attempt's
+        if removed := remove_dead_partition_temps(self.pattern, field, task.shard, self.total):
+            counters.increment("sink/dead_temp_files_removed", removed)
+        value_of = {path: value for value, path in values.items()}
+        # after the files: a shard with a manifest finished, and it names every file (none: an empty shard)
+        write_partition_manifest(self.pattern, field, task.shard, self.total, [(value_of[s.path], s) for s in written])
         result.bytes_out = sum(stats.bytes for stats in written)
 
 
