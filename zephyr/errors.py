@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["ZephyrError", "BadInputError", "UserCodeError", "PlanError", "StorageError", "storage_error"]
+__all__ = [
+    "ZephyrError",
+    "BadInputError",
+    "UserCodeError",
+    "PlanError",
+    "StorageError",
+    "RefusedError",
+    "RemoteStorageError",
+    "storage_error",
+]
 
 
 class ZephyrError(Exception):
@@ -30,6 +39,22 @@ class StorageError(ZephyrError):
     the engine does not retry it as a user error; the message names the path and the fix."""
 
 
+class RemoteStorageError(StorageError):
+    """A bucket's service cannot be reached (no network, a wrong endpoint) or no credentials for it were
+    found: found out once per process before the first request (`zephyr.fs.region_guard`), so a run fails
+    in seconds with one line naming the URL and the fix instead of a client's minute of retries. Like
+    every `StorageError`, never retried as a user error."""
+
+
+class RefusedError(ZephyrError):
+    """Zephyr refused an operation that a configured limit forbids (a cross-region read over its transfer
+    budget, `zephyr.fs.transfer_budget.CrossRegionBudgetExceeded`).
+
+    Neither the data nor the user's code is at fault, and a retry would be refused the same way, so the
+    engine never retries it and reports it as itself, in one line naming the limit and how to change it,
+    even when it was raised inside a user function (a map that opens a far file)."""
+
+
 # errno -> (what happened, the fix)
 _STORAGE_ERRNOS = {
     errno.EACCES: ("permission denied", "give this user write/read access to it, or choose another location"),
@@ -40,13 +65,16 @@ _STORAGE_ERRNOS = {
 }
 
 
-def storage_error(error: BaseException, where: str) -> StorageError | None:
+def storage_error(error: BaseException, where: str) -> StorageError | RefusedError | None:
     """The one place that tells the environment's failures from the user's: a `StorageError` naming
-    `where` and the path when `error` (or an error it was raised from) is such an OSError, else None."""
+    `where` and the path when `error` (or an error it was raised from) is such an OSError, the
+    `RefusedError` itself when it is (or was raised from) one, else None."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        if isinstance(current, RefusedError):
+            return current
         if isinstance(current, OSError) and current.errno in _STORAGE_ERRNOS:
             what, fix = _STORAGE_ERRNOS[current.errno]
             path = current.filename or "(path not reported)"

@@ -36,7 +36,7 @@ from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import RunFile, plan_pieces, target_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
-from zephyr.errors import StorageError
+from zephyr.errors import RefusedError, StorageError
 from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.versioning import read_marker, write_marker
 
@@ -330,8 +330,8 @@ def _retry_or_raise(
             raise ZephyrError(f"{reason}; gave up after {config.max_infra_retries} infrastructure retries")
     else:
         error = outcome.error
-        if isinstance(error, BadInputError | PlanError | StorageError):
-            raise error  # deterministic: a retry would fail the same way
+        if isinstance(error, BadInputError | PlanError | StorageError | RefusedError):
+            raise error  # deterministic: a retry would fail (or be refused) the same way
         entry.user_failures += 1
         reason = f"{where}: {type(error).__name__}: {str(error).splitlines()[0]}"
         if entry.user_failures > config.max_user_retries:

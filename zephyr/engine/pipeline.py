@@ -355,6 +355,9 @@ class _MapBatches:
             try:
                 out = step.fn(batch)
             except Exception as error:  # noqa: BLE001
+                environment = storage_error(error, f"{step.name} in {where}")
+                if environment is not None:  # a full disk, a refused cross-region read: not the user's code
+                    raise environment from None
                 first = batch.slice(0, 1).to_pylist()[0] if batch.num_rows else None
                 raise UserCodeError(
                     f"{step.name} failed in {where}, on the batch of records #{index}..#{index + batch.num_rows - 1}: "

@@ -24,14 +24,17 @@ import asyncio
 import io
 import logging
 import os
+import socket
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 import fsspec
 import fsspec.config
 from fsspec.asyn import sync
 from fsspec.core import split_protocol
 
+from zephyr.errors import RemoteStorageError
 from zephyr.fs.core import url_to_fs
 from zephyr.fs.regions import location_contains, locations_overlap, machine_region
 from zephyr.fs.registry import register_protocol
@@ -48,13 +51,17 @@ __all__ = [
     "is_cross_region",
     "record_transfer",
     "reset_bucket_location_cache",
+    "CONNECT_TIMEOUT_ENV",
 ]
+
+CONNECT_TIMEOUT_ENV = "ZEPHYR_CONNECT_TIMEOUT"  # seconds a first connection to a bucket's endpoint may take
 
 _log = logging.getLogger("zephyr.fs")
 _cache_lock = threading.Lock()
 _location_cache: dict[tuple[str, str], str | None] = {}
 _warned_buckets: set[tuple[str, str]] = set()
 _classes: dict[str, type] = {}
+_access_checked: set[tuple[Any, ...]] = set()  # endpoints reached / credentials found, once per process
 
 _INSTALL_HINT = {
     "gcs": "reading gs:// needs gcsfs: pip install 'gcsfs>=2024.6' (or pip install 'zephyr[cloud]')",
@@ -379,7 +386,77 @@ def guarded_url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     if cls is None:
         raise ValueError(f"no cross-region guarded filesystem for {url!r}: expected gs://, gcs://, s3:// or s3a://")
     options = {**_emulator_defaults(protocol), **cls._get_kwargs_from_urls(url)}
+    _check_access(cls._zephyr_kind, options, url)  # before the client's own start (gcsfs looks for credentials)
     return cls(**options), cls._strip_protocol(url)
+
+
+def _check_access(kind: str, options: dict[str, Any], url: str) -> None:
+    """Before a process's first request to an object store: can its endpoint be reached at all, and (S3)
+    are there credentials? Either failing is one `RemoteStorageError` naming `url` and the fix, at once,
+    instead of the clients' retries (gcsfs: 6 attempts over ~40 s and a traceback per attempt; botocore:
+    `NoCredentialsError` deep in a stack). Checked once per endpoint and process; a reachable endpoint is
+    then left to the client (its retries handle a passing network error)."""
+    endpoint, override = _endpoint(kind, options)
+    key: tuple[Any, ...] = (kind, endpoint)
+    if key not in _access_checked:
+        _check_reachable(url, endpoint, override)
+        _access_checked.add(key)
+    if kind == "s3" and not (options.get("anon") or options.get("key") or options.get("session")):
+        profile = options.get("profile") or os.environ.get("AWS_PROFILE")
+        key = ("s3-credentials", profile)
+        if key not in _access_checked:
+            _check_s3_credentials(url, profile)
+            _access_checked.add(key)
+
+
+def _endpoint(kind: str, options: dict[str, Any]) -> tuple[str, str | None]:
+    """The service's URL as the client will use it, and the variable that set it (None: the default)."""
+    configured = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get("endpoint_url")
+    if configured:
+        return str(configured), None
+    names = ("STORAGE_EMULATOR_HOST",) if kind == "gcs" else ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+    for name in names:
+        value = os.environ.get(name, "")
+        if value and value != "default":
+            return (value if "://" in value else f"http://{value}"), name
+    return ("https://storage.googleapis.com" if kind == "gcs" else "https://s3.amazonaws.com"), None
+
+
+def _check_reachable(url: str, endpoint: str, override: str | None) -> None:
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return  # the client goes through a proxy: a direct connection says nothing
+    parts = urlsplit(endpoint)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    timeout = float(os.environ.get(CONNECT_TIMEOUT_ENV) or 5)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as error:
+        timed_out = isinstance(error, TimeoutError)
+        reason = f"no answer within {timeout:g} s" if timed_out else (error.strerror or str(error))
+        check = f"{override}={os.environ.get(override)}" if override else "the machine's DNS and firewall"
+        raise RemoteStorageError(
+            f"cannot reach {url}: its service {endpoint} cannot be reached ({reason}): no network, or a wrong "
+            f"endpoint. Fix: check the network (or proxy) and {check}, then rerun ({CONNECT_TIMEOUT_ENV}=30 "
+            "waits longer for a slow network)."
+        ) from None
+
+
+def _check_s3_credentials(url: str, profile: str | None) -> None:
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        credentials = botocore.session.Session(profile=profile).get_credentials()
+    except botocore.exceptions.ProfileNotFound:
+        credentials = None
+    if credentials is None:
+        raise RemoteStorageError(
+            f"no AWS credentials to read {url}"
+            + (f" (profile {profile!r} not found)" if profile else "")
+            + ": none in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws or the instance's role. "
+            "Fix: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or run on a machine with a role "
+            "that may read the bucket; then rerun."
+        )
 
 
 def _emulator_defaults(protocol: str) -> dict:
@@ -435,3 +512,4 @@ def reset_bucket_location_cache() -> None:
     with _cache_lock:
         _location_cache.clear()
         _warned_buckets.clear()
+        _access_checked.clear()

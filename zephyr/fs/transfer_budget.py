@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from zephyr import counters
-from zephyr.errors import ZephyrError
+from zephyr.errors import RefusedError
 
 __all__ = [
     "BUDGET_ENV",
@@ -104,8 +104,9 @@ def run_ledger() -> RunLedger | None:
     return _run_ledger
 
 
-class CrossRegionBudgetExceeded(ZephyrError):
-    """A read from another region would take this process past its cross-region transfer budget."""
+class CrossRegionBudgetExceeded(RefusedError):
+    """A read from another region would take this process (or run) past its cross-region transfer budget.
+    A refusal (`RefusedError`): never retried, reported as itself in one line."""
 
 
 def parse_bytes(text: str) -> int | None:
@@ -247,11 +248,16 @@ def _charge_run(ledger: RunLedger, url: str, nbytes: int, *, source: str, destin
 def _run_message(url: str, nbytes: int, used: int, limit: int, source: str, destination: str) -> str:
     wanted = used + nbytes
     suggestion = max(2 * limit, wanted + 1)
+    over = (
+        f"reading {format_bytes(nbytes)} more would bring this run's cross-region transfer (all workers "
+        f"together) to {format_bytes(wanted)}, over the run's budget of {format_bytes(limit)}"
+        if nbytes
+        else f"this run's cross-region budget (all workers together) of {format_bytes(limit)} is spent"
+    )
     return (
         f"cross-region read refused: {url} is stored in {source!r} but this worker's machine is in "
-        f"{destination!r}; reading {format_bytes(nbytes)} more would bring this run's cross-region transfer "
-        f"(all workers together) to {format_bytes(wanted)}, over the run's budget of {format_bytes(limit)} "
-        f"(the run has read {format_bytes(used)} across regions so far). Cross-region reads are billed as "
+        f"{destination!r}; {over} (the run has read {format_bytes(used)} across regions so far). "
+        "Cross-region reads are billed as "
         f"egress. Fix: read from a bucket in {destination!r} (e.g. through mirror://), or raise the run's budget "
         f"with {BUDGET_ENV}={_round_up_gb(suggestion)} (or {ALLOW_ENV}=1 to lift it) in the environment of the "
         f"driver, the command that starts the run."
@@ -261,11 +267,15 @@ def _run_message(url: str, nbytes: int, used: int, limit: int, source: str, dest
 def _message(url: str, nbytes: int, used: int, limit: int, source: str, destination: str) -> str:
     wanted = used + nbytes
     suggestion = max(2 * limit, wanted + 1)
+    over = (
+        f"reading {format_bytes(nbytes)} more would bring this process's cross-region transfer to "
+        f"{format_bytes(wanted)}, over its budget of {format_bytes(limit)}"
+        if nbytes
+        else f"this process's cross-region budget of {format_bytes(limit)} is spent"
+    )
     return (
         f"cross-region read refused: {url} is stored in {source!r} but this machine is in "
-        f"{destination!r}; reading {format_bytes(nbytes)} more would bring this process's cross-region "
-        f"transfer to {format_bytes(wanted)}, over its budget of {format_bytes(limit)} "
-        f"(already read: {format_bytes(used)}). Cross-region reads are billed as egress. "
+        f"{destination!r}; {over} (already read: {format_bytes(used)}). Cross-region reads are billed as egress. "
         f"Fix: read from a bucket in {destination!r} (e.g. through mirror://), or raise the budget with "
         f"{BUDGET_ENV}={_round_up_gb(suggestion)} (or {ALLOW_ENV}=1 to lift it) in the environment "
         f"of every worker."

@@ -84,6 +84,7 @@ def _run_tokenize(args: argparse.Namespace) -> int:
     from zephyr.engine.context import execution
     from zephyr.engine.errors import ZephyrError
     from zephyr.engine.options import engine_overrides
+    from zephyr.errors import RefusedError, StorageError
 
     from .pipeline import tokenize_dataset
     from .tokenizer import TokenizerSpec
@@ -105,6 +106,9 @@ def _run_tokenize(args: argparse.Namespace) -> int:
                 resume=not args.no_resume,
                 on_bad_record=args.on_bad_record,
             )
+    except (StorageError, RefusedError) as exc:  # the machine's or a bucket's, not the command line's: exit 1
+        print(f"zephyr tokenize: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     except (FileNotFoundError, ValueError, ZephyrError) as exc:
         print(f"zephyr tokenize: {exc}", file=sys.stderr)
         return 2
