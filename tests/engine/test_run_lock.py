@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from zephyr import Dataset, execution
 from zephyr.engine.run_lock import LOCK_NAME, RunLockedError
+from zephyr.fs import url_to_fs
 
 _SLOW = textwrap.dedent("""
     import sys, time
@@ -63,3 +66,44 @@ def test_a_second_run_on_the_same_scratch_and_output_says_so_and_a_dead_ones_loc
     assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["part-0.jsonl", "part-1.jsonl"]
     assert not list(scratch.rglob(LOCK_NAME))
+
+
+@dataclass(frozen=True)
+class _TryTheLock:
+    """Runs inside the pipeline: tries to create the output's lock object the way a second run would."""
+
+    lock_url: str
+
+    def __call__(self, record):
+        fs, path = url_to_fs(self.lock_url)
+        try:
+            fs.pipe_file(path, b"{}", mode="create")
+            taken = "no lock object"
+        except FileExistsError:
+            taken = "held"
+        return {"x": record, "lock": taken}
+
+
+def test_a_bucket_output_is_locked_with_a_create_if_absent_object(s3_env, scratch):
+    """S3 (moto) refuses a second create of the lock object (If-None-Match: *), so two runs cannot both
+    take it; a foreign run's lock is reported in one line naming the object to delete."""
+    bucket = s3_env.create_bucket("us-east-1")
+    out = f"s3://{bucket}/out"
+    lock_url = f"{out}/{LOCK_NAME}"
+    fs, lock_path = url_to_fs(lock_url)
+    with execution(backend="local", scratch=scratch, summary=False, progress=False):
+        rows = (
+            Dataset.from_list([1, 2], num_shards=1).map(_TryTheLock(lock_url)).write_jsonl(out + "/part-{shard}.jsonl")
+        )
+        assert not fs.exists(lock_path)  # released when the run ended
+        assert [r["lock"] for r in Dataset.from_files(out + "/part-*.jsonl").collect()] == ["held", "held"]
+        assert rows == [f"{out}/part-0.jsonl"]
+        # a live run on another machine holds it: refused in one line, naming the holder and the object
+        fs.pipe_file(lock_path, json.dumps({"pid": 1, "host": "node-7", "started": "2026-01-01 00:00:00"}).encode())
+        with pytest.raises(RunLockedError, match=r"pid 1 on node-7.*output folder s3://.*/out.*delete s3://") as info:
+            Dataset.from_list([3]).map(lambda x: {"x": x}).write_jsonl(out + "/other-{shard}.jsonl")
+        assert "\n" not in str(info.value)
+        assert json.loads(fs.cat_file(lock_path))["host"] == "node-7"  # the holder's lock is left alone
+        fs.rm_file(lock_path)
+        Dataset.from_list([3]).map(lambda x: {"x": x}).write_jsonl(out + "/other-{shard}.jsonl")
+        assert not fs.exists(lock_path)

@@ -3,23 +3,34 @@
 Two runs started from one working folder share `./.zephyr/scratch`; when they run the same pipeline they
 share its checkpoint directory too, and the first to finish deletes what the other is still reading
 (`FileNotFoundError .../runs/run-00000.arrow`). Two runs writing into one output folder overwrite each
-other's shards. So a run takes a lock file in its checkpoint directory and in each local output folder
+other's shards. So a run takes a lock file in its checkpoint directory and in each output folder
 (`.zephyr-run.lock`, hidden: readers skip it) and a second run says in one line who holds it. A lock left
 by a run that died (its process is gone, same host) is taken over: the new run resumes from the
-checkpoints. Object stores have no exclusive create, so only local (file://) locations are locked.
+checkpoints.
+
+Local folders are locked with an exclusive create (`O_EXCL`); bucket folders (gs://, s3://) with a
+create-if-absent upload (GCS `ifGenerationMatch=0`, S3 `If-None-Match: *`, through fsspec's
+`pipe_file(mode="create")`), which the services refuse atomically when the object exists. A store that
+ignores the precondition (older S3-compatible servers; the `gcp-storage-emulator` used in tests) gives no
+exclusion, only the message when the lock is already there. A bucket lock of a run that died on another
+machine cannot be checked: the message names the object to delete. Other protocols are not locked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+
+from fsspec.core import split_protocol
 
 from zephyr.errors import ZephyrError, storage_error
-from zephyr.fs import url_to_fs
+from zephyr.fs import join, url_to_fs
 
 __all__ = ["RunLockedError", "run_locks"]
 
@@ -34,6 +45,13 @@ def _local_dir(url: str) -> str | None:
     fs, path = url_to_fs(url)
     protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
     return path if protocol in ("file", "local") else None
+
+
+_BUCKETS = ("gs", "gcs", "s3", "s3a")
+
+
+def _bucket_dir(url: str) -> str | None:
+    return url.rstrip("/") if split_protocol(url)[0] in _BUCKETS else None
 
 
 def _alive(pid: int) -> bool:
@@ -76,25 +94,77 @@ def _acquire(directory: str, role: str) -> str:
     raise RunLockedError(f"could not take the lock {path}: it keeps reappearing; is another run starting right now?")
 
 
+def _acquire_bucket(directory: str, role: str) -> Callable[[], None] | None:
+    """Take the lock object `directory/.zephyr-run.lock` with a create-if-absent upload; returns how to
+    release it (None: this process already holds it)."""
+    url = join(directory, LOCK_NAME)
+    fs, path = url_to_fs(url)
+    from zephyr.fs.region_guard import unguarded
+
+    reader = unguarded(fs)  # reading a holder is a few bytes, never charged to the cross-region budget
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "token": uuid.uuid4().hex,
+    }
+    for _ in range(3):
+        try:
+            fs.pipe_file(path, json.dumps(me).encode(), mode="create")
+        except FileExistsError:
+            try:
+                holder = json.loads(reader.cat_file(path))
+            except FileNotFoundError:
+                continue  # released meanwhile: try again
+            except (OSError, ValueError):
+                holder = {}
+            if holder.get("pid") == os.getpid() and holder.get("host") == me["host"]:
+                return None
+            if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(path)  # its run died on this machine: take over
+                continue
+            raise RunLockedError(
+                f"another run (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started "
+                f"{holder.get('started', '?')}) is using the {role} {directory}; wait for it to finish, or give this "
+                f"run its own (--scratch / another output). If no such run exists, delete {url}."
+            ) from None
+        fs.invalidate_cache(path)
+
+        def release() -> None:
+            try:
+                if json.loads(reader.cat_file(path)).get("token") == me["token"]:  # still ours
+                    fs.rm_file(path)
+            except (FileNotFoundError, ValueError):
+                pass
+
+        return release
+    raise RunLockedError(f"could not take the lock {url}: it keeps reappearing; is another run starting right now?")
+
+
 @contextlib.contextmanager
 def run_locks(run_url: str, output_dirs: Sequence[str]) -> Iterator[None]:
-    """Hold the run's checkpoint directory and its local output folders for the duration of the block."""
-    held: list[str] = []
+    """Hold the run's checkpoint directory and its output folders (local or bucket) for the block."""
+    held: list[Callable[[], None]] = []
     try:
         for url, role in [(run_url, "scratch (checkpoint) directory")] + [(d, "output folder") for d in output_dirs]:
-            directory = _local_dir(url)
-            if directory is not None:
-                try:
+            directory, bucket = _local_dir(url), _bucket_dir(url)
+            if directory is None and bucket is None:
+                continue
+            try:
+                if directory is not None:
                     lock = _acquire(directory, role)
-                except OSError as error:  # e.g. an output under a read-only or forbidden folder
-                    environment = storage_error(error, f"taking the {role} {directory}")
-                    if environment is None:
-                        raise
-                    raise environment from None
-                if lock:
-                    held.append(lock)
+                    if lock:
+                        held.append(functools.partial(os.unlink, lock))
+                elif bucket is not None and (release := _acquire_bucket(bucket, role)) is not None:
+                    held.append(release)
+            except OSError as error:  # e.g. an output under a read-only or forbidden folder
+                environment = storage_error(error, f"taking the {role} {directory or bucket}")
+                if environment is None:
+                    raise
+                raise environment from None
         yield
     finally:
-        for lock in reversed(held):
+        for release in reversed(held):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(lock)
+                release()
