@@ -152,6 +152,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _dry_run(out: Path, args: argparse.Namespace) -> int:
+    """A dry run writes nothing: the sample stores' text and tokenizer go to a throw-away folder (their
+    tokenize plans are printed, the stores are not written), and the ablation is described, not trained."""
+    import tempfile
+
+    if not args.store:
+        with tempfile.TemporaryDirectory(prefix="zephyr-dry-run-ablation-") as scratch:
+            print(f"[dry run] would build the prose and code stores under {out / 'stores'}; their plans:", flush=True)
+            build_sample_stores(Path(scratch), tokenizer=args.tokenizer, chars=args.chars)
+    mixtures = 1 + (1 if args.quick else 2) + 1  # baseline, the sweep of B's share, the negative control
+    seeds = len(args.seeds.split(","))
+    print(
+        f"[dry run] would write {out / 'ablation.yaml'} and train {mixtures} mixtures x {seeds} seeds "
+        f"({mixtures * seeds} runs of {args.steps} steps, model {args.model!r}) into {out / 'ablation'}. "
+        "Nothing was written.",
+        flush=True,
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from zephyr.engine.context import current_config
 
@@ -163,8 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(stores) < 2 or any(not v for v in stores.values()):
             print("give two stores as --store NAME=PATH --store NAME=PATH", file=sys.stderr)
             return 2
+    elif current_config().dry_run:
+        return _dry_run(out, args)
     else:
         stores = build_sample_stores(out, tokenizer=args.tokenizer, chars=args.chars)
+    if current_config().dry_run:
+        return _dry_run(out, args)
     config = ablation_dict(stores, args)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ablation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

@@ -155,3 +155,15 @@ def test_a_pending_input_is_planned_only_in_a_dry_run(tmp_path):
         execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False),
     ):
         assert Dataset.from_files(missing + "/*.jsonl").count() == 0
+
+
+def test_the_mixture_ablation_dry_run_prints_its_plans_and_writes_nothing(load_recipe, tmp_path, capsys):
+    recipe = load_recipe("mixture_ablation")
+    throwaways = _dry_run_dirs()
+    with execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False):
+        assert recipe.main(["--output", str(tmp_path / "out"), "--quick", "--chars", "20000"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("write_token_store(") >= 2  # the prose and code stores' plans
+    assert "would write" in out and "3 mixtures x 2 seeds" in out and "Nothing was written." in out
+    assert list(tmp_path.rglob("*")) == []  # no text, tokenizer, store, ablation.yaml or runs
+    assert _dry_run_dirs() == throwaways
