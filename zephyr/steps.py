@@ -178,9 +178,13 @@ class StepRunner:
         (its pipelines print their plans), with the outputs of earlier planned steps declared pending."""
         waits = [v.name for v in inputs.values() if isinstance(v, StepOutput) and v.planned]
         reads = f", reading the output of {', '.join(map(repr, waits))} (not written yet)" if waits else ""
-        print(f"[dry run] step {name!r} (version {version[:10]}) would run into {path}{reads}", flush=True)
         who = f"step {name!r}"
         with tempfile.TemporaryDirectory(prefix=f"zephyr-dry-run-{name}-") as throwaway:
+            print(
+                f"[dry run] step {name!r} (version {version[:10]}) would run into {path}{reads}; its plans write "
+                f"to {throwaway} in its place (removed after)",
+                flush=True,
+            )
             try:
                 with declare_pending({**self._pending, path: who, throwaway: who}):
                     fn(throwaway, config=config, **args)
