@@ -127,6 +127,10 @@ def test_a_partitioned_output_tells_an_empty_shard_from_a_lost_file(local, tmp_p
     else:
         assert pl.read_ndjson(sorted(paths)).height == 6
     assert Dataset.from_files(str(tmp_path / "out" / "docs")).count() == 6
+    # a rerun with another shard count: its manifests are the ones read (the old ones stay beside them)
+    Dataset.from_list(records, num_shards=2).write(pattern, partition_by="lang").execute()
+    assert [(m["shard"], m["total"], m["records"]) for m in read_partition_manifests(pattern)] == [(0, 2, 4), (1, 2, 4)]
+    paths = sorted(f["path"] for m in read_partition_manifests(pattern) for f in m["files"])
     # a lost file is now visible: listed by its shard's manifest, missing on disk
     os.remove(paths[0])
     missing = [f["path"] for m in read_partition_manifests(pattern) for f in m["files"] if not Path(f["path"]).exists()]

@@ -20,6 +20,7 @@ import os
 import pickle
 import re
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -158,6 +159,7 @@ def write_partition_manifest(
         "total": total,
         "records": sum(f["records"] for f in files),
         "files": files,
+        "written_at": time.time(),  # a rerun with another shard count leaves the old manifests: newest wins
     }
     with atomic_write(url, "w", compression=None) as handle:
         handle.write(json.dumps(manifest, indent=1))
@@ -170,8 +172,8 @@ def _relative(path: str, pattern: str) -> str:
 
 
 def read_partition_manifests(pattern: str) -> list[dict[str, Any]]:
-    """The manifests of a partitioned output written with `pattern` (those of its latest shard count),
-    by shard, file paths made absolute again; a shard missing from the list did not finish."""
+    """The manifests of a partitioned output written with `pattern` (those of the shard count it was
+    written with last), by shard, file paths made absolute again; a shard missing did not finish."""
     fs, folder = url_to_fs(manifest_dir(pattern))
     try:
         names = sorted(fs.ls(folder, detail=False))
@@ -188,7 +190,7 @@ def read_partition_manifests(pattern: str) -> list[dict[str, Any]]:
                     entry["path"] = join(root, entry["path"]) if root else entry["path"]
                 manifests.append(manifest)
     if manifests:
-        latest = max(m["total"] for m in manifests)
+        latest = max(manifests, key=lambda m: m.get("written_at", 0))["total"]
         manifests = [m for m in manifests if m["total"] == latest]
     return sorted(manifests, key=lambda m: m["shard"])
 
