@@ -182,7 +182,8 @@ def test_ascii_fast_path_normalizes_like_the_unicode_path():
 
 
 def test_unicode_fast_path_normalizes_like_the_regex_path():
-    """Non-ASCII text takes a numpy path over code points: NFKC compositions, casefold expansions,
+    """Non-ASCII text folds only its runs of non-ASCII characters (each with the ASCII character before
+    it): NFKC compositions across ASCII and non-ASCII (e + U+0301, Hangul jamo), casefold expansions,
     Unicode punctuation and whitespace, characters beyond the BMP must come out as the regex path's."""
     import random
 
@@ -190,9 +191,10 @@ def test_unicode_fast_path_normalizes_like_the_regex_path():
 
     rng = random.Random(1)
     pool = [chr(c) for c in range(128)] + list("éÉßẞﬁ½²Ⅻ\u0301\u00a0\u2003\u3000\u2028\x85«»—–…¿¡、。「」ǅΣσς😀𝐀𝟘İıK")
-    pool += ["e\u0301", "A\u030a"]
-    for _ in range(5000):
-        text = "".join(rng.choice(pool) for _ in range(rng.randrange(1, 40)))
+    pool += ["e\u0301", "A\u030a", "\u0345", "\u0307", "\u1100", "\u1161", "\u11a8", "한", "ǰ", "ﬀ", "㎏", "µ", "ℌ"]
+    pool += ["中文字" * 20, "\u0301" * 30]  # runs past the folding cache's limit
+    for _ in range(8000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randrange(1, 60)))
         assert _normalized_bytes(text) == normalize_for_hash(text).encode("utf-8"), repr(text)
 
 

@@ -80,52 +80,75 @@ def _ascii_table() -> bytes:
 
 
 def _normalized_bytes(text: str) -> bytes:
-    """normalize_for_hash(text) as UTF-8. ASCII text (most web text) takes a bytes path ~5x quicker: one
-    translate maps case, punctuation and every whitespace character (str.isspace, what str.split splits
-    on) to their normalized bytes, then numpy drops each space that follows a space (no list of words)."""
+    """normalize_for_hash(text) as UTF-8, without a regex over the text or a list of words (~5x quicker).
+    One bytes.translate maps case, ASCII punctuation and every ASCII whitespace character (str.isspace,
+    what str.split splits on) to their normalized bytes; non-ASCII text (NFKC first, when needed) has
+    only its runs of non-ASCII characters case-folded and their separators mapped in Python; then numpy
+    drops each space that follows a space."""
     if text.isascii():
-        data = np.frombuffer(text.encode("ascii").translate(_ascii_table()), np.uint8)
-        if not len(data):
-            return b""
-        space = data == 32
-        keep = np.empty(len(data), bool)
-        keep[0] = True
-        np.logical_not(space[1:] & space[:-1], out=keep[1:])
-        return data[keep].tobytes().strip(b" ")
+        return _collapsed(text.encode("ascii").translate(_ascii_table()))
     return _normalized_unicode(text)
 
 
+def _collapsed(data: bytes) -> bytes:
+    """Runs of spaces to one space, no space at either end."""
+    if not data:
+        return b""
+    array = np.frombuffer(data, np.uint8)
+    space = array == 32
+    keep = np.empty(len(array), bool)
+    keep[0] = True
+    np.logical_not(space[1:] & space[:-1], out=keep[1:])
+    return array[keep].tobytes().strip(b" ")
+
+
 @functools.lru_cache(maxsize=1)
-def _bmp_separators() -> np.ndarray:
-    """For every code point of the Basic Multilingual Plane: True when normalize_for_hash turns it into
-    a space (punctuation, as _punctuation_re, or whitespace, as str.split)."""
-    table = np.zeros(0x10000, bool)
-    for cp in range(0x10000):
+def _separator_map() -> dict[int, str]:
+    """str.translate map of every non-ASCII code point of the Basic Multilingual Plane that
+    normalize_for_hash turns into a space (punctuation, as _punctuation_re, or whitespace, as str.split)."""
+    separators = {}
+    for cp in range(0x80, 0x10000):
         char = chr(cp)
         if char.isspace() or unicodedata.category(char).startswith("P"):
-            table[cp] = True
-    return table
+            separators[cp] = " "
+    return separators
+
+
+def _fold(unit: bytes) -> bytes:
+    """NFKC, case fold and separators to spaces, for a run of non-ASCII characters (with the ASCII
+    character before it)."""
+    return unicodedata.normalize("NFKC", unit.decode("utf-8")).casefold().translate(_separator_map()).encode("utf-8")
+
+
+_fold_cached = functools.lru_cache(maxsize=1 << 14)(_fold)  # the same few runs (quotes, dashes) recur
+_CACHED_UNIT = 48  # bytes: longer runs (a whole paragraph of CJK text) are folded without the cache
 
 
 def _normalized_unicode(text: str) -> bytes:
-    """normalize_for_hash(text) as UTF-8 for non-ASCII text: NFKC (skipped when the text already is) and
-    casefold in C, then punctuation and whitespace to spaces and runs of spaces collapsed with numpy over
-    the UTF-32 code points, instead of a regex substitution and a list of words."""
-    if not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text)
-    text = text.casefold()
+    """normalize_for_hash(text) as UTF-8 for non-ASCII text. Only the runs of non-ASCII characters go
+    through NFKC, case folding and the separator map in Python; the ASCII table does the rest (it
+    leaves bytes >= 0x80 alone). Why runs apart equal the whole text: UTF-8 bytes >= 0x80 never belong
+    to an ASCII character, so a run is whole characters; NFKC may be applied piecewise between
+    normalization boundaries, and every ASCII character has a boundary before it (ccc 0, NFKC_QC yes),
+    so each run is normalized together with the one ASCII character before it (a base that a combining
+    mark composes with); case folding maps each character on its own (no context, unlike lower())."""
     try:
-        points = np.frombuffer(text.encode("utf-32-le"), np.uint32).copy()
+        data = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: the plain path (which raises the same way when encoding)
         return normalize_for_hash(text).encode("utf-8")
-    if not len(points):
-        return b""
-    separator = (points < 0x10000) & _bmp_separators()[points & 0xFFFF]
-    points[separator] = 32
-    keep = np.empty(len(points), bool)
-    keep[0] = True
-    np.logical_not(separator[1:] & separator[:-1], out=keep[1:])
-    return points[keep].tobytes().decode("utf-32-le").strip(" ").encode("utf-8")
+    high = np.flatnonzero(np.frombuffer(data, np.uint8) >= 0x80)
+    gaps = np.flatnonzero(np.diff(high) != 1)
+    starts = high[np.concatenate(([0], gaps + 1))].tolist()
+    ends = (high[np.concatenate((gaps, [len(high) - 1]))] + 1).tolist()
+    pieces = []
+    position = 0
+    for start, end in zip(starts, ends, strict=True):
+        start = max(0, start - 1)
+        pieces.append(data[position:start])
+        pieces.append((_fold_cached if end - start <= _CACHED_UNIT else _fold)(data[start:end]))
+        position = end
+    pieces.append(data[position:])
+    return _collapsed(b"".join(pieces).translate(_ascii_table()))
 
 
 def text_hash(text: str) -> str:
