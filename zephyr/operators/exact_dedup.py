@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import functools
 import re
+import struct
 import unicodedata
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,7 @@ from zephyr import counters
 from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.engine.io import read_batches
+from zephyr.engine.sortkey import decode, encode
 from zephyr.engine.worker import current_shard
 from zephyr.fs import atomic_write, join, url_to_fs
 
@@ -230,25 +233,38 @@ def _hashes_url(table_url: str, shard: int) -> str:
 
 @dataclass(frozen=True)
 class _HashRank:
-    """map_shard of the decision pass: per document only (hash, (order key, shard, index, id)); no text.
-    The id rides along (after the unique position, so it never decides the order) for the lineage of
-    each duplicate: which document was kept for it. The shard's hashes are also kept in a small file,
-    so the annotation pass need not hash again."""
+    """map_shard of the decision pass: per document only its hash, its rank and its id; no text.
+
+    `o` is the order key's byte encoding (zephyr.engine.sortkey, self-delimiting) followed by the unique
+    position (shard, index) as fixed-width big-endian integers: bytes order = (order key, shard, index)
+    order, and the position comes back from the last 16 bytes. `k` is the id (encoded, any plain type),
+    for the lineage of each duplicate: which document was kept for it. Plain bytes fields let the
+    shuffle run on Arrow batches (no per-record pickling or key encoding). The shard's hashes are also
+    kept in a small file, so the annotation pass need not hash again."""
 
     text_field: str
     order_key: Callable[[dict], Any]
     table_url: str
 
-    def __call__(self, docs: Iterable[dict]) -> Iterator[tuple]:
+    def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
         shard = current_shard()
         field_name, order = self.text_field, self.order_key
+        position = _POSITION.pack
         hashes = []
         for index, doc in enumerate(docs):
             digest = text_hash(doc.get(field_name) or "")
             hashes.append(digest)
-            yield digest, (order(doc), shard, index, _plain_id(doc.get("id")))
+            yield {"h": digest, "o": encode(order(doc)) + position(shard, index), "k": encode(_plain_id(doc.get("id")))}
         with atomic_write(_hashes_url(self.table_url, shard), "wb", compression=None) as handle:
             handle.write("\n".join(hashes).encode("ascii"))
+
+
+_POSITION = struct.Struct(">QQ")
+
+
+def _batches(batch: Any) -> Any:
+    """map_batches identity: the decision records become Arrow batches for the columnar shuffle."""
+    return batch
 
 
 def _cached_hashes(table_url: str, shard: int) -> list[str]:
@@ -270,24 +286,22 @@ def _plain_id(value: Any) -> Any:
     return value if isinstance(value, (str, int, bytes)) and not isinstance(value, bool) else None
 
 
-def _first(item: tuple) -> Any:
-    return item[0]
-
-
-def _second(item: tuple) -> Any:
-    return item[1]
-
-
-def _decide(key: str, members: Iterable[tuple]) -> Iterator[dict]:
+def _decide(key: str, members: Iterable[dict]) -> Iterator[dict]:
     """Members of one hash in corpus order (order key, then position): the first is kept. Singletons
     (almost every document) emit nothing; a cluster emits its keeper's size and each duplicate."""
     iterator = iter(members)
-    _, (_, shard, index, keeper) = next(iterator)
+    first = next(iterator)
+    keeper = None
     size = 1
-    for _, (_, dup_shard, dup_index, _) in iterator:
+    unpack = _POSITION.unpack
+    for member in iterator:
+        if size == 1:
+            keeper = decode(first["k"])
         size += 1
+        dup_shard, dup_index = unpack(member["o"][-16:])
         yield {"shard": dup_shard, "index": dup_index, "size": 0, "keeper": keeper}
     if size > 1:
+        shard, index = unpack(first["o"][-16:])
         yield {"shard": shard, "index": index, "size": size, "keeper": None}
 
 
@@ -318,6 +332,7 @@ class _Annotate:
                 yield _mark_duplicate(doc, digest, keepers.get((shard, index)))
 
 
+_DECISION_BATCH = 16384  # decision records per Arrow batch (~1 MB)
 _LOOKUP_BYTES = 240  # a (shard, index) -> size entry (and a duplicate's keeper id) in Python dicts
 
 
@@ -348,7 +363,8 @@ def dedup_documents(
     try:
         run = (
             ds.map_shard(_HashRank(text_field, order, table_url))
-            .group_by(_first, _decide, sort_by=_second, num_shards=num_shards)
+            .map_batches(_batches, batch_size=_DECISION_BATCH)
+            .group_by("h", _decide, sort_by="o", num_shards=num_shards)
             .write(join(table_url, "part-{shard:05d}.parquet"), format="parquet")
             .execute()
         )
@@ -371,8 +387,12 @@ def dedup_documents(
     except BaseException:
         _remove(table_url)
         raise
-    # the per-shard hash files stay for the annotation pass, which removes each once read
-    return ds.map_shard(_Annotate(text_field, sizes, keepers, drop, table_url))
+    # The per-shard hash files stay for the annotation pass, which removes each once read. The folder
+    # goes when the annotation is no longer referenced (the returned dataset and those built on it are
+    # gone, or at exit): also when the dataset is never run, or a shard is never read.
+    annotate = _Annotate(text_field, sizes, keepers, drop, table_url)
+    weakref.finalize(annotate, _remove, table_url)
+    return ds.map_shard(annotate)
 
 
 def _remove(url: str) -> None:
