@@ -80,28 +80,43 @@ def _whole_document_shuffle(fast_hash: bool):
 
 # ------------------------------------------------------------------------------------ measurement
 class _TreeCpu:
-    """CPU seconds (user + system) of this process and every descendant, sampled every 50 ms so that a
-    worker that exits before the end still counts (up to its last sample)."""
+    """CPU seconds (user + system) of this process and every descendant. Sampled every 0.25 s (the list
+    of descendants every second), so that a worker that exits before the end still counts up to its last
+    sample; the sampling thread's own CPU time (it scans /proc) is taken out of the total."""
 
     def __init__(self) -> None:
         self.last: dict[int, float] = {}
+        self.processes: dict[int, psutil.Process] = {}
+        self.own = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def sample(self) -> None:
+    def _refresh(self) -> None:
         me = psutil.Process()
         for process in [me, *me.children(recursive=True)]:
+            self.processes.setdefault(process.pid, process)
+
+    def sample(self) -> None:
+        for pid, process in list(self.processes.items()):
             try:
                 times = process.cpu_times()
             except psutil.Error:
+                del self.processes[pid]
                 continue
-            self.last[process.pid] = times.user + times.system
+            self.last[pid] = times.user + times.system
 
     def _loop(self) -> None:
-        while not self._stop.wait(0.05):
+        started = time.thread_time()
+        tick = 0
+        while not self._stop.wait(0.25):
+            if tick % 4 == 0:
+                self._refresh()
             self.sample()
+            tick += 1
+        self.own = time.thread_time() - started
 
     def __enter__(self) -> _TreeCpu:
+        self._refresh()
         self.sample()
         self.start = dict(self.last)
         self._thread.start()
@@ -110,11 +125,12 @@ class _TreeCpu:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._refresh()
         self.sample()
 
     @property
     def seconds(self) -> float:
-        return sum(value - self.start.get(pid, 0.0) for pid, value in self.last.items())
+        return sum(value - self.start.get(pid, 0.0) for pid, value in self.last.items()) - self.own
 
 
 def _digest_output(out: Path) -> dict[str, Any]:
