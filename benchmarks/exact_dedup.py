@@ -34,7 +34,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +44,8 @@ sys.path.insert(0, str(ROOT / "recipes"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import nemotron_cc  # noqa: E402
-import psutil  # noqa: E402
 import xxhash  # noqa: E402
+from pipeline_scale import TreeCpu  # noqa: E402
 
 from zephyr import Dataset, execution  # noqa: E402
 from zephyr.fs import join  # noqa: E402
@@ -79,60 +78,6 @@ def _whole_document_shuffle(fast_hash: bool):
 
 
 # ------------------------------------------------------------------------------------ measurement
-class _TreeCpu:
-    """CPU seconds (user + system) of this process and every descendant. Sampled every 0.25 s (the list
-    of descendants every second), so that a worker that exits before the end still counts up to its last
-    sample; the sampling thread's own CPU time (it scans /proc) is taken out of the total."""
-
-    def __init__(self) -> None:
-        self.last: dict[int, float] = {}
-        self.processes: dict[int, psutil.Process] = {}
-        self.own = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _refresh(self) -> None:
-        me = psutil.Process()
-        for process in [me, *me.children(recursive=True)]:
-            self.processes.setdefault(process.pid, process)
-
-    def sample(self) -> None:
-        for pid, process in list(self.processes.items()):
-            try:
-                times = process.cpu_times()
-            except psutil.Error:
-                del self.processes[pid]
-                continue
-            self.last[pid] = times.user + times.system
-
-    def _loop(self) -> None:
-        started = time.thread_time()
-        tick = 0
-        while not self._stop.wait(0.25):
-            if tick % 4 == 0:
-                self._refresh()
-            self.sample()
-            tick += 1
-        self.own = time.thread_time() - started
-
-    def __enter__(self) -> _TreeCpu:
-        self._refresh()
-        self.sample()
-        self.start = dict(self.last)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._refresh()
-        self.sample()
-
-    @property
-    def seconds(self) -> float:
-        return sum(value - self.start.get(pid, 0.0) for pid, value in self.last.items()) - self.own
-
-
 def _digest_output(out: Path) -> dict[str, Any]:
     """Order-free digests of the kept documents (sorted JSON lines) and the lineage rows."""
     import pyarrow.parquet as pq
@@ -171,7 +116,7 @@ def run_variant(variant: str, docs: str, out: Path, workers: int, memory: str, s
         progress=False,
     ):
         Dataset.from_list(list(range(workers * 4)), num_shards=workers * 4).map(abs).collect()  # pool up
-        with _TreeCpu() as cpu, _Captured() as captured:
+        with TreeCpu() as cpu, _Captured() as captured:
             started = time.perf_counter()
             if sink == "jsonl":
                 summary = nemotron_cc.exact_dedup(str(out / "exact"), config={"num_shards": shards}, docs=docs)

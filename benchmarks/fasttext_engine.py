@@ -45,8 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from exact_dedup import _TreeCpu  # noqa: E402
-from pipeline_scale import _document, _vocabulary  # noqa: E402
+from pipeline_scale import TreeCpu, _document, _vocabulary  # noqa: E402
 
 from zephyr import Dataset, execution  # noqa: E402
 from zephyr.datashop.apply import score_dataset  # noqa: E402
@@ -104,7 +103,7 @@ def _id_and_score(batch: pa.RecordBatch) -> pa.RecordBatch:
 def on_engine(pattern: str, classifier_dir: str, workers: int, tmp: Path) -> tuple[float, float, np.ndarray]:
     """Ours: the scoring stage on the processes backend (pool start-up included), writing (id, score)
     as parquet, the way a scoring step keeps its result."""
-    with _TreeCpu() as cpu:
+    with TreeCpu() as cpu:
         started = time.perf_counter()
         with execution(
             backend="processes", workers=workers, scratch=str(tmp / "scratch"), summary=False, progress=False
