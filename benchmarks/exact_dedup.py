@@ -100,6 +100,13 @@ def _digest_output(out: Path) -> dict[str, Any]:
     return {"kept_digest": kept.hexdigest(), "removed_rows": len(rows), "removed_digest": removed.hexdigest()}
 
 
+def _count_kept(docs: str, out: Path, shards: int) -> int:
+    """The dedup alone: the step's datasets, the kept documents counted instead of written."""
+    source = Dataset.from_files(join(docs, "*", "*.jsonl.zst"))
+    marked = nemotron_cc.dedup_documents(source, order_key=nemotron_cc._quality_order, num_shards=shards)
+    return drop_removed(marked, str(out / "exact" / LINEAGE_DIR)).count()
+
+
 def run_variant(variant: str, docs: str, out: Path, workers: int, memory: str, shards: int, sink: str) -> dict:
     """One variant in this process (a fresh one per variant: its own worker pool, nothing warm)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -122,10 +129,7 @@ def run_variant(variant: str, docs: str, out: Path, workers: int, memory: str, s
                 summary = nemotron_cc.exact_dedup(str(out / "exact"), config={"num_shards": shards}, docs=docs)
                 docs_in, docs_out = summary["documents_in"], summary["documents_out"]
             else:
-                source = Dataset.from_files(join(docs, "*", "*.jsonl.zst"))
-                marked = nemotron_cc.dedup_documents(source, order_key=nemotron_cc._quality_order, num_shards=shards)
-                docs_out = drop_removed(marked, str(out / "exact" / LINEAGE_DIR)).count()
-                docs_in = None
+                docs_in, docs_out = None, _count_kept(docs, out, shards)
             seconds = time.perf_counter() - started
     result = {
         "variant": variant,

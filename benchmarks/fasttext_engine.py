@@ -1,6 +1,6 @@
 """fastText quality scoring on the engine (2 workers) beside a plain single-process loop, same documents.
 
-    .venv/bin/python benchmarks/fasttext_engine.py                 # 60,000 documents
+    .venv/bin/python benchmarks/fasttext_engine.py                 # 100,000 documents
     .venv/bin/python benchmarks/fasttext_engine.py --docs 200000
 
 The classifier is the project's own (zephyr.datashop.classifiers, kind `fasttext`, the default
@@ -100,7 +100,7 @@ def _id_and_score(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.select(["id", "s"])
 
 
-def on_engine(pattern: str, classifier_dir: str, workers: int, tmp: Path) -> tuple[float, float, np.ndarray]:
+def on_engine(pattern: str, classifier_dir: str, workers: int, tmp: Path) -> tuple[float, float, np.ndarray, int]:
     """Ours: the scoring stage on the processes backend (pool start-up included), writing (id, score)
     as parquet, the way a scoring step keeps its result."""
     with TreeCpu() as cpu:
@@ -109,14 +109,17 @@ def on_engine(pattern: str, classifier_dir: str, workers: int, tmp: Path) -> tup
             backend="processes", workers=workers, scratch=str(tmp / "scratch"), summary=False, progress=False
         ):
             scored = score_dataset(Dataset.from_files(pattern), classifier_dir, score_field="s", batch_size=BATCH)
-            scored.map_batches(_id_and_score, batch_size=BATCH).write(
-                str(tmp / "scores" / "part-{shard:05d}.parquet"), format="parquet"
-            ).execute()
+            run = (
+                scored.map_batches(_id_and_score, batch_size=BATCH)
+                .write(str(tmp / "scores" / "part-{shard:05d}.parquet"), format="parquet")
+                .execute()
+            )
         seconds = time.perf_counter() - started
     table = pq.read_table(tmp / "scores")
     position = [tuple(int(x) for x in i[4:].split("-")) for i in table.column("id").to_pylist()]
     order = sorted(range(len(position)), key=position.__getitem__)
-    return seconds, cpu.seconds, table.column("s").to_numpy()[order]
+    loads = run.counters.get("datashop/classifier_loads", 0)  # once per worker process, not per shard
+    return seconds, cpu.seconds, table.column("s").to_numpy()[order], loads
 
 
 def _uptime() -> str:
@@ -129,7 +132,7 @@ def _load(uptime: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=60_000, help="documents to score")
+    parser.add_argument("--docs", type=int, default=100_000, help="documents to score")
     parser.add_argument("--files", type=int, default=8, help=".jsonl.zst files (the engine's shards)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tmp", default=None)
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         uptime_before = _uptime()
         loop_s, loop_cpu, loop_scores = plain_loop(files, str(clf_dir))
         print(f"  plain loop: {loop_s:.1f} s ({_uptime()})", flush=True)
-        engine_s, engine_cpu, engine_scores = on_engine(
+        engine_s, engine_cpu, engine_scores, model_loads = on_engine(
             str(tmp / "corpus" / "*.jsonl.zst"), str(clf_dir), args.workers, tmp
         )
         uptime_after = _uptime()
@@ -173,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine_docs_per_cpu_s": round(n / engine_cpu, 1),
         "loop_docs_per_cpu_s": round(n / loop_cpu, 1),
         "scores_equal": same,
+        "engine_model_loads": model_loads,
         "load_before": _load(uptime_before),
         "load_after": _load(uptime_after),
     }
@@ -184,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'peer (plain loop)':<22}{loop_s:>8.1f}{n / loop_s:>9,.0f}{loop_cpu:>8.1f}{n / loop_cpu:>12,.0f}")
     print(
         f"engine / loop: x{loop_s / engine_s:.2f} docs/s by wall (goal >= 1.6); per CPU-second "
-        f"x{loop_cpu / engine_cpu:.2f} (the engine's own overhead); scores equal: {same}"
+        f"x{loop_cpu / engine_cpu:.2f} (the engine's own overhead); scores equal: {same}; model loaded "
+        f"{model_loads} times for {args.files} shards"
     )
     print(json.dumps(figures))
     return 0
