@@ -6,8 +6,9 @@ on `Dataset.group_by`, whose shuffle spills to disk, so they scale past one mach
 
 Document level (`dedup_documents`): the key is a 128-bit xxh3 hash of the normalized text (NFKC,
 case-folded, punctuation removed, whitespace collapsed), so trivially re-formatted copies collide. No text
-goes through a shuffle: a decision pass shuffles (hash, order key, position) per document, and the
-documents are annotated by looking their position up in the table of duplicate clusters' members.
+goes through a shuffle: a decision pass shuffles (hash, order key + position, id) per document, as Arrow
+batches, and the documents are annotated by looking their position up in the table of duplicate
+clusters' members. Cost (benchmarks/exact_dedup.py): the input is read twice, the text hashed once.
 Each document gets `dup_cluster` (the hash) and `dup_keep`; the kept one also `dup_count` (cluster
 size, for FineWeb-2-style re-hydration); the others get `filter_reason="exact_duplicate"` (unless an
 earlier stage set one). `drop=True` emits only the kept documents. Memory per cluster is O(1).
