@@ -13,9 +13,11 @@ split) and 5% near copies (2-4% of the words edited). `--corpus DIR` keeps the c
 (generation is deterministic for a given size and seed).
 
 Steps are recipes/nemotron_cc.py's own step functions, on the processes backend. Per step: wall seconds,
-documents in and out, docs/s per core (documents in / (seconds x workers)), MB/s of input text, the peak
-RSS of the largest worker task against the memory budget (StageStats), the bytes the step's shuffles
-scattered to scratch (the sum of its scatter stages' run files), and an extrapolation to 2 trillion
+documents in and out, docs/s per core (documents in / (seconds x workers)), docs per CPU-second (CPU
+time of the process tree, the driver and its workers: less sensitive than wall time to other work on a
+shared machine), MB/s of input text, the peak RSS of the largest worker task against the memory budget
+(StageStats), the bytes the step's shuffles scattered to scratch (the sum of its scatter stages' run
+files), and an extrapolation to 2 trillion
 tokens (the corpus's tokens per input document from the tokenize step): core-hours = documents needed /
 (docs/s per core) / 3600. Then a `group_by` whose one key holds 30% of the records beside a balanced one
 of the same size (wall seconds and their ratio). The machine is shared: `uptime` before and after is printed.
@@ -30,6 +32,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -38,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
@@ -206,6 +210,60 @@ class _Captured:
         return sum(s.bytes_out for run in self.runs for s in run.stages if s.name.endswith("scatter"))
 
 
+class TreeCpu:
+    """CPU seconds (user + system) of this process and every descendant. Sampled every 0.25 s (the list
+    of descendants every second), so that a worker that exits before the end still counts up to its last
+    sample; the sampling thread's own CPU time (it scans /proc) is taken out of the total."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, float] = {}
+        self.processes: dict[int, psutil.Process] = {}
+        self.own = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _refresh(self) -> None:
+        me = psutil.Process()
+        for process in [me, *me.children(recursive=True)]:
+            self.processes.setdefault(process.pid, process)
+
+    def sample(self) -> None:
+        for pid, process in list(self.processes.items()):
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                del self.processes[pid]
+                continue
+            self.last[pid] = times.user + times.system
+
+    def _loop(self) -> None:
+        started = time.thread_time()
+        tick = 0
+        while not self._stop.wait(0.25):
+            if tick % 4 == 0:
+                self._refresh()
+            self.sample()
+            tick += 1
+        self.own = time.thread_time() - started
+
+    def __enter__(self) -> TreeCpu:
+        self._refresh()
+        self.sample()
+        self.start = dict(self.last)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._refresh()
+        self.sample()
+
+    @property
+    def seconds(self) -> float:
+        return sum(value - self.start.get(pid, 0.0) for pid, value in self.last.items()) - self.own
+
+
 def _text_bytes(pattern: str) -> int:
     from zephyr.fs import expand_glob
 
@@ -262,7 +320,7 @@ def run_steps(
             if name not in steps:
                 continue
             text = _text_bytes(inputs)
-            with _Captured() as captured:
+            with _Captured() as captured, TreeCpu() as cpu:
                 started = time.perf_counter()
                 summary = step()
                 seconds = time.perf_counter() - started
@@ -277,6 +335,8 @@ def run_steps(
                 "docs_out": docs_out,
                 "text_mb": text / 1e6,
                 "docs_s_core": docs_in / seconds / workers,
+                "cpu_seconds": cpu.seconds,
+                "docs_s_cpu": docs_in / cpu.seconds,
                 "mb_s": text / 1e6 / seconds,
                 "peak_rss": captured.peak_rss,
                 "scratch_bytes": captured.scratch_bytes,
@@ -393,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores shared with other users)"
     )
     header = (
-        f"{'step':<12}{'seconds':>9}{'docs in':>11}{'docs out':>11}{'docs/s/core':>13}{'MB/s':>8}"
+        f"{'step':<12}{'seconds':>9}{'docs in':>11}{'docs out':>11}{'docs/s/core':>13}{'docs/CPU-s':>12}{'MB/s':>8}"
         f"{'peak RSS MB':>13}{'budget MB':>11}{'scratch MB':>12}{'2T core-h':>11}"
     )
     print(header)
@@ -414,11 +474,14 @@ def main(argv: list[str] | None = None) -> int:
             total_core_hours += core_hours
         print(
             f"{name:<12}{r['seconds']:>9.1f}{r['docs_in']:>11,}{r['docs_out']:>11,}{r['docs_s_core']:>13,.0f}"
+            f"{r['docs_s_cpu']:>12,.0f}"
             f"{r['mb_s']:>8.1f}{r['peak_rss'] / (1 << 20):>13,.0f}{budget / (1 << 20):>11,.0f}"
             f"{r['scratch_bytes'] / (1 << 20):>12,.0f}{core_hours if core_hours else float('nan'):>11,.0f}"
         )
         figures[f"{name}_seconds"] = round(r["seconds"], 1)
         figures[f"{name}_docs_s_core"] = round(r["docs_s_core"], 1)
+        figures[f"{name}_cpu_seconds"] = round(r["cpu_seconds"], 1)
+        figures[f"{name}_docs_s_cpu"] = round(r["docs_s_cpu"], 1)
         figures[f"{name}_mb_s"] = round(r["mb_s"], 2)
         figures[f"{name}_peak_rss_mb"] = r["peak_rss"] >> 20
         figures[f"{name}_scratch_mb"] = r["scratch_bytes"] >> 20

@@ -137,27 +137,35 @@ def test_document_dedup_by_lookup_equals_the_whole_document_shuffle(articles, sc
 
 
 def test_document_dedup_shuffles_no_text(articles, scratch, monkeypatch):
-    """Nothing that goes into a shuffle holds a document's text: only (hash, (order key, shard, index))."""
+    """Nothing that goes into a shuffle holds a document's text: only the hash, the rank (order key and
+    position, encoded) and the id; and the decision shuffle takes them as Arrow batches."""
     from zephyr.engine.shuffle import ScatterWriter
 
-    seen = []
-    original = ScatterWriter.add
+    seen, records = [], []
+    original, original_batch = ScatterWriter.add, ScatterWriter.add_batch
 
     def spy(self, record):
-        seen.append(record)
+        records.append(record)
         return original(self, record)
 
+    def spy_batch(self, batch):
+        seen.extend(batch.to_pylist())
+        return original_batch(self, batch)
+
     monkeypatch.setattr(ScatterWriter, "add", spy)
+    monkeypatch.setattr(ScatterWriter, "add_batch", spy_batch)
     docs = _tied_corpus(articles)
     with execution(backend="local", scratch=scratch, summary=False):
         out = dedup_documents(Dataset.from_list(docs, num_shards=3)).collect()
-    assert len(out) == len(docs) and len(seen) == len(docs)
-    texts = {d["text"] for d in docs if d["text"]}
+    assert len(out) == len(docs) and len(seen) == len(docs) and not records
+    texts = {d["text"].encode("utf-8") for d in docs if d["text"]}
     assert not any(text in value for record in seen for value in _strings(record) for text in texts)
 
 
 def _strings(value):
     if isinstance(value, str):
+        yield value.encode("utf-8")
+    elif isinstance(value, bytes):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
@@ -182,7 +190,8 @@ def test_ascii_fast_path_normalizes_like_the_unicode_path():
 
 
 def test_unicode_fast_path_normalizes_like_the_regex_path():
-    """Non-ASCII text takes a numpy path over code points: NFKC compositions, casefold expansions,
+    """Non-ASCII text folds only its runs of non-ASCII characters (each with the ASCII character before
+    it): NFKC compositions across ASCII and non-ASCII (e + U+0301, Hangul jamo), casefold expansions,
     Unicode punctuation and whitespace, characters beyond the BMP must come out as the regex path's."""
     import random
 
@@ -190,9 +199,10 @@ def test_unicode_fast_path_normalizes_like_the_regex_path():
 
     rng = random.Random(1)
     pool = [chr(c) for c in range(128)] + list("éÉßẞﬁ½²Ⅻ\u0301\u00a0\u2003\u3000\u2028\x85«»—–…¿¡、。「」ǅΣσς😀𝐀𝟘İıK")
-    pool += ["e\u0301", "A\u030a"]
-    for _ in range(5000):
-        text = "".join(rng.choice(pool) for _ in range(rng.randrange(1, 40)))
+    pool += ["e\u0301", "A\u030a", "\u0345", "\u0307", "\u1100", "\u1161", "\u11a8", "한", "ǰ", "ﬀ", "㎏", "µ", "ℌ"]
+    pool += ["中文字" * 20, "\u0301" * 30]  # runs past the folding cache's limit
+    for _ in range(8000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randrange(1, 60)))
         assert _normalized_bytes(text) == normalize_for_hash(text).encode("utf-8"), repr(text)
 
 
@@ -221,3 +231,22 @@ def test_document_dedup_under_dry_run_prints_plans_and_writes_nothing(articles, 
         run = dedup_documents(Dataset.from_list(docs, num_shards=3)).execute()
     assert run.outputs == [] and "HashRank)" in capsys.readouterr().out
     assert not [p for p in Path(tmp_path).rglob("*") if p.is_file()]
+
+
+def test_document_dedup_leaves_no_folder_whether_run_or_not(articles, tmp_path):
+    """The decision pass's folder (the per-shard hash files) goes once the returned dataset is gone:
+    after a run (no empty folder left), and when it is never run (no hash files left)."""
+    import gc
+    from pathlib import Path
+
+    docs = _tied_corpus(articles)
+    for run in (True, False):
+        scratch = tmp_path / f"scratch-{run}"
+        with execution(backend="local", scratch=str(scratch), summary=False):
+            marked = dedup_documents(Dataset.from_list(docs, num_shards=3))
+            assert list(Path(scratch).rglob("hashes-*"))  # the decision pass ran and kept them
+            if run:
+                assert len(marked.collect()) == len(docs)
+        del marked
+        gc.collect()
+        assert not list(Path(scratch).rglob("exact-dedup-*")), run

@@ -6,8 +6,9 @@ on `Dataset.group_by`, whose shuffle spills to disk, so they scale past one mach
 
 Document level (`dedup_documents`): the key is a 128-bit xxh3 hash of the normalized text (NFKC,
 case-folded, punctuation removed, whitespace collapsed), so trivially re-formatted copies collide. No text
-goes through a shuffle: a decision pass shuffles (hash, order key, position) per document, and the
-documents are annotated by looking their position up in the table of duplicate clusters' members.
+goes through a shuffle: a decision pass shuffles (hash, order key + position, id) per document, as Arrow
+batches, and the documents are annotated by looking their position up in the table of duplicate
+clusters' members. Cost (benchmarks/exact_dedup.py): the input is read twice, the text hashed once.
 Each document gets `dup_cluster` (the hash) and `dup_keep`; the kept one also `dup_count` (cluster
 size, for FineWeb-2-style re-hydration); the others get `filter_reason="exact_duplicate"` (unless an
 earlier stage set one). `drop=True` emits only the kept documents. Memory per cluster is O(1).
@@ -23,8 +24,10 @@ from __future__ import annotations
 
 import functools
 import re
+import struct
 import unicodedata
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +39,7 @@ from zephyr import counters
 from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.engine.io import read_batches
+from zephyr.engine.sortkey import decode, encode
 from zephyr.engine.worker import current_shard
 from zephyr.fs import atomic_write, join, url_to_fs
 
@@ -80,52 +84,75 @@ def _ascii_table() -> bytes:
 
 
 def _normalized_bytes(text: str) -> bytes:
-    """normalize_for_hash(text) as UTF-8. ASCII text (most web text) takes a bytes path ~5x quicker: one
-    translate maps case, punctuation and every whitespace character (str.isspace, what str.split splits
-    on) to their normalized bytes, then numpy drops each space that follows a space (no list of words)."""
+    """normalize_for_hash(text) as UTF-8, without a regex over the text or a list of words (~5x quicker).
+    One bytes.translate maps case, ASCII punctuation and every ASCII whitespace character (str.isspace,
+    what str.split splits on) to their normalized bytes; non-ASCII text (NFKC first, when needed) has
+    only its runs of non-ASCII characters case-folded and their separators mapped in Python; then numpy
+    drops each space that follows a space."""
     if text.isascii():
-        data = np.frombuffer(text.encode("ascii").translate(_ascii_table()), np.uint8)
-        if not len(data):
-            return b""
-        space = data == 32
-        keep = np.empty(len(data), bool)
-        keep[0] = True
-        np.logical_not(space[1:] & space[:-1], out=keep[1:])
-        return data[keep].tobytes().strip(b" ")
+        return _collapsed(text.encode("ascii").translate(_ascii_table()))
     return _normalized_unicode(text)
 
 
+def _collapsed(data: bytes) -> bytes:
+    """Runs of spaces to one space, no space at either end."""
+    if not data:
+        return b""
+    array = np.frombuffer(data, np.uint8)
+    space = array == 32
+    keep = np.empty(len(array), bool)
+    keep[0] = True
+    np.logical_not(space[1:] & space[:-1], out=keep[1:])
+    return array[keep].tobytes().strip(b" ")
+
+
 @functools.lru_cache(maxsize=1)
-def _bmp_separators() -> np.ndarray:
-    """For every code point of the Basic Multilingual Plane: True when normalize_for_hash turns it into
-    a space (punctuation, as _punctuation_re, or whitespace, as str.split)."""
-    table = np.zeros(0x10000, bool)
-    for cp in range(0x10000):
+def _separator_map() -> dict[int, str]:
+    """str.translate map of every non-ASCII code point of the Basic Multilingual Plane that
+    normalize_for_hash turns into a space (punctuation, as _punctuation_re, or whitespace, as str.split)."""
+    separators = {}
+    for cp in range(0x80, 0x10000):
         char = chr(cp)
         if char.isspace() or unicodedata.category(char).startswith("P"):
-            table[cp] = True
-    return table
+            separators[cp] = " "
+    return separators
+
+
+def _fold(unit: bytes) -> bytes:
+    """NFKC, case fold and separators to spaces, for a run of non-ASCII characters (with the ASCII
+    character before it)."""
+    return unicodedata.normalize("NFKC", unit.decode("utf-8")).casefold().translate(_separator_map()).encode("utf-8")
+
+
+_fold_cached = functools.lru_cache(maxsize=1 << 14)(_fold)  # the same few runs (quotes, dashes) recur
+_CACHED_UNIT = 48  # bytes: longer runs (a whole paragraph of CJK text) are folded without the cache
 
 
 def _normalized_unicode(text: str) -> bytes:
-    """normalize_for_hash(text) as UTF-8 for non-ASCII text: NFKC (skipped when the text already is) and
-    casefold in C, then punctuation and whitespace to spaces and runs of spaces collapsed with numpy over
-    the UTF-32 code points, instead of a regex substitution and a list of words."""
-    if not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text)
-    text = text.casefold()
+    """normalize_for_hash(text) as UTF-8 for non-ASCII text. Only the runs of non-ASCII characters go
+    through NFKC, case folding and the separator map in Python; the ASCII table does the rest (it
+    leaves bytes >= 0x80 alone). Why runs apart equal the whole text: UTF-8 bytes >= 0x80 never belong
+    to an ASCII character, so a run is whole characters; NFKC may be applied piecewise between
+    normalization boundaries, and every ASCII character has a boundary before it (ccc 0, NFKC_QC yes),
+    so each run is normalized together with the one ASCII character before it (a base that a combining
+    mark composes with); case folding maps each character on its own (no context, unlike lower())."""
     try:
-        points = np.frombuffer(text.encode("utf-32-le"), np.uint32).copy()
+        data = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: the plain path (which raises the same way when encoding)
         return normalize_for_hash(text).encode("utf-8")
-    if not len(points):
-        return b""
-    separator = (points < 0x10000) & _bmp_separators()[points & 0xFFFF]
-    points[separator] = 32
-    keep = np.empty(len(points), bool)
-    keep[0] = True
-    np.logical_not(separator[1:] & separator[:-1], out=keep[1:])
-    return points[keep].tobytes().decode("utf-32-le").strip(" ").encode("utf-8")
+    high = np.flatnonzero(np.frombuffer(data, np.uint8) >= 0x80)
+    gaps = np.flatnonzero(np.diff(high) != 1)
+    starts = high[np.concatenate(([0], gaps + 1))].tolist()
+    ends = (high[np.concatenate((gaps, [len(high) - 1]))] + 1).tolist()
+    pieces = []
+    position = 0
+    for start, end in zip(starts, ends, strict=True):
+        start = max(0, start - 1)
+        pieces.append(data[position:start])
+        pieces.append((_fold_cached if end - start <= _CACHED_UNIT else _fold)(data[start:end]))
+        position = end
+    pieces.append(data[position:])
+    return _collapsed(b"".join(pieces).translate(_ascii_table()))
 
 
 def text_hash(text: str) -> str:
@@ -207,25 +234,38 @@ def _hashes_url(table_url: str, shard: int) -> str:
 
 @dataclass(frozen=True)
 class _HashRank:
-    """map_shard of the decision pass: per document only (hash, (order key, shard, index, id)); no text.
-    The id rides along (after the unique position, so it never decides the order) for the lineage of
-    each duplicate: which document was kept for it. The shard's hashes are also kept in a small file,
-    so the annotation pass need not hash again."""
+    """map_shard of the decision pass: per document only its hash, its rank and its id; no text.
+
+    `o` is the order key's byte encoding (zephyr.engine.sortkey, self-delimiting) followed by the unique
+    position (shard, index) as fixed-width big-endian integers: bytes order = (order key, shard, index)
+    order, and the position comes back from the last 16 bytes. `k` is the id (encoded, any plain type),
+    for the lineage of each duplicate: which document was kept for it. Plain bytes fields let the
+    shuffle run on Arrow batches (no per-record pickling or key encoding). The shard's hashes are also
+    kept in a small file, so the annotation pass need not hash again."""
 
     text_field: str
     order_key: Callable[[dict], Any]
     table_url: str
 
-    def __call__(self, docs: Iterable[dict]) -> Iterator[tuple]:
+    def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
         shard = current_shard()
         field_name, order = self.text_field, self.order_key
+        position = _POSITION.pack
         hashes = []
         for index, doc in enumerate(docs):
             digest = text_hash(doc.get(field_name) or "")
             hashes.append(digest)
-            yield digest, (order(doc), shard, index, _plain_id(doc.get("id")))
+            yield {"h": digest, "o": encode(order(doc)) + position(shard, index), "k": encode(_plain_id(doc.get("id")))}
         with atomic_write(_hashes_url(self.table_url, shard), "wb", compression=None) as handle:
             handle.write("\n".join(hashes).encode("ascii"))
+
+
+_POSITION = struct.Struct(">QQ")
+
+
+def _batches(batch: Any) -> Any:
+    """map_batches identity: the decision records become Arrow batches for the columnar shuffle."""
+    return batch
 
 
 def _cached_hashes(table_url: str, shard: int) -> list[str]:
@@ -247,24 +287,22 @@ def _plain_id(value: Any) -> Any:
     return value if isinstance(value, (str, int, bytes)) and not isinstance(value, bool) else None
 
 
-def _first(item: tuple) -> Any:
-    return item[0]
-
-
-def _second(item: tuple) -> Any:
-    return item[1]
-
-
-def _decide(key: str, members: Iterable[tuple]) -> Iterator[dict]:
+def _decide(key: str, members: Iterable[dict]) -> Iterator[dict]:
     """Members of one hash in corpus order (order key, then position): the first is kept. Singletons
     (almost every document) emit nothing; a cluster emits its keeper's size and each duplicate."""
     iterator = iter(members)
-    _, (_, shard, index, keeper) = next(iterator)
+    first = next(iterator)
+    keeper = None
     size = 1
-    for _, (_, dup_shard, dup_index, _) in iterator:
+    unpack = _POSITION.unpack
+    for member in iterator:
+        if size == 1:
+            keeper = decode(first["k"])
         size += 1
+        dup_shard, dup_index = unpack(member["o"][-16:])
         yield {"shard": dup_shard, "index": dup_index, "size": 0, "keeper": keeper}
     if size > 1:
+        shard, index = unpack(first["o"][-16:])
         yield {"shard": shard, "index": index, "size": size, "keeper": None}
 
 
@@ -295,6 +333,7 @@ class _Annotate:
                 yield _mark_duplicate(doc, digest, keepers.get((shard, index)))
 
 
+_DECISION_BATCH = 16384  # decision records per Arrow batch (~1 MB)
 _LOOKUP_BYTES = 240  # a (shard, index) -> size entry (and a duplicate's keeper id) in Python dicts
 
 
@@ -325,7 +364,8 @@ def dedup_documents(
     try:
         run = (
             ds.map_shard(_HashRank(text_field, order, table_url))
-            .group_by(_first, _decide, sort_by=_second, num_shards=num_shards)
+            .map_batches(_batches, batch_size=_DECISION_BATCH)
+            .group_by("h", _decide, sort_by="o", num_shards=num_shards)
             .write(join(table_url, "part-{shard:05d}.parquet"), format="parquet")
             .execute()
         )
@@ -348,8 +388,12 @@ def dedup_documents(
     except BaseException:
         _remove(table_url)
         raise
-    # the per-shard hash files stay for the annotation pass, which removes each once read
-    return ds.map_shard(_Annotate(text_field, sizes, keepers, drop, table_url))
+    # The per-shard hash files stay for the annotation pass, which removes each once read. The folder
+    # goes when the annotation is no longer referenced (the returned dataset and those built on it are
+    # gone, or at exit): also when the dataset is never run, or a shard is never read.
+    annotate = _Annotate(text_field, sizes, keepers, drop, table_url)
+    weakref.finalize(annotate, _remove, table_url)
+    return ds.map_shard(annotate)
 
 
 def _remove(url: str) -> None:
