@@ -57,7 +57,7 @@ class FileSink:
 
     pattern: str
     format: str
-    total: int  # the stage's number of shards, for {total}
+    total: int  # the stage's number of shards, for {total} (a reduce plan's task count overrides it)
     skip_existing: bool = False
     batches: bool = False
     schema: Any = None  # pyarrow.Schema of every file; None: the driver unifies the files' schemas afterwards
@@ -74,14 +74,14 @@ class FileSink:
         """With skip_existing, the shard's file when it is already there (the shard need not run)."""
         if not self.skip_existing:
             return []
-        path = self.pattern.format(shard=task.shard, total=self.total)
+        path = self.pattern.format(shard=task.shard, total=task.num_tasks or self.total)
         fs, fspath = url_to_fs(path)
         return [path] if fs.exists(fspath) else []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         from zephyr.engine.io import write_empty, write_records
 
-        path = self.pattern.format(shard=task.shard, total=self.total)
+        path = self.pattern.format(shard=task.shard, total=task.num_tasks or self.total)
         if remove_dead_temps(path):  # of an attempt killed while writing this shard (kill -9, a lost machine)
             counters.increment("sink/dead_temp_files_removed")
         stats = write_records(_counted_out(stream, result, self.batches), path, format=self.format, schema=self.schema)
@@ -119,7 +119,7 @@ class PartitionedSink:
         written = write_partitioned(
             _counted_out(stream, result, self.batches),
             field,
-            lambda value: self.pattern.format(shard=task.shard, total=self.total, **{field: value}),
+            lambda value: self.pattern.format(shard=task.shard, total=task.num_tasks or self.total, **{field: value}),
             format=self.format,
         )
         result.paths = [stats.path for stats in written]
@@ -153,8 +153,9 @@ class ShardWriterSink:
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         source = self.sources[task.shard] if task.shard < len(self.sources) else None
+        total = task.num_tasks or self.total
         result.paths = list(
-            self.writer(_counted_out(stream, result, False), shard=task.shard, total=self.total, source=source)
+            self.writer(_counted_out(stream, result, False), shard=task.shard, total=total, source=source)
         )
 
 

@@ -18,13 +18,14 @@ A keyed shuffle (no combiner, no join tag) keeps records columnar: Arrow batches
 are scattered whole, and dict records are gathered into Arrow batches first when Arrow gives them back
 exactly (`records_to_batch`; others are pickled). The run's value column is then the records' own fields.
 
-Modules: runs (files and sidecars), scatter (map side), pieces (skew planning), gather (reduce side).
+Modules: runs (files and sidecars), scatter (map side), pieces (reduce task planning: split, pack),
+gather (reduce side).
 """
 
 from __future__ import annotations
 
 from zephyr.engine.shuffle.gather import as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
-from zephyr.engine.shuffle.pieces import ReducePiece, plan_pieces, target_bytes
+from zephyr.engine.shuffle.pieces import ReducePiece, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.shuffle.runs import RunFile, ShuffleSpec
 from zephyr.engine.shuffle.scatter import ScatterWriter, column_keyed, records_to_batch, scatters_batches
 
@@ -39,8 +40,9 @@ __all__ = [
     "iter_groups",
     "iter_values",
     "merged_blocks",
-    "plan_pieces",
+    "plan_tasks",
     "records_to_batch",
     "scatters_batches",
     "target_bytes",
+    "task_bytes",
 ]
