@@ -12,9 +12,15 @@ systems are checked against each other (a checksum over every output row) before
   sort_by="ts")` (field names: the shuffle takes whole Arrow batches), and once more on processes with
   key functions (`lambda r: r["user"]`: one record at a time); peak RSS is the largest worker's peak
   (StageStats) and the driver's sampled peak.
-- Ray Data: `groupby("user").map_groups(fn)` with the group sorted by ts inside fn (Ray Data has no
+- Zephyr processes twice more: on dict records made by a `map` before the group_by (field keys), and on a
+  skewed input (`--skew`, default one key holding 30% of the records) beside the balanced one: wall time
+  of both, and polars on the skewed input for the check.
+- Ray Data: `groupby("user", num_partitions=workers).map_groups(fn, batch_format="pyarrow")` over
+  `read_parquet(override_num_blocks=workers)`, the group sorted by ts inside fn (Ray Data has no
   secondary sort); peak RSS sampled every 0.2 s over the Ray worker processes (RSS counts the object
-  store pages a worker has mapped, so it overstates private memory).
+  store pages a worker has mapped, so it overstates private memory). `--raydata-records N` runs it on
+  its own input of N records (checked against polars on that input) when the full size would take too
+  long; by default it runs on the same input as the others.
 - polars: one process, sort by (user, ts) then group_by(maintain_order=True).agg: the single-machine
   in-memory limit.
 - Ray scheduling overhead: wall time per empty shard task through each backend (2 workers), and a
@@ -22,7 +28,7 @@ systems are checked against each other (a checksum over every output row) before
   times the object was loaded and how long the stage took.
 
 MB/s counts the logical input size (8 + 8 + 80 bytes per record). The machine is shared: the load
-average (`uptime`) before and after is printed beside the figures.
+average before and after, and the load when each system finished, are printed beside the figures.
 """
 
 from __future__ import annotations
@@ -68,7 +74,9 @@ ROWS_PER_FILE = 500_000
 
 
 # ------------------------------------------------------------------------------------------ input
-def generate(directory: Path, records: int, seed: int = 0) -> list[Path]:
+def generate(directory: Path, records: int, seed: int = 0, skew: float = 0.0) -> list[Path]:
+    """`records` rows in parquet files of ROWS_PER_FILE; with `skew`, that fraction of the rows (at random)
+    have user 0: one giant group beside the ~records/10 others."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     users = max(1, records // 10)
@@ -77,9 +85,12 @@ def generate(directory: Path, records: int, seed: int = 0) -> list[Path]:
         n = min(ROWS_PER_FILE, records - start)
         letters = rng.integers(97, 123, size=(n, 80), dtype=np.uint8)
         payload = pa.array(letters.view("S80").ravel(), pa.binary()).cast(pa.string())
+        user = rng.integers(0, users, n)
+        if skew:
+            user[rng.random(n) < skew] = 0
         table = pa.table(
             {
-                "user": pa.array(rng.integers(0, users, n), pa.int64()),
+                "user": pa.array(user, pa.int64()),
                 "ts": pa.array(rng.integers(0, 1 << 40, n), pa.int64()),
                 "payload": payload,
             }
@@ -180,15 +191,18 @@ def summarize(user: int, items: Any) -> dict:
 
 
 def run_zephyr(
-    backend: str, input_dir: Path, out_dir: Path, scratch: Path, workers: int, memory: str, *, fields: bool = True
+    backend: str, input_dir: Path, out_dir: Path, scratch: Path, workers: int, memory: str, *, keys: str = "fields"
 ) -> dict:
+    """keys "fields": group_by("user", sort_by="ts") on the reader's Arrow batches; "functions": key
+    functions (each record becomes a dict once, on the map side); "dicts": field keys on dict records
+    made by a map (scattered as Arrow batches when they convert exactly)."""
     files = Dataset.from_files(str(input_dir / "*.parquet"))
-    # field names let the shuffle take whole Arrow batches; key functions see one record at a time
-    ds = (
-        files.group_by("user", summarize, sort_by="ts")
-        if fields
-        else files.group_by(user_key, summarize, sort_by=ts_key)
-    )
+    if keys == "fields":
+        ds = files.group_by("user", summarize, sort_by="ts")
+    elif keys == "functions":
+        ds = files.group_by(user_key, summarize, sort_by=ts_key)
+    else:
+        ds = files.map(dict).group_by("user", summarize, sort_by="ts")
     with (
         execution(
             backend=backend,
@@ -209,11 +223,15 @@ def run_zephyr(
         "peak_driver": sampler.peak_driver,
         "peak_total": sampler.peak_total,
         "retries": [r for s in run.stages for r in s.retries],
-        "stages": [(s.name, round(s.seconds, 1)) for s in run.stages],
+        "stages": [(s.name, round(s.seconds, 1), s.shards) for s in run.stages],
     }
 
 
-def run_ray_data(input_dir: Path, out_dir: Path) -> dict:
+def run_ray_data(input_dir: Path, out_dir: Path, parallelism: int) -> dict:
+    """Ray Data's own form of a Python reducer per group: `groupby(...).map_groups(fn,
+    batch_format="pyarrow")`, with the read's blocks and the shuffle's partitions set to `parallelism`
+    (the core count; at 300k records 2, 8 and Ray's default partitions ran within 10% of each other, and
+    batch_format="numpy" was slower)."""
     import pyarrow.compute as pc
     import ray.data
 
@@ -236,8 +254,9 @@ def run_ray_data(input_dir: Path, out_dir: Path) -> dict:
 
     with RssSampler("ray") as sampler:
         started = time.perf_counter()
-        ds = ray.data.read_parquet(str(input_dir))
-        ds.groupby("user").map_groups(summarize_group, batch_format="pyarrow").write_parquet(str(out_dir))
+        ds = ray.data.read_parquet(str(input_dir), override_num_blocks=parallelism)
+        grouped = ds.groupby("user", num_partitions=parallelism)
+        grouped.map_groups(summarize_group, batch_format="pyarrow").write_parquet(str(out_dir))
         seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
@@ -354,20 +373,65 @@ def _mb(n: float) -> str:
     return f"{n / (1 << 20):,.0f}"
 
 
+LABELS = {
+    "polars": "polars (1 process)",
+    "zephyr_processes": "zephyr processes",
+    "zephyr_processes_fn": "zephyr processes, key fns",
+    "zephyr_processes_dicts": "zephyr processes, dicts",
+    "zephyr_ray": "zephyr ray (actors)",
+    "polars_skewed": "polars, skewed",
+    "zephyr_processes_skewed": "zephyr processes, skewed",
+    "polars_raydata_input": "polars, ray data's input",
+    "ray_data": "ray data (map_groups)",
+}
+ZEPHYR_PROCESSES = ("zephyr_processes", "zephyr_processes_fn", "zephyr_processes_dicts", "zephyr_processes_skewed")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--quick", action="store_true", help="1M records")
+    parser.add_argument(
+        "--raydata-records",
+        type=int,
+        default=None,
+        help="run Ray Data on its own input of this many records (default: --records); its records/s is "
+        "then measured at that size, checked against polars on the same input",
+    )
+    parser.add_argument("--skew", type=float, default=0.3, help="share of records of the one giant key (skewed run)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--memory-per-worker", default="512MB")
     parser.add_argument("--overhead-tasks", type=int, default=200)
-    parser.add_argument("--skip", default="", help="comma-separated: polars,processes,ray,raydata,overhead")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated: polars,processes,dicts,skewed,ray,raydata,overhead"
+    )
     parser.add_argument("--tmp", default=None, help="directory for input, outputs and scratch")
     args = parser.parse_args(argv)
     records = 1_000_000 if args.quick else args.records
+    raydata_records = args.raydata_records or records
     skip = set(filter(None, args.skip.split(",")))
     load_before = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="zephyr-bench-groupby-", dir=args.tmp))
+    results: dict[str, dict] = {}
+    sizes: dict[str, int] = {}  # records each result was measured on
+    outputs: dict[str, Path] = {}
+    checks: list[tuple[str, str]] = []  # (result, the result it must equal)
+
+    def measured(name: str, n: int, out: Path, figures: dict) -> None:
+        figures["load"] = _load()
+        results[name], sizes[name], outputs[name] = figures, n, out
+        print(f"  {LABELS[name]} done in {figures['seconds']:.1f} s (load {figures['load']})", flush=True)
+
+    def zephyr(name: str, backend: str, input_dir: Path, keys: str = "fields") -> None:
+        out = tmp / f"out-{name}"
+        scratch = tmp / "scratch"
+        figures = run_zephyr(backend, input_dir, out, scratch, args.workers, args.memory_per_worker, keys=keys)
+        measured(name, records, out, figures)
+
     try:
         started = time.perf_counter()
         input_dir = tmp / "input"
@@ -379,28 +443,21 @@ def main(argv: list[str] | None = None) -> int:
             f"disk, {_mb(input_bytes)} MB logical (generated in {time.perf_counter() - started:.1f} s)",
             flush=True,
         )
-        results: dict[str, dict] = {}
         if "polars" not in skip:
-            results["polars"] = run_polars(input_dir, tmp / "out-polars")
-            print(f"  polars done in {results['polars']['seconds']:.1f} s", flush=True)
+            measured("polars", records, tmp / "out-polars", run_polars(input_dir, tmp / "out-polars"))
         if "processes" not in skip:
-            results["zephyr_processes"] = run_zephyr(
-                "processes", input_dir, tmp / "out-processes", tmp / "scratch", args.workers, args.memory_per_worker
-            )
-            print(f"  zephyr processes done in {results['zephyr_processes']['seconds']:.1f} s", flush=True)
-            results["zephyr_processes_fn"] = run_zephyr(
-                "processes",
-                input_dir,
-                tmp / "out-processes-fn",
-                tmp / "scratch",
-                args.workers,
-                args.memory_per_worker,
-                fields=False,
-            )
-            print(
-                f"  zephyr processes (key functions) done in {results['zephyr_processes_fn']['seconds']:.1f} s",
-                flush=True,
-            )
+            zephyr("zephyr_processes", "processes", input_dir)
+            zephyr("zephyr_processes_fn", "processes", input_dir, keys="functions")
+            if "dicts" not in skip:
+                zephyr("zephyr_processes_dicts", "processes", input_dir, keys="dicts")
+        if "skewed" not in skip:
+            skewed_dir = tmp / "input-skewed"
+            generate(skewed_dir, records, seed=1, skew=args.skew)
+            if "polars" not in skip:
+                out = tmp / "out-polars-skewed"
+                measured("polars_skewed", records, out, run_polars(skewed_dir, out))
+                checks.append(("zephyr_processes_skewed", "polars_skewed"))
+            zephyr("zephyr_processes_skewed", "processes", skewed_dir)
         ray_wanted = {"ray", "raydata", "overhead"} - skip
         if ray_wanted:
             import ray
@@ -410,30 +467,27 @@ def main(argv: list[str] | None = None) -> int:
             connect(None)
             print(f"  local Ray: {ray.cluster_resources().get('CPU')} CPUs", flush=True)
         if "ray" not in skip:
-            results["zephyr_ray"] = run_zephyr(
-                "ray", input_dir, tmp / "out-ray", tmp / "scratch", args.workers, args.memory_per_worker
-            )
-            print(f"  zephyr ray done in {results['zephyr_ray']['seconds']:.1f} s", flush=True)
+            zephyr("zephyr_ray", "ray", input_dir)
         if "raydata" not in skip:
-            results["ray_data"] = run_ray_data(input_dir, tmp / "out-raydata")
-            print(f"  ray data done in {results['ray_data']['seconds']:.1f} s", flush=True)
-        digests = {
-            name: checksum(
-                tmp
-                / {
-                    "polars": "out-polars",
-                    "zephyr_processes": "out-processes",
-                    "zephyr_processes_fn": "out-processes-fn",
-                    "zephyr_ray": "out-ray",
-                    "ray_data": "out-raydata",
-                }[name]
-            )
-            for name in results
-        }
-        reference = next(iter(digests.values()), None)
-        for name, digest in digests.items():
-            if digest != reference:
-                raise SystemExit(f"results differ: {name} {digest} vs {next(iter(digests))} {reference}")
+            raydata_dir = input_dir
+            if raydata_records != records:
+                raydata_dir = tmp / "input-raydata"
+                generate(raydata_dir, raydata_records, seed=2)
+                if "polars" not in skip:
+                    out = tmp / "out-polars-raydata"
+                    measured("polars_raydata_input", raydata_records, out, run_polars(raydata_dir, out))
+                    checks.append(("ray_data", "polars_raydata_input"))
+            out = tmp / "out-raydata"
+            measured("ray_data", raydata_records, out, run_ray_data(raydata_dir, out, args.workers))
+        digests = {name: checksum(path) for name, path in outputs.items()}
+        same_input = [n for n in results if sizes[n] == records and "skewed" not in n and "raydata_input" not in n]
+        if raydata_records != records and "ray_data" in same_input:
+            same_input.remove("ray_data")
+        checks += [(name, same_input[0]) for name in same_input[1:]]
+        for name, reference in checks:
+            if digests[name] != digests[reference]:
+                raise SystemExit(f"results differ: {name} {digests[name]} vs {reference} {digests[reference]}")
+        groups = digests[same_input[0]]["groups"] if same_input else 0
         overhead: dict[str, float] = {}
         cache: dict[str, tuple[float, int]] = {}
         if "overhead" not in skip:
@@ -463,52 +517,66 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(
-        f"group_by + secondary sort, {records:,} records ({_mb(input_bytes)} MB), "
-        f"{reference['groups'] if reference else 0:,} groups; "
+        f"group_by + secondary sort, {records:,} records ({_mb(input_bytes)} MB), {groups:,} groups; "
         f"{args.workers} workers, memory_per_worker {args.memory_per_worker}"
     )
     print(
         f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-        f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores shared with other users)"
+        f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores shared with other users); "
+        "each row: the 1/5/15-minute load when it finished"
     )
     header = (
-        f"{'system':<26}{'seconds':>9}{'records/s':>12}{'MB/s':>8}{'peak RSS/worker MB':>20}"
-        f"{'driver MB':>11}{'total MB':>10}"
+        f"{'system':<28}{'records':>12}{'seconds':>9}{'records/s':>12}{'MB/s':>8}{'peak RSS/worker MB':>20}"
+        f"{'driver MB':>11}{'total MB':>10}  load"
     )
     print(header)
     print("-" * len(header))
-    labels = {
-        "zephyr_processes": "zephyr processes",
-        "zephyr_processes_fn": "zephyr processes, key fns",
-        "zephyr_ray": "zephyr ray (actors)",
-        "ray_data": "ray data (map_groups)",
-        "polars": "polars (1 process)",
-    }
     for name, r in results.items():
-        r["records_s"] = records / r["seconds"]
-        r["mb_s"] = input_bytes / r["seconds"] / (1 << 20)
+        n = sizes[name]
+        r["records_s"] = n / r["seconds"]
+        r["mb_s"] = n * RECORD_BYTES / r["seconds"] / (1 << 20)
         print(
-            f"{labels[name]:<26}{r['seconds']:>9.1f}{r['records_s']:>12,.0f}{r['mb_s']:>8.1f}"
+            f"{LABELS[name]:<28}{n:>12,}{r['seconds']:>9.1f}{r['records_s']:>12,.0f}{r['mb_s']:>8.1f}"
             f"{_mb(r['peak_worker']):>20}{_mb(r['peak_driver']) if r['peak_driver'] else '-':>11}"
-            f"{_mb(r['peak_total']):>10}"
+            f"{_mb(r['peak_total']):>10}  {r['load']}"
         )
     budget = parse_size(args.memory_per_worker)
-    for name in ("zephyr_processes", "zephyr_processes_fn", "zephyr_ray"):
+    for name in (*ZEPHYR_PROCESSES, "zephyr_ray"):
         if name in results:
             peak = results[name]["peak_worker"]
             verdict = "within" if peak <= budget + FIXED_OVERHEAD else "OVER"
             print(
-                f"  {labels[name]}: peak RSS per worker task {_mb(peak)} MB, {verdict} budget {_mb(budget)} MB + fixed "
-                f"overhead {_mb(FIXED_OVERHEAD)} MB"
+                f"  {LABELS[name]}: peak RSS per worker task {_mb(peak)} MB, {verdict} budget {_mb(budget)} MB + fixed "
+                f"overhead {_mb(FIXED_OVERHEAD)} MB; stages (name, s, tasks): {results[name]['stages']}"
             )
-    if "polars" in results:
-        for name in ("zephyr_processes", "zephyr_processes_fn"):
-            if name in results:
-                ratio = results[name]["records_s"] / results["polars"]["records_s"]
-                print(f"  {labels[name]} vs polars: {ratio:.2f}x records/s")
-    for name in ("zephyr_processes", "zephyr_processes_fn", "zephyr_ray"):
+    ratios: dict[str, float] = {}
+    for name, peer in (
+        ("zephyr_processes", "polars"),
+        ("zephyr_processes_fn", "polars"),
+        ("zephyr_processes_dicts", "polars"),
+        ("zephyr_processes_skewed", "polars_skewed"),
+    ):
+        if name in results and peer in results:
+            ratios[f"{name}_vs_polars"] = results[name]["records_s"] / results[peer]["records_s"]
+            print(f"  {LABELS[name]} vs {LABELS[peer]}: {ratios[f'{name}_vs_polars']:.2f}x records/s")
+    if "zephyr_processes_skewed" in results and "zephyr_processes" in results:
+        ratios["skewed_vs_balanced_seconds"] = (
+            results["zephyr_processes_skewed"]["seconds"] / results["zephyr_processes"]["seconds"]
+        )
+        print(
+            f"  skewed group_by (one key {args.skew:.0%} of records) / balanced, zephyr processes wall time: "
+            f"{ratios['skewed_vs_balanced_seconds']:.2f}x"
+        )
+    for name in ("zephyr_processes", "zephyr_ray"):
+        if name in results and "ray_data" in results:
+            ratios[f"{name}_vs_ray_data"] = results[name]["records_s"] / results["ray_data"]["records_s"]
+            print(
+                f"  {LABELS[name]} vs {LABELS['ray_data']}: {ratios[f'{name}_vs_ray_data']:.1f}x records/s"
+                + (f" (ray data measured at {raydata_records:,} records)" if raydata_records != records else "")
+            )
+    for name in (*ZEPHYR_PROCESSES, "zephyr_ray"):
         if name in results and results[name]["retries"]:
-            print(f"  {labels[name]} retries: {results[name]['retries']}")
+            print(f"  {LABELS[name]} retries: {results[name]['retries']}")
     if overhead:
         print()
         print(
@@ -524,28 +592,22 @@ def main(argv: list[str] | None = None) -> int:
         "records": records,
         "input_mb": round(input_bytes / (1 << 20)),
     }
+    if "ray_data" in results:
+        figures["ray_data_records"] = raydata_records
     for name, r in results.items():
         figures[f"{name}_records_s"] = round(r["records_s"])
+        figures[f"{name}_seconds"] = round(r["seconds"], 1)
         figures[f"{name}_mb_s"] = round(r["mb_s"], 2)
         figures[f"{name}_peak_rss_worker_mb"] = round(r["peak_worker"] / (1 << 20))
         figures[f"{name}_peak_rss_total_mb"] = round(r["peak_total"] / (1 << 20))
-    if "zephyr_processes" in results and "ray_data" in results:
-        figures["zephyr_vs_ray_data"] = round(
-            results["zephyr_processes"]["records_s"] / results["ray_data"]["records_s"], 2
-        )
-    if "zephyr_ray" in results and "ray_data" in results:
-        figures["zephyr_ray_vs_ray_data"] = round(
-            results["zephyr_ray"]["records_s"] / results["ray_data"]["records_s"], 2
-        )
+        figures[f"{name}_load"] = r["load"]
+    for name, ratio in ratios.items():
+        figures[name] = round(ratio, 3)
     for name, seconds in overhead.items():
         figures[f"task_overhead_ms_{name}"] = round(seconds * 1000, 2)
     for mode, (seconds, loads) in cache.items():
         figures[f"big_object_stage_s_{mode}"] = round(seconds, 2)
         figures[f"big_object_loads_{mode}"] = loads
-    if "polars" in results:
-        for name in ("zephyr_processes", "zephyr_processes_fn"):
-            if name in results:
-                figures[f"{name}_vs_polars"] = round(results[name]["records_s"] / results["polars"]["records_s"], 3)
     figures["fixed_overhead_mb"] = FIXED_OVERHEAD >> 20
     figures["load_before"] = round(load_before[0], 2)
     figures["load_after"] = round(load_after[0], 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -363,17 +364,42 @@ def test_target_bytes_sums_the_sidecars_per_target(tmp_path):
     assert sizes == want and len(runs) > 0
 
 
-def test_plan_pieces_splits_only_targets_above_the_limit():
-    from zephyr.engine.shuffle import ReducePiece, plan_pieces
+def test_plan_tasks_splits_only_targets_above_the_limit():
+    from zephyr.engine.shuffle import ReducePiece, plan_tasks
 
-    assert plan_pieces([100 * MB, 90 * MB, 110 * MB, 95 * MB], workers=2) is None  # balanced: one task per target
-    assert plan_pieces([0, 0], workers=2) is None
-    assert plan_pieces([30 * MB, 60 * MB], workers=2) is None  # small: never split
-    pieces = plan_pieces([10 * MB, 10 * MB, 500 * MB, 10 * MB], workers=2)
+    assert plan_tasks([100 * MB, 90 * MB, 110 * MB, 95 * MB], workers=2) is None  # balanced: one task per target
+    assert plan_tasks([0, 0], workers=2) is None
+    assert plan_tasks([30 * MB, 60 * MB], workers=2) is None  # small: never split
+    tasks = plan_tasks([10 * MB, 10 * MB, 500 * MB, 10 * MB], workers=2)
+    assert all(len(task) == 1 for task in tasks)  # 4 targets, 2 workers: too few to pack
+    pieces = [task[0] for task in tasks]
     big = [p for p in pieces if p.target == 2]
     assert len(big) == 3 and [p for p in pieces if p.target != 2] == [ReducePiece(t) for t in (0, 1, 3)]
     assert big[0].lo == 0 and big[-1].hi == 1 << 64
     assert all(a.hi == b.lo for a, b in zip(big, big[1:], strict=False))  # contiguous key-hash ranges, in order
+    assert [p.target for p in pieces] == sorted(p.target for p in pieces)  # targets in order
+
+
+def test_plan_tasks_packs_small_neighbouring_targets():
+    """More than 4 targets per worker: neighbours are joined up to total / (4 x workers) bytes (empty ones
+    too), a target of that size or more stays alone, a large one is still split; every target is in
+    exactly one task, in target order."""
+    from zephyr.engine.shuffle import ReducePiece, plan_tasks, task_bytes
+
+    sizes = [4 * MB] * 24 + [0] * 8  # 96 MB over 32 targets, 2 workers: tasks of at most 12 MB
+    tasks = plan_tasks(sizes, workers=2)
+    assert [len(task) for task in tasks] == [3] * 7 + [3 + 8]  # the empty ones join the last pack
+    assert [p.target for task in tasks for p in task] == list(range(32))
+    assert all(p.khash_range is None for task in tasks for p in task)
+    assert max(task_bytes(sizes, task) for task in tasks) == 12 * MB
+    skewed = [2 * MB] * 20 + [600 * MB] + [2 * MB] * 19  # one target of 600 MB beside 39 of 2 MB
+    tasks = plan_tasks(skewed, workers=2)
+    split = [task for task in tasks if task[0].target == 20]
+    assert len(split) == 3 and all(len(task) == 1 for task in split)  # limit 3/4 x 678 / 2 = 254 MB: 3 pieces
+    assert [task[0] for task in split][0] == ReducePiece(20, 0, (1 << 64) // 3)
+    assert abs(sum(task_bytes(skewed, task) for task in tasks) - sum(skewed)) < 3  # pieces share it (rounded)
+    assert len(tasks) == 3 + 2  # the 20 small targets before the big one in one task, the 19 after in another
+    assert [p.target for task in tasks for p in task if p.khash_range is None] == [t for t in range(40) if t != 20]
 
 
 @pytest.mark.parametrize("columnar", [False, True])
@@ -411,15 +437,62 @@ def test_split_targets_give_the_same_groups_in_the_same_order(tmp_path, monkeypa
     monkeypatch.setattr(pieces, "_SPLIT_MIN_BYTES", 1)
     monkeypatch.setattr(runs, "BATCH_BYTES", 2048)  # run batch size (batch_edges)
     monkeypatch.setattr(gather, "BATCH_BYTES", 2048)  # merge fan-in
-    plan = shuffle.plan_pieces
-    monkeypatch.setattr(executor, "plan_pieces", lambda sizes, workers: plan(sizes, 8))  # as if 8 workers
+    plan = shuffle.plan_tasks
+    monkeypatch.setattr(executor, "plan_tasks", lambda sizes, workers: plan(sizes, 8))  # as if 8 workers
     split, split_run = run("split")
     assert split == whole and len(whole) == len({r["k"] for r in records})
     assert len(whole_run.outputs) == 2 and len(split_run.outputs) > 2
+    # one output shard per task: the stage's shard count is the number of tasks, not of planned targets
+    assert split_run.stages[-1].shards == len(split_run.outputs) and whole_run.stages[-1].shards == 2
     giant = next(g for g in split if g["k"] == 0)
     assert (
         giant["ids"] == [r["i"] for r in sorted((r for r in records if r["k"] == 0), key=lambda r: r["s"])] or columnar
     )
+
+
+def test_packed_and_split_reduce_tasks_name_their_files_by_task_count(tmp_path, monkeypatch):
+    """40 targets on 2 workers (packed) with one key of half the records (its target split): one output
+    file per task, `{total}` is the number of tasks (no part-00003-of-00040 next to 9 files), shard numbers
+    run 0..total-1, StageStats.shards says the same, and the records equal those of one task per target."""
+    import json
+
+    from zephyr.engine import executor, shuffle
+    from zephyr.engine.shuffle import pieces
+
+    rng = random.Random(4)
+    records = [{"k": 0 if i % 2 else rng.randrange(1, 5000), "i": i} for i in range(8000)]
+
+    def reducer(key, items):
+        return {"k": key, "ids": sorted(r["i"] for r in items)}
+
+    def run(name):
+        with execution(backend="local", workers=2, scratch=str(tmp_path / name / "scratch"), summary=False):
+            out = str(tmp_path / name / "part-{shard:05d}-of-{total:05d}.jsonl")
+            return Dataset.from_list(records, num_shards=2).group_by("k", reducer, num_shards=40).write(out).execute()
+
+    monkeypatch.setattr(executor, "plan_tasks", lambda sizes, workers: None)  # one task per target
+    whole = run("whole")
+    plan, plans = shuffle.plan_tasks, []
+
+    def as_if_4_workers(sizes, workers):
+        plans.append(plan(sizes, 4))
+        return plans[-1]
+
+    monkeypatch.setattr(executor, "plan_tasks", as_if_4_workers)
+    monkeypatch.setattr(pieces, "_SPLIT_MIN_BYTES", 1)
+    packed = run("packed")
+    assert any(len(task) > 1 for task in plans[-1]) and any(p.khash_range for task in plans[-1] for p in task)
+    names = sorted(os.path.basename(p) for p in packed.outputs)
+    total = len(names)
+    assert 2 < total < 40, names
+    assert names == [f"part-{i:05d}-of-{total:05d}.jsonl" for i in range(total)]
+    assert packed.stages[-1].shards == total and whole.stages[-1].shards == 40 == len(whole.outputs)
+
+    def rows(run_result):
+        return sorted((r for p in run_result.outputs for r in map(json.loads, open(p))), key=lambda r: r["k"])
+
+    assert rows(packed) == rows(whole)
+    assert next(r for r in rows(packed) if r["k"] == 0)["ids"] == list(range(1, 8000, 2))
 
 
 def test_run_files_survive_the_done_marker_round_trip():

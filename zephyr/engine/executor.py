@@ -34,7 +34,7 @@ from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
-from zephyr.engine.shuffle import RunFile, plan_pieces, target_bytes
+from zephyr.engine.shuffle import RunFile, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 from zephyr.errors import RefusedError, StorageError
 from zephyr.fs import atomic_write, join, url_to_fs
@@ -245,11 +245,15 @@ def _run_stage(
             ) from error
     upstream_runs = tuple(tuple(run for result in stage_results[i] for run in result.runs) for i in stage.upstream)
     # reduce tasks from the scatter sidecars' bytes per target: a large target is split into key-hash
-    # ranges (plan_pieces); tasks start largest first, so a skewed one does not start last and straggle
+    # ranges, small neighbours are packed together (plan_tasks); tasks start largest first, so a skewed one
+    # does not start last and straggle. The stage then has one output shard per task: sinks' {total}, the
+    # stage's stats and the progress count tasks, not the planned targets
     sizes = target_bytes(upstream_runs, stage.num_shards)
-    pieces = plan_pieces(sizes, config.num_workers) if getattr(stage.input, "splittable", False) else None
-    num_tasks = len(pieces) if pieces else stage.num_shards
-    task_bytes = [sizes[p.target] * (p.hi - p.lo) >> 64 for p in pieces] if pieces else sizes
+    reduce_plan = plan_tasks(sizes, config.num_workers) if getattr(stage.input, "splittable", False) else None
+    num_tasks = len(reduce_plan) if reduce_plan else stage.num_shards
+    expected_bytes = [task_bytes(sizes, task) for task in reduce_plan] if reduce_plan else sizes
+    stats.shards = num_tasks
+    shown = stage if num_tasks == stage.num_shards else dataclasses.replace(stage, num_shards=num_tasks)
     done: dict[int, ShardResult] = {}
     for shard in range(num_tasks):
         committed = _load_done(stage_url, shard, stage.fingerprint)
@@ -258,10 +262,10 @@ def _run_stage(
     stats.resumed_shards = len(done)
     if hasattr(backend, "prepare") and len(done) < num_tasks:
         backend.prepare(stage_request(stage))  # workers of the shape this stage's ops ask for
-    progress.start_stage(stage, resumed=len(done))
+    progress.start_stage(shown, resumed=len(done))
     started = time.perf_counter()
     pending = [_Pending(shard) for shard in range(num_tasks) if shard not in done]
-    pending.sort(key=lambda p: -task_bytes[p.shard])
+    pending.sort(key=lambda p: -expected_bytes[p.shard])
     in_flight: dict[int, _Pending] = {}
     make_task: Callable[[_Pending], ShardTask] = lambda p: ShardTask(  # noqa: E731
         stage_pickle,
@@ -272,7 +276,8 @@ def _run_stage(
         upstream_runs,
         config.memory_per_worker,
         stage.name,
-        pieces[p.shard] if pieces else None,
+        reduce_plan[p.shard] if reduce_plan else (),
+        num_tasks,
     )
     try:
         while pending or in_flight:
@@ -285,7 +290,7 @@ def _run_stage(
                 in_flight[ready.shard] = ready
                 backend.submit(make_task(ready))
             outcomes = backend.wait(timeout=0.2)
-            progress.in_flight(stage, getattr(backend, "live", None))
+            progress.in_flight(shown, getattr(backend, "live", None))
             for outcome in outcomes:
                 entry = in_flight.get(outcome.task.shard)
                 if (
@@ -299,11 +304,11 @@ def _run_stage(
                 if outcome.result is not None:
                     _commit(stage_url, stage.fingerprint, outcome.result)
                     done[outcome.task.shard] = outcome.result
-                    progress.shard_done(stage, outcome.result)
+                    progress.shard_done(shown, outcome.result)
                     continue
                 retry = _retry_or_raise(stage, entry, outcome, config, stats)
                 progress.retry(
-                    stage,
+                    shown,
                     entry.shard,
                     entry.attempt - 1,
                     "infra" if outcome.lost else "user",
@@ -312,10 +317,10 @@ def _run_stage(
                 )
                 pending.append(retry)
     except BaseException:
-        progress.stop_stage(stage, failed=True)
+        progress.stop_stage(shown, failed=True)
         raise
     stats.seconds = time.perf_counter() - started
-    progress.stop_stage(stage, failed=False)
+    progress.stop_stage(shown, failed=False)
     return [done[shard] for shard in range(num_tasks)]
 
 

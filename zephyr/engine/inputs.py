@@ -22,7 +22,14 @@ import xxhash
 from zephyr.engine import ops as O
 from zephyr.engine.errors import UserCodeError
 from zephyr.engine.ops import callable_name, preview
-from zephyr.engine.shuffle import as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
+from zephyr.engine.shuffle import (
+    ReducePiece,
+    as_records,
+    iter_group_batches,
+    iter_groups,
+    iter_values,
+    merged_blocks,
+)
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.fs import join
 
@@ -268,22 +275,27 @@ StageInput = FileInput | ListInput | IterableInput | GroupInput | JoinInput | Re
 
 # ------------------------------------------------------------------------------------------ helpers
 def _merged(task: ShardTask, result: ShardResult, *, ordered: bool) -> Iterator[pa.RecordBatch]:
-    """The rows of this task's target across all upstream runs, merged by key when `ordered`."""
+    """The rows of this task's targets (or pieces of one) across all upstream runs, merged by key when
+    `ordered`, target after target."""
     runs = [run for stage_runs in task.upstream_runs for run in stage_runs]
-    target = task.shard if task.piece is None else task.piece.target
-    khash_range = None if task.piece is None else task.piece.khash_range
-    result.bytes_in = sum(run.segments[target][3] for run in runs if target in run.segments)
-    if task.piece is not None:  # its share of the target (key hashes are uniform)
-        result.bytes_in = result.bytes_in * (task.piece.hi - task.piece.lo) >> 64
-    blocks = merged_blocks(
-        runs,
-        target,
-        memory_budget=task.memory_per_worker // 2,
-        spill_dir=join(task.out_dir, "spill"),
-        ordered=ordered,
-        khash_range=khash_range,
-    )
-    return _counted_batches(blocks, result)
+    pieces = task.pieces or (ReducePiece(task.shard),)
+    result.bytes_in = 0
+    for piece in pieces:  # a piece's share of its target (key hashes are uniform)
+        size = sum(run.segments[piece.target][3] for run in runs if piece.target in run.segments)
+        result.bytes_in += size * (piece.hi - piece.lo) >> 64
+
+    def blocks() -> Iterator[pa.RecordBatch]:
+        for piece in pieces:
+            yield from merged_blocks(
+                runs,
+                piece.target,
+                memory_budget=task.memory_per_worker // 2,
+                spill_dir=join(task.out_dir, "spill"),
+                ordered=ordered,
+                khash_range=piece.khash_range,
+            )
+
+    return _counted_batches(blocks(), result)
 
 
 def _describe_shuffle(upstream: tuple[int, ...]) -> str:

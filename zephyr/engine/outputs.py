@@ -57,7 +57,7 @@ class FileSink:
 
     pattern: str
     format: str
-    total: int  # the stage's number of shards, for {total}
+    total: int  # the stage's number of shards, for {total} (a reduce plan's task count overrides it)
     skip_existing: bool = False
     batches: bool = False
     schema: Any = None  # pyarrow.Schema of every file; None: the driver unifies the files' schemas afterwards
@@ -74,14 +74,14 @@ class FileSink:
         """With skip_existing, the shard's file when it is already there (the shard need not run)."""
         if not self.skip_existing:
             return []
-        path = self.pattern.format(shard=task.shard, total=self.total)
+        path = self.pattern.format(shard=task.shard, total=task.num_tasks or self.total)
         fs, fspath = url_to_fs(path)
         return [path] if fs.exists(fspath) else []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         from zephyr.engine.io import write_empty, write_records
 
-        path = self.pattern.format(shard=task.shard, total=self.total)
+        path = self.pattern.format(shard=task.shard, total=task.num_tasks or self.total)
         if remove_dead_temps(path):  # of an attempt killed while writing this shard (kill -9, a lost machine)
             counters.increment("sink/dead_temp_files_removed")
         stats = write_records(_counted_out(stream, result, self.batches), path, format=self.format, schema=self.schema)
@@ -117,19 +117,20 @@ class PartitionedSink:
         from zephyr.engine.io.partitioned import remove_dead_partition_temps, write_partition_manifest
 
         field, values = self.partition_by, {}
+        total = task.num_tasks or self.total  # a split or packed plan: the tasks, not the planned targets
 
         def path_of(value: Any) -> str:
-            path = values[value] = self.pattern.format(shard=task.shard, total=self.total, **{field: value})
+            path = values[value] = self.pattern.format(shard=task.shard, total=total, **{field: value})
             return path
 
         written = write_partitioned(_counted_out(stream, result, self.batches), field, path_of, format=self.format)
         result.paths = [stats.path for stats in written]
         # its own temporary files are renamed by now: any left in any partition is a dead attempt's
-        if removed := remove_dead_partition_temps(self.pattern, field, task.shard, self.total):
+        if removed := remove_dead_partition_temps(self.pattern, field, task.shard, total):
             counters.increment("sink/dead_temp_files_removed", removed)
         value_of = {path: value for value, path in values.items()}
         # after the files: a shard with a manifest finished, and it names every file (none: an empty shard)
-        write_partition_manifest(self.pattern, field, task.shard, self.total, [(value_of[s.path], s) for s in written])
+        write_partition_manifest(self.pattern, field, task.shard, total, [(value_of[s.path], s) for s in written])
         result.bytes_out = sum(stats.bytes for stats in written)
 
 
@@ -157,8 +158,9 @@ class ShardWriterSink:
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         source = self.sources[task.shard] if task.shard < len(self.sources) else None
+        total = task.num_tasks or self.total
         result.paths = list(
-            self.writer(_counted_out(stream, result, False), shard=task.shard, total=self.total, source=source)
+            self.writer(_counted_out(stream, result, False), shard=task.shard, total=total, source=source)
         )
 
 

@@ -23,7 +23,11 @@ class ShardTask:
     upstream_runs: tuple[tuple[RunFile, ...], ...] = ()  # per upstream stage, all of its run files
     memory_per_worker: int = 1 << 30
     stage_name: str = ""  # for dashboards and logs
-    piece: ReducePiece | None = None  # a reduce task of a split plan: the target and key-hash range it gathers
+    # a reduce task of a split or packed plan: the targets (and key-hash ranges) it gathers, in order;
+    # () means target `shard`, whole
+    pieces: tuple[ReducePiece, ...] = ()
+    # how many tasks the stage runs: its shard count, or what the reduce plan made of it (a sink's {total})
+    num_tasks: int | None = None
 
 
 @dataclass

@@ -14,15 +14,20 @@ own order. Groups are found a chunk of merged rows at a time (one Arrow comparis
 their values unpickled lazily. When more runs exist than fit in its memory budget, it first merges groups
 of runs into longer runs on disk (an external merge), so memory never depends on the input size.
 
-Modules: runs (files and sidecars), scatter (map side), pieces (skew planning), gather (reduce side).
+A keyed shuffle (no combiner, no join tag) keeps records columnar: Arrow batches from a columnar reader
+are scattered whole, and dict records are gathered into Arrow batches first when Arrow gives them back
+exactly (`records_to_batch`; others are pickled). The run's value column is then the records' own fields.
+
+Modules: runs (files and sidecars), scatter (map side), pieces (reduce task planning: split, pack),
+gather (reduce side).
 """
 
 from __future__ import annotations
 
 from zephyr.engine.shuffle.gather import as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
-from zephyr.engine.shuffle.pieces import ReducePiece, plan_pieces, target_bytes
+from zephyr.engine.shuffle.pieces import ReducePiece, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.shuffle.runs import RunFile, ShuffleSpec
-from zephyr.engine.shuffle.scatter import ScatterWriter, column_keyed, scatters_batches
+from zephyr.engine.shuffle.scatter import ScatterWriter, column_keyed, records_to_batch, scatters_batches
 
 __all__ = [
     "ReducePiece",
@@ -35,7 +40,9 @@ __all__ = [
     "iter_groups",
     "iter_values",
     "merged_blocks",
-    "plan_pieces",
+    "plan_tasks",
+    "records_to_batch",
     "scatters_batches",
     "target_bytes",
+    "task_bytes",
 ]

@@ -21,11 +21,12 @@ import pyarrow.compute as pc
 from zephyr.engine.shuffle.runs import (
     BATCH_BYTES,
     BATCH_TYPES,
-    GATHER_POOL,
     IPC_OPTIONS,
     RUN_SCHEMA,
+    SHUFFLE_POOL,
     RunFile,
     batch_edges,
+    records_of,
     row_bytes,
     segment_batches,
     value_type,
@@ -61,7 +62,7 @@ def merged_blocks(
     `khash_range` (lo, hi) keeps only the rows whose key hash is in [lo, hi): a piece of a split target.
     """
     runs = [r for r in runs if target in r.segments]
-    pa.default_memory_pool().release_unused()  # see GATHER_POOL
+    pa.default_memory_pool().release_unused()  # see SHUFFLE_POOL
     # columnar runs stay columnar when all share one value type (the common case: one input schema);
     # otherwise every value is pickled on load, so the merged blocks share one schema
     pickled = len({run.value_type for run in runs}) > 1
@@ -153,9 +154,9 @@ def _merge(
         if len(parts) == 1:
             yield parts[0]
         else:
-            block = pa.concat_batches(parts, memory_pool=GATHER_POOL)
+            block = pa.concat_batches(parts, memory_pool=SHUFFLE_POOL)
             yield pc.take(
-                block, pc.sort_indices(block, sort_keys=_SORT_KEYS, memory_pool=GATHER_POOL), memory_pool=GATHER_POOL
+                block, pc.sort_indices(block, sort_keys=_SORT_KEYS, memory_pool=SHUFFLE_POOL), memory_pool=SHUFFLE_POOL
             )
         cursors = [c for c in cursors if c.pos < c.batch.num_rows or c.next_batch()]
     for cursor in cursors:  # one run left: its rows are already in order
@@ -232,11 +233,11 @@ def _pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> It
     for rows in _chunks(blocks):
         keys = rows.column(2)
         starts = _group_starts(keys)
-        heads = pc.take(keys, starts, memory_pool=GATHER_POOL).to_pylist()
+        heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
         _tallied(rows, starts, heads, tally)
         column = rows.column(4)
         pickled = pa.types.is_large_binary(column.type)
-        values = column.to_pylist()
+        values = column.to_pylist() if pickled else records_of(column)
         bounds = starts.tolist()
         bounds.append(len(values))
         for key, start, end in zip(heads, bounds, bounds[1:], strict=False):
@@ -250,7 +251,7 @@ def _batch_pieces(
     for rows in _chunks(blocks):
         keys = rows.column(2)
         starts = _group_starts(keys)
-        heads = pc.take(keys, starts, memory_pool=GATHER_POOL).to_pylist()
+        heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
         _tallied(rows, starts, heads, tally)
         column = rows.column(4)
         bounds = starts.tolist()
@@ -297,7 +298,7 @@ def _chunks(blocks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return batches[0] if len(batches) == 1 else pa.concat_batches(batches, memory_pool=GATHER_POOL)
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches, memory_pool=SHUFFLE_POOL)
 
 
 def _span(column: pa.Array) -> int:
@@ -313,7 +314,7 @@ def _group_starts(keys: pa.Array) -> np.ndarray:
     Rows are sorted by (key hash, key), so equal keys are adjacent."""
     new = np.ones(len(keys), bool)
     if len(keys) > 1:
-        differs = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1), memory_pool=GATHER_POOL)
+        differs = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1), memory_pool=SHUFFLE_POOL)
         new[1:] = differs.to_numpy(zero_copy_only=False)
     return np.flatnonzero(new)
 
@@ -352,8 +353,10 @@ def iter_group_batches(
 def iter_values(blocks: Iterable[pa.RecordBatch]) -> Iterator[Any]:
     for rows in _chunks(blocks):
         column = rows.column(4)
-        values = column.to_pylist()
-        yield from map(pickle.loads, values) if pa.types.is_large_binary(column.type) else values
+        if pa.types.is_large_binary(column.type):
+            yield from map(pickle.loads, column.to_pylist())
+        else:
+            yield from records_of(column)
 
 
 def as_records(result: Any) -> Iterable[Any]:
@@ -361,7 +364,7 @@ def as_records(result: Any) -> Iterable[Any]:
     if result is None:
         return ()
     if isinstance(result, BATCH_TYPES):  # a batch reducer's rows
-        return result.to_pylist()
+        return records_of(result) if isinstance(result, pa.RecordBatch) else result.to_pylist()
     if hasattr(result, "__next__"):
         return result
     return (result,)

@@ -15,17 +15,29 @@ import pyarrow.compute as pc
 
 from zephyr.engine.expr import Column
 from zephyr.engine.shuffle.gather import as_records
-from zephyr.engine.shuffle.runs import RUN_SCHEMA, RunFile, ShuffleSpec, binary_column, key_hash, write_run
+from zephyr.engine.shuffle.runs import (
+    RUN_SCHEMA,
+    SHUFFLE_POOL,
+    RunFile,
+    ShuffleSpec,
+    binary_column,
+    key_hash,
+    records_of,
+    write_run,
+)
 from zephyr.engine.sortkey import binary_array, decode, encode, encode_array
 from zephyr.fs import join
 
 __all__ = [
     "ScatterWriter",
     "column_keyed",
+    "records_to_batch",
     "scatters_batches",
 ]
 _ROW_OVERHEAD = 200  # Python object headers and list slots per buffered row, beyond the payload
 _COLUMNAR_ROW_OVERHEAD = 16  # a columnar row's share of the sort indices and the sorted copy's offsets
+_FIRST_PENDING_ROWS = 64  # dict records held before the first conversion to Arrow (which measures their size)
+_MAX_PENDING_ROWS = 65536
 
 
 class ScatterWriter:
@@ -40,8 +52,40 @@ class ScatterWriter:
         self.records = 0
         self._reset()
         self._tag = b"" if spec.tag is None else encode(spec.tag)
+        # dict records of a keyed shuffle are gathered into Arrow batches (records_to_batch) and scattered
+        # like a columnar file's batches: no pickling. The first batch that does not convert exactly turns
+        # this off for the rest of the shard (the rows already buffered keep their order: see flush)
+        self._converting = scatters_batches(spec)
+        self._pending: list[Any] = []
+        self._pending_rows = _FIRST_PENDING_ROWS
+        self._types: dict[str, pa.DataType] = {}  # each field's Arrow type so far (for all-None stretches)
 
     def add(self, record: Any) -> None:
+        if self._converting:
+            self._pending.append(record)
+            if len(self._pending) >= self._pending_rows:
+                self._convert_pending()
+            return
+        self._add_pickled(record)
+
+    def _convert_pending(self) -> None:
+        """Scatter the pending dict records as one Arrow batch, or (when they do not convert exactly)
+        pickled, one by one, as every later record of this shard."""
+        records, self._pending = self._pending, []
+        if not records:
+            return
+        batch = records_to_batch(records, self._types)
+        if batch is None:
+            self._converting = False
+            for record in records:
+                self._add_pickled(record)
+            return
+        self._types.update(zip(batch.schema.names, batch.schema.types, strict=True))
+        row_size = max(1, batch.nbytes // batch.num_rows)
+        self._pending_rows = max(_FIRST_PENDING_ROWS, min(_MAX_PENDING_ROWS, self.flush_bytes // 8 // row_size))
+        self._add_columnar(batch, records)
+
+    def _add_pickled(self, record: Any) -> None:
         spec = self.spec
         value = pickle.dumps(record if spec.tag is None else (spec.tag, record), protocol=5)
         if spec.key is None:
@@ -77,14 +121,23 @@ class ScatterWriter:
         for start in range(0, batch.num_rows, rows):
             self._add_columnar(batch.slice(start, rows))
 
-    def _add_columnar(self, batch: pa.RecordBatch) -> None:
+    def _add_columnar(self, batch: pa.RecordBatch, records: list[Any] | None = None) -> None:
+        """Buffer a batch's rows; `records` are the batch's rows as the dicts they came as (if they did),
+        for key functions."""
         spec = self.spec
         by_fields = isinstance(spec.key, Column) and (spec.sort_by is None or isinstance(spec.sort_by, Column))
-        records = None if by_fields else batch.to_pylist()
+        if by_fields:
+            records = None
+        elif records is None:
+            records = records_of(batch)
         keys = _encoded(batch, spec.key, records)
         sorts = _empty_binary(batch.num_rows) if spec.sort_by is None else _encoded(batch, spec.sort_by, records)
         khashes = _hash_array(keys)
-        targets = (khashes % np.uint64(spec.num_targets)).astype(np.int32)
+        if spec.ranges is None:
+            targets = (khashes % np.uint64(spec.num_targets)).astype(np.int32)
+        else:  # Dataset.sort: range partitioning on the encoded sort key, as `add` does
+            ranges = spec.ranges
+            targets = np.fromiter((bisect.bisect_right(ranges, s) for s in sorts.to_pylist()), np.int32, batch.num_rows)
         values = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
         part = pa.RecordBatch.from_arrays(
             [pa.array(targets), pa.array(khashes), keys, sorts, values], names=RUN_SCHEMA.names
@@ -115,9 +168,10 @@ class ScatterWriter:
         self._buffered = 0
 
     def flush(self) -> None:
-        if self._columnar:
+        if self._columnar:  # buffered before any pickled row (see _convert_pending): its run comes first
             self._flush_columnar()
         if not self._targets:
+            self._buffered = 0
             return
         table = pa.table(
             [
@@ -139,12 +193,15 @@ class ScatterWriter:
             self.runs.append(write_run(table, order, join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
 
     def _flush_columnar(self) -> None:
-        table = pa.Table.from_batches(self._columnar).combine_chunks()
-        self._reset()
-        order = pc.sort_indices(table, sort_keys=[(n, "ascending") for n in ("target", "khash", "key", "sort")])
+        batches, self._columnar = self._columnar, []  # only these: pickled rows wait for their own run
+        table = pa.Table.from_batches(batches).combine_chunks(memory_pool=SHUFFLE_POOL)
+        del batches
+        names = ("target", "khash", "key", "sort")
+        order = pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names], memory_pool=SHUFFLE_POOL)
         self.runs.append(write_run(table, order.to_numpy(), join(self.out_dir, f"run-{len(self.runs):05d}.arrow")))
 
     def close(self) -> list[RunFile]:
+        self._convert_pending()
         self.flush()
         return self.runs
 
@@ -173,6 +230,46 @@ class ScatterWriter:
         )
         self._reset()
         return out
+
+
+_ARROW_TYPES: dict[type, pa.DataType] = {
+    int: pa.int64(),
+    float: pa.float64(),
+    str: pa.string(),
+    bytes: pa.binary(),
+    bool: pa.bool_(),
+}
+
+
+def records_to_batch(records: list[Any], types: dict[str, pa.DataType] | None = None) -> pa.RecordBatch | None:
+    """The records as one Arrow batch, when its `to_pylist()` gives them back exactly: plain dicts with the
+    same str keys in the same order, each field holding values of one type among int (64-bit), float,
+    str, bytes and bool, or None. Anything else (nested values, a field missing from some records, ints
+    mixed with floats, a big int, a lone surrogate) gives None: such records are pickled instead.
+    `types`: a field's type seen before, used for a field that is None throughout these records."""
+    first = records[0]
+    if type(first) is not dict or not first:
+        return None
+    names = tuple(first)
+    if not all(type(name) is str for name in names):
+        return None
+    if set(map(type, records)) != {dict} or not all(map(names.__eq__, map(tuple, records))):
+        return None
+    arrays = []
+    for name in names:
+        values = [record[name] for record in records]
+        kinds = set(map(type, values))
+        kinds.discard(type(None))
+        if len(kinds) > 1:
+            return None
+        kind = _ARROW_TYPES.get(kinds.pop()) if kinds else (types or {}).get(name, pa.null())
+        if kind is None:
+            return None
+        try:
+            arrays.append(pa.array(values, kind, memory_pool=SHUFFLE_POOL))
+        except (pa.ArrowException, OverflowError, UnicodeError, TypeError):
+            return None  # an int beyond 64 bits, a lone surrogate in a str
+    return pa.RecordBatch.from_arrays(arrays, names=list(names))
 
 
 def scatters_batches(spec: ShuffleSpec) -> bool:
@@ -227,7 +324,7 @@ def _empty_binary(n: int) -> pa.Array:
 
 def _hash_array(keys: pa.Array) -> np.ndarray:
     """`key_hash` of each encoded key, computed once per distinct key of the array."""
-    encoded = pc.dictionary_encode(keys)
+    encoded = pc.dictionary_encode(keys, memory_pool=SHUFFLE_POOL)
     distinct = encoded.dictionary.to_pylist()
     hashes = np.fromiter(map(key_hash, distinct), np.uint64, len(distinct))
     return hashes[encoded.indices.to_numpy(zero_copy_only=False)]
