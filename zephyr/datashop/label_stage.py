@@ -43,11 +43,15 @@ from zephyr.datashop.labeling import (
     make_backend,
 )
 
-__all__ = ["label_resources", "worker_labeler", "label_dataset", "label_on_engine", "LabelShard"]
+__all__ = ["label_resources", "worker_labeler", "label_dataset", "label_on_engine", "release_labelers", "LabelShard"]
 
 _LOCAL_CPU = ("llamacpp", "transformers")
 _DOCS_PER_SHARD_BATCHES = 4  # a shard is this many batches at most: the unit of resume and of live progress
-_LOADED: dict[tuple[LabelerConfig, Any], LabelBackend] = {}  # per worker process: one model per labeler
+# Per process (a worker, or the driver on the local backend): one loaded backend per model, shared by every
+# labeling run that differs only in how labels are asked for (mode, batch size, ...: not backend settings), as
+# the driver shared one before. Two llama.cpp backend objects would share one llama context (cached per
+# process) while each tracks its own KV-cache prefix.
+_LOADED: dict[tuple[LabelerConfig, Any], LabelBackend] = {}
 
 
 def label_resources(config: LabelerConfig) -> dict[str, float] | None:
@@ -84,26 +88,21 @@ class LabelShard:
     text_field: str = "text"
     id_field: str = "id"
     display_name: str = "label"
-    keep_loaded: bool = True  # keep the model for the worker's next shard (False: close it after the shard)
     backend_factory: Callable[[LabelerConfig], LabelBackend] = make_backend
 
     def __call__(self, records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        key = (self.config, self.backend_factory)
-        backend = _LOADED.get(key) or self.backend_factory(self.config)
-        if self.keep_loaded:
-            _LOADED[key] = backend
-        try:
-            chunk: list[dict[str, Any]] = []
-            for record in records:
-                chunk.append(record)
-                if len(chunk) >= 2 * self.config.batch_size:
-                    yield from self._label(chunk, backend)
-                    chunk = []
-            if chunk:
+        key = (_backend_settings(self.config), self.backend_factory)
+        backend = _LOADED.get(key)
+        if backend is None:
+            backend = _LOADED[key] = self.backend_factory(self.config)
+        chunk: list[dict[str, Any]] = []
+        for record in records:
+            chunk.append(record)
+            if len(chunk) >= 2 * self.config.batch_size:
                 yield from self._label(chunk, backend)
-        finally:
-            if not self.keep_loaded:
-                backend.close()
+                chunk = []
+        if chunk:
+            yield from self._label(chunk, backend)
 
     def _label(self, chunk: list[dict[str, Any]], backend: LabelBackend) -> Iterator[dict[str, Any]]:
         model, docs = backend.model_id, [r["doc"] for r in chunk]
@@ -178,7 +177,6 @@ def label_dataset(
         text_field,
         id_field,
         display_name=name,
-        keep_loaded=engine.backend != "local",
         backend_factory=backend_factory,
     )
     shards = _shard_count(len(records), config.batch_size, engine.num_workers, shard_docs)
@@ -262,6 +260,21 @@ def label_on_engine(
         seconds=seconds,
         model_id=rows[0]["model_id"] if rows else f"{config.backend}:{config.model}",
         cache_path=str(cache_path) if cache_path is not None else None,
+    )
+
+
+def release_labelers() -> None:
+    """Close the labeling backends this process holds (the local backend's, e.g. llama.cpp helper processes);
+    workers of the processes and Ray backends keep theirs until the pool ends."""
+    while _LOADED:
+        _, backend = _LOADED.popitem()
+        backend.close()
+
+
+def _backend_settings(config: LabelerConfig) -> LabelerConfig:
+    """`config` without the fields that change how labels are asked for, not the backend (none reads them)."""
+    return dataclasses.replace(
+        config, mode="logprobs", batch_size=1, max_example_tokens=None, max_new_tokens=1, quality_sample=0
     )
 
 

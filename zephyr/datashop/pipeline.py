@@ -29,7 +29,7 @@ import numpy as np
 from zephyr.datashop.apply import KeepAtLeast, score_dataset, score_histogram, threshold_for_keep_fraction
 from zephyr.datashop.classifiers import nearest_bin, train_classifier
 from zephyr.datashop.config import DatashopConfig, StageConfig
-from zephyr.datashop.label_stage import label_on_engine
+from zephyr.datashop.label_stage import label_on_engine, release_labelers
 from zephyr.datashop.labeling import LabelBackend, LabelingRun, label_documents
 from zephyr.datashop.metrics import Agreement, agreement
 from zephyr.datashop.quality import LabelQuality, classifier_beats_majority, measure_label_quality
@@ -289,19 +289,27 @@ def _label_pool(
         )
         return labeling, quality
     with _execution(config):
-        labeling = label_on_engine(
-            pool, stage.prompt, stage.labeler, cache_path=labels_path, progress=f"datashop {stage.name} label", **fields
-        )
-        quality = measure_label_quality(
-            pool,
-            labeling.results,
-            stage.prompt,
-            stage.labeler,
-            None,
-            cache_path=labels_path.parent / "quality",
-            label=label_on_engine,
-            **fields,
-        )
+        try:
+            labeling = label_on_engine(
+                pool,
+                stage.prompt,
+                stage.labeler,
+                cache_path=labels_path,
+                progress=f"datashop {stage.name} label",
+                **fields,
+            )
+            quality = measure_label_quality(
+                pool,
+                labeling.results,
+                stage.prompt,
+                stage.labeler,
+                None,
+                cache_path=labels_path.parent / "quality",
+                label=label_on_engine,
+                **fields,
+            )
+        finally:
+            release_labelers()  # the local backend's model and helper processes, loaded in this process
     return labeling, quality
 
 
