@@ -127,3 +127,54 @@ def test_a_failed_run_resumes_without_relabeling_finished_shards(corpus_docs, tm
     assert (run.labeled_now, run.from_cache, run.failed) == (4, 12, 0)  # only the failed shard relabeled
     assert [r.id for r in run.results] == [d["id"] for d in docs]
     assert len(cache.read_text().splitlines()) == 16 and not (tmp_path / "labels.parts").exists()
+
+
+_KILLED_DRIVER = """
+import json, sys
+from zephyr import execution
+from zephyr.datashop.config import LabelerConfig, PromptConfig
+from zephyr.datashop.label_stage import label_on_engine
+
+if __name__ == "__main__":
+    docs = json.load(open(sys.argv[1]))
+    prompt = PromptConfig(template={template!r}, labels=("No", "Yes"), values=(0, 1))
+    with execution(backend="processes", workers=1, scratch=sys.argv[3], progress=False, summary=False):
+        label_on_engine(docs, prompt, LabelerConfig(batch_size=4, max_example_tokens=64), cache_path=sys.argv[2],
+                        shard_docs=4)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_without_relabeling_finished_shards(corpus_docs, tmp_path: Path):
+    """The driver and its workers killed (SIGKILL) mid-labeling: the rerun takes over the dead run's locks and
+    labels only the shards that had no file yet."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("llama_cpp")
+    docs = corpus_docs[2::3][:16]
+    (tmp_path / "docs.json").write_text(json.dumps(docs))
+    (tmp_path / "driver.py").write_text(_KILLED_DRIVER.format(template=PROMPT.template))
+    cache, parts, scratch = tmp_path / "labels.jsonl", tmp_path / "labels.parts", str(tmp_path / "scratch")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    args = [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "docs.json"), str(cache), scratch]
+    driver = subprocess.Popen(args, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(parts.glob("part-*.jsonl"))) < 2:
+            assert driver.poll() is None, driver.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no two shards finished in 300 s"
+            time.sleep(0.2)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and its worker processes, mid-shard
+        driver.wait()
+    finished = len(list(parts.glob("part-*.jsonl")))
+    assert 2 <= finished < 4 and not cache.exists()
+    with execution(backend="processes", workers=1, scratch=scratch, progress=False, summary=False):
+        run = label_on_engine(docs, PROMPT, CONFIG, cache_path=cache, shard_docs=4)
+    assert (run.labeled_now, run.from_cache, run.failed) == (16 - 4 * finished, 4 * finished, 0)
+    assert len(cache.read_text().splitlines()) == 16 and not parts.exists()
