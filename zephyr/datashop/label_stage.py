@@ -78,7 +78,7 @@ def worker_labeler(config: LabelerConfig, engine_backend: str, worker_cpus: floa
 class LabelShard:
     """map_shard step: label a shard's documents (records {"i", "doc", "cached"}) chunk by chunk.
 
-    Reads `chunk` documents at a time, so the engine's live view (records read per running shard) moves
+    Reads two batches of documents at a time, so the engine's live view (records read per running shard) moves
     as labeling does. Yields {"i", "result" (a LabelResult as a dict), "now" (labeled by this task),
     "model_id"} per document, in input order.
     """
