@@ -336,26 +336,27 @@ def label_step(path: str, *, config: LabelStep, pool: str) -> dict[str, Any]:
     the labels' quality. `labels.jsonl` is the datashop label cache (an interrupted run of this same step
     version resumes from it); `labeled.jsonl` is this step's output, in pool order: `lm_score` is the LM's
     expected score, `score` the training label (its pool quantile on the 0-5 scale when calibrating)."""
-    from zephyr.datashop import label_documents, make_backend
     from zephyr.datashop.classifiers import nearest_bin
+    from zephyr.datashop.label_stage import label_on_engine, release_labelers
     from zephyr.datashop.quality import measure_label_quality, rank_calibrate
 
     docs = _read_jsonl(Path(pool) / "pool.jsonl")
-    backend = make_backend(config.labeler)
+    # an engine stage asking for what the labeler needs (a GPU for vLLM), on the recipe's engine
     try:
-        run = label_documents(
-            docs,
-            config.prompt,
-            config.labeler,
-            cache_path=Path(path) / "labels.jsonl",
-            backend=backend,
-            progress="datashop label",
+        run = label_on_engine(
+            docs, config.prompt, config.labeler, cache_path=Path(path) / "labels.jsonl", progress="datashop label"
         )
         quality = measure_label_quality(
-            docs, run.results, config.prompt, config.labeler, backend, cache_path=Path(path) / "quality"
+            docs,
+            run.results,
+            config.prompt,
+            config.labeler,
+            None,
+            cache_path=Path(path) / "quality",
+            label=label_on_engine,
         )
     finally:
-        backend.close()
+        release_labelers()  # on the local backend the model (and llama.cpp's helpers) live in this process
     values = config.prompt.values
     assert values is not None
     ok = [r for r in run.results if r.score is not None]

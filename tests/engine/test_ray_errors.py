@@ -129,3 +129,52 @@ def test_dead_raylet_is_an_error_naming_what_died(tmp_path):
     assert "ray::DashboardAgent (pid" in last and "run the same command again to resume" in last
     killed_at = float(done.stdout.split("killed DashboardAgent")[1].split(" at ")[1].split()[0])
     assert time.time() - killed_at < 90  # bounded: the raylet dies ~1 s after its agent, we notice in 0.5 s
+
+
+_KILL_GCS = """
+import os, signal, threading, time
+from zephyr import Dataset
+
+def slow(x):
+    open(os.environ["STARTED"], "a").close()
+    time.sleep(1.0)
+    return x
+
+def kill_gcs():
+    # the head node of a cluster this driver joined (not started) goes away mid-run
+    while not os.path.exists(os.environ["STARTED"]):
+        time.sleep(0.1)
+    os.kill(int(os.environ["GCS_PID"]), signal.SIGKILL)
+    print(f"killed gcs_server at {time.time()}", flush=True)
+
+def main():
+    threading.Thread(target=kill_gcs, daemon=True).start()
+    print(Dataset.from_list(list(range(60)), num_shards=60).map(slow).collect())
+"""
+
+
+@pytest.mark.slow
+def test_dead_gcs_of_a_joined_cluster_is_one_line_in_seconds(tmp_path):
+    """Without the GCS probe the run went on (actors do not need the GCS) and Ray ended the driver process
+    60 s later with a log line, not a Zephyr error."""
+    from zephyr.engine.ray_local import LocalNodes
+
+    started = str(tmp_path / "started")
+    nodes = LocalNodes(env={"PYTHONPATH": str(REPO), "STARTED": started})  # the workers' environment
+    try:
+        nodes.start()
+        nodes.add("node_a", cpus=1)
+        (gcs,) = [p for p in nodes.processes("head") if p.name() == "gcs_server"]
+        env = {"STARTED": started, "GCS_PID": str(gcs.pid), "ZEPHYR_SCRATCH_SHARED": "1"}
+        args = ("--backend", "ray", "--address", nodes.address, "--workers", "1")
+        done, _ = _zephyr_run(tmp_path, _KILL_GCS, *args, env=env, timeout=240)
+    finally:
+        nodes.stop()
+    assert "killed gcs_server" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("zephyr run: error: ClusterError: lost the Ray cluster: its GCS at")
+    assert f":{nodes.port} does not answer" in lines[0] and "run the same command again to resume" in lines[0]
+    killed_at = float(done.stdout.split("killed gcs_server at ")[1].split()[0])
+    assert time.time() - killed_at < 30  # 5 s of grace, a probe a second; Ray alone: 60 s, then a crash

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         config_from_dict,
         load_config,
     )
+    from zephyr.datashop.label_stage import label_on_engine, label_resources
     from zephyr.datashop.labeling import (
         LabelingRun,
         LabelResult,
@@ -50,6 +51,8 @@ __all__ = [
     "config_from_dict",
     "make_backend",
     "label_documents",
+    "label_on_engine",
+    "label_resources",
     "LabelResult",
     "LabelingRun",
     "sample_pool",
@@ -81,6 +84,8 @@ __getattr__, __dir__ = lazy_exports(
         "LabelingRun": "zephyr.datashop.labeling",
         "LabelResult": "zephyr.datashop.labeling",
         "label_documents": "zephyr.datashop.labeling",
+        "label_on_engine": "zephyr.datashop.label_stage",
+        "label_resources": "zephyr.datashop.label_stage",
         "make_backend": "zephyr.datashop.labeling",
         "Agreement": "zephyr.datashop.metrics",
         "agreement": "zephyr.datashop.metrics",

@@ -2,7 +2,8 @@
 
 Each stage, on its input (the corpus, then the previous stage's survivors):
   1. samples an annotation pool (hash of seed and id),
-  2. labels it with the LM (cached in `labels.jsonl`, so a rerun resumes) and measures the labels'
+  2. labels it with the LM on the engine, as a stage that asks for what the labeler needs (a GPU for
+     vLLM; `zephyr.datashop.label_stage`), cached in `labels.jsonl` so a rerun resumes, and measures the labels'
      quality (probability vs generate mode, paraphrased prompt; `zephyr.datashop.quality`), warning
      plainly when they are too noisy to train on,
   3. trains a classifier on part of the labels and measures agreement on the rest,
@@ -27,8 +28,9 @@ import numpy as np
 
 from zephyr.datashop.apply import KeepAtLeast, score_dataset, score_histogram, threshold_for_keep_fraction
 from zephyr.datashop.classifiers import nearest_bin, train_classifier
-from zephyr.datashop.config import DatashopConfig, LabelerConfig, StageConfig
-from zephyr.datashop.labeling import LabelBackend, label_documents, make_backend
+from zephyr.datashop.config import DatashopConfig, StageConfig
+from zephyr.datashop.label_stage import label_on_engine, release_labelers
+from zephyr.datashop.labeling import LabelBackend, LabelingRun, label_documents
 from zephyr.datashop.metrics import Agreement, agreement
 from zephyr.datashop.quality import LabelQuality, classifier_beats_majority, measure_label_quality
 from zephyr.datashop.sample import sample_pool_dataset, split_holdout
@@ -145,7 +147,8 @@ def run_stage(
     *,
     backend: LabelBackend | None = None,
 ) -> StageReport:
-    """Run one stage on the files `inputs`; artifacts go to `stage_dir`."""
+    """Run one stage on the files `inputs`; artifacts go to `stage_dir`. The pool is labeled on the engine,
+    unless `backend` (a loaded labeler) is given: then in this process, with that model."""
     from zephyr import Dataset
 
     start = time.perf_counter()
@@ -164,32 +167,7 @@ def run_stage(
             "a stage needs at least 2 to train and evaluate a classifier"
         )
     labels_path = stage_dir / "labels.jsonl"
-    own_backend = backend is None
-    backend = backend or make_backend(stage.labeler)
-    try:
-        labeling = label_documents(
-            pool,
-            stage.prompt,
-            stage.labeler,
-            cache_path=labels_path,
-            backend=backend,
-            text_field=config.text_field,
-            id_field=config.id_field,
-            progress=f"datashop {stage.name} label",
-        )
-        quality = measure_label_quality(
-            pool,
-            labeling.results,
-            stage.prompt,
-            stage.labeler,
-            backend,
-            text_field=config.text_field,
-            id_field=config.id_field,
-            cache_path=stage_dir / "quality",
-        )
-    finally:
-        if own_backend:
-            backend.close()
+    labeling, quality = _label_pool(stage, pool, config, labels_path, backend)
     if quality.noisy:
         log.warning("stage %s: %s", stage.name, quality.advice)
     texts = {str(d[config.id_field]): d[config.text_field] for d in pool}
@@ -279,31 +257,80 @@ def run_stage(
     return report
 
 
+def _label_pool(
+    stage: StageConfig,
+    pool: list[dict[str, Any]],
+    config: DatashopConfig,
+    labels_path: Path,
+    backend: LabelBackend | None,
+) -> tuple[LabelingRun, LabelQuality]:
+    """Label the pool and measure the labels' quality: on the engine (a stage asking for what the labeler
+    needs, e.g. a GPU for vLLM: `zephyr.datashop.label_stage`), or in this process with `backend` when the
+    caller passes a loaded one."""
+    fields = {"text_field": config.text_field, "id_field": config.id_field}
+    if backend is not None:
+        labeling = label_documents(
+            pool,
+            stage.prompt,
+            stage.labeler,
+            cache_path=labels_path,
+            backend=backend,
+            progress=f"datashop {stage.name} label",
+            **fields,
+        )
+        quality = measure_label_quality(
+            pool,
+            labeling.results,
+            stage.prompt,
+            stage.labeler,
+            backend,
+            cache_path=labels_path.parent / "quality",
+            **fields,
+        )
+        return labeling, quality
+    with _execution(config):
+        try:
+            labeling = label_on_engine(
+                pool,
+                stage.prompt,
+                stage.labeler,
+                cache_path=labels_path,
+                progress=f"datashop {stage.name} label",
+                **fields,
+            )
+            quality = measure_label_quality(
+                pool,
+                labeling.results,
+                stage.prompt,
+                stage.labeler,
+                None,
+                cache_path=labels_path.parent / "quality",
+                label=label_on_engine,
+                **fields,
+            )
+        finally:
+            release_labelers()  # the local backend's model and helper processes, loaded in this process
+    return labeling, quality
+
+
 def run_datashop(config: DatashopConfig) -> DatashopReport:
     """Run every stage of `config` in order (a cascade: each stage reads the survivors of the last)."""
     start = time.perf_counter()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    backends: dict[LabelerConfig, LabelBackend] = {}
     reports: list[StageReport] = []
     inputs = config.input
-    try:
-        for stage in config.stages:
-            if stage.labeler not in backends:
-                backends[stage.labeler] = make_backend(stage.labeler)
-            report = run_stage(stage, inputs, config, out / stage.name, backend=backends[stage.labeler])
-            reports.append(report)
-            log.info("stage %s: kept %d of %d documents", stage.name, report.kept_docs, report.input_docs)
-            if (not report.kept_files or report.kept_docs < 2) and stage is not config.stages[-1]:
-                raise RuntimeError(
-                    f"Stage {stage.name!r} kept {report.kept_docs} document(s), too few for the next stage "
-                    f"({config.stages[config.stages.index(stage) + 1].name!r}). "
-                    "Lower its threshold or raise keep_fraction."
-                )
-            inputs = report.kept_files
-    finally:
-        for backend in backends.values():
-            backend.close()
+    for stage in config.stages:
+        report = run_stage(stage, inputs, config, out / stage.name)
+        reports.append(report)
+        log.info("stage %s: kept %d of %d documents", stage.name, report.kept_docs, report.input_docs)
+        if (not report.kept_files or report.kept_docs < 2) and stage is not config.stages[-1]:
+            raise RuntimeError(
+                f"Stage {stage.name!r} kept {report.kept_docs} document(s), too few for the next stage "
+                f"({config.stages[config.stages.index(stage) + 1].name!r}). "
+                "Lower its threshold or raise keep_fraction."
+            )
+        inputs = report.kept_files
     result = DatashopReport(
         stages=tuple(reports),
         output_dir=str(out),

@@ -186,17 +186,22 @@ def measure_label_quality(
     text_field: str = "text",
     id_field: str = "id",
     cache_path: Any = None,
+    label: Any = None,
 ) -> LabelQuality:
     """Label-quality metrics for a labeled pool: `results` are the run's `LabelResult`s (probability mode).
 
     Labels the first `config.quality_sample` labeled documents again in generate mode and, when the prompt
     has a `paraphrase`, with the paraphrase (logprobs mode). `cache_path` (a directory) keeps those labels
-    like the run's own, so a rerun costs nothing.
+    like the run's own, so a rerun costs nothing. `label` (default: `label_documents` with `backend`) is the
+    labeling function, e.g. `zephyr.datashop.label_stage.label_on_engine` to label on the engine's workers.
     """
+    import functools
     from pathlib import Path
 
     from zephyr.datashop.classifiers import nearest_bin
     from zephyr.datashop.labeling import label_documents
+
+    labeler = label or functools.partial(label_documents, backend=backend)
 
     assert prompt.values is not None
     lo, hi = prompt.score_range
@@ -214,11 +219,10 @@ def measure_label_quality(
         base = np.asarray([scores[i] for i in ids])
         cache_dir = Path(cache_path) if cache_path is not None else None
         gen_config = dataclasses.replace(config, mode="generate", max_new_tokens=min(config.max_new_tokens, 4))
-        gen = label_documents(
+        gen = labeler(
             sample,
             prompt,
             gen_config,
-            backend=backend,
             text_field=text_field,
             id_field=id_field,
             progress="datashop label quality: generate mode",
@@ -233,11 +237,10 @@ def measure_label_quality(
             skipped.append("no prompt.paraphrase given")
         else:
             para_prompt = dataclasses.replace(prompt, template=prompt.paraphrase, paraphrase=None)
-            para = label_documents(
+            para = labeler(
                 sample,
                 para_prompt,
                 dataclasses.replace(config, mode="logprobs"),
-                backend=backend,
                 text_field=text_field,
                 id_field=id_field,
                 progress="datashop label quality: paraphrase",
@@ -253,7 +256,7 @@ def measure_label_quality(
                         == nearest_bin(rank_calibrate(b, prompt.values), prompt.values)
                     )
                 )
-    model_id = getattr(backend, "model_id", config.model)
+    model_id = getattr(backend, "model_id", None) or f"{config.backend}:{config.model}"
     return assess(
         n=len(sample),
         modes_spearman=modes_rho,

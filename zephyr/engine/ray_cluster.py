@@ -4,7 +4,10 @@ Ray on its own waits 30 s for an unreachable `ray://` address, forever for an un
 and forever for results when the raylet of the driver's node dies (Ray ends a raylet whose
 `ray::DashboardAgent` or `ray::RuntimeEnvAgent` died, and the driver's pending results never resolve).
 Here an address is probed with a plain TCP connect first (3 s), and the backend polls the local raylet
-(and, for a cluster this driver started, its GCS server) by PID while it waits for results.
+(and, for a cluster this driver started, its GCS server) by PID while it waits for results. The GCS of a
+cluster the driver joined (`--address host:port`, possibly on another machine) is probed by a TCP connect
+once a second: without it, actors keep running while the GCS is gone and Ray ends the driver process
+60 s later with a log line, mid-run.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import contextlib
 import os
 import re
 import socket
+import time
 from typing import Any
 
 import psutil
@@ -23,6 +27,8 @@ from zephyr.engine.backend_api import ClusterError
 __all__ = ["connect", "ClusterWatch", "missing_package"]
 
 _PROBE_TIMEOUT_S = 3.0
+_GCS_PROBE_EVERY_S = 1.0
+_GCS_PROBE_TIMEOUT_S = 0.5
 
 
 def connect(address: str | None = None, *, dashboard: bool = False) -> bool:
@@ -129,6 +135,9 @@ class ClusterWatch:
     def __init__(self) -> None:
         self.watched: list[tuple[str, psutil.Process, Any]] = []  # (name, process, Popen or None)
         self.agents: list[tuple[str, int]] = []
+        self.gcs_address: str | None = None  # a joined cluster's GCS (host:port), probed by TCP connect
+        self._gcs_next_probe = 0.0
+        self._gcs_down_since: float | None = None
         node = getattr(getattr(ray, "_private", None), "worker", None)
         node = getattr(node, "_global_node", None)
         if node is None:
@@ -138,6 +147,9 @@ class ClusterWatch:
             for info in started.get(kind, ()):
                 with contextlib.suppress(psutil.Error):
                     self.watched.append((kind, psutil.Process(info.process.pid), info.process))
+        if not any(kind == "gcs_server" for kind, _, _ in self.watched):
+            with contextlib.suppress(Exception):  # Ray internals moved: no GCS probe
+                self.gcs_address = str(node.gcs_address)
         if not any(kind == "raylet" for kind, _, _ in self.watched):
             raylet = _find_raylet(getattr(node, "raylet_socket_name", None))
             if raylet is not None:
@@ -172,6 +184,35 @@ class ClusterWatch:
                 f"lost the Ray cluster: {what}, {kind} pid {process.pid}, is gone{exit_text}{cause}. Shard tasks "
                 "in flight are lost; committed shards are kept: run the same command again to resume (a local "
                 "Ray is started afresh)."
+            )
+        if self.gcs_address is not None:
+            self._check_gcs()
+
+    def _check_gcs(self) -> None:
+        """Raise ClusterError when the joined cluster's GCS has refused or ignored connections for longer than
+        ZEPHYR_RAY_GCS_GRACE_S (default 5 s; a cluster with GCS fault tolerance restarts its GCS meanwhile)."""
+        now = time.monotonic()
+        if now < self._gcs_next_probe:
+            return
+        self._gcs_next_probe = now + _GCS_PROBE_EVERY_S
+        assert self.gcs_address is not None
+        host, _, port = self.gcs_address.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=_GCS_PROBE_TIMEOUT_S):
+                pass
+            self._gcs_down_since = None
+            return
+        except (OSError, ValueError) as error:
+            reason = "no answer" if isinstance(error, TimeoutError | socket.timeout) else str(error)
+        if self._gcs_down_since is None:
+            self._gcs_down_since = now
+        grace = float(os.environ.get("ZEPHYR_RAY_GCS_GRACE_S", "5"))
+        if now - self._gcs_down_since >= grace:
+            raise ClusterError(
+                f"lost the Ray cluster: its GCS at {self.gcs_address} does not answer ({reason}) for "
+                f"{now - self._gcs_down_since:.0f} s (the head node or its gcs_server is gone). Shard tasks in "
+                "flight are lost; committed shards are kept: restart the cluster and run the same command again "
+                "to resume (ZEPHYR_RAY_GCS_GRACE_S sets how long a GCS may be away)."
             )
 
 

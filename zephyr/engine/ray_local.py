@@ -100,9 +100,12 @@ class LocalNodes:
         )
         return self
 
-    def add(self, name: str, *, cpus: int = 1) -> Node:
+    def add(self, name: str, *, cpus: int = 1, gpus: int = 0) -> Node:
+        """A worker node; `gpus` it declares (Ray takes the number as given: a CPU machine can declare GPUs,
+        and tasks holding one see its id in `ray.get_gpu_ids()` and CUDA_VISIBLE_DEVICES)."""
         node = self._node(name)
-        self._ray(["--address", self.address, "--num-cpus", str(cpus), "--resources", json.dumps({name: 1})], node)
+        args = ["--address", self.address, "--num-cpus", str(cpus), "--resources", json.dumps({name: 1})]
+        self._ray([*args, "--num-gpus", str(gpus)] if gpus else args, node)
         return node
 
     def processes(self, name: str | None = None) -> list[psutil.Process]:
