@@ -15,13 +15,15 @@ fresh process on the processes backend:
                   included), so both variants write the same output
     old_fasthash  the old algorithm with today's hash function (separates the algorithm from the hash)
 
-Each writes the step's output (kept documents as `.jsonl.zst` plus the removed ones' lineage), as the
-recipe does; `--sink count` counts the kept documents instead (the dedup alone, without the output's
-JSON encoding and compression). Per variant: wall seconds, CPU seconds of the whole process tree (the
-driver and its worker processes, sampled from /proc), docs/s per core both by CPU time (documents /
-CPU seconds) and by wall (documents / (seconds x workers)), the bytes its shuffles scattered to scratch,
-the peak RSS of the largest worker task. The variants' outputs are compared (kept documents' JSON lines
-and lineage rows, sorted): they must be identical. The machine is shared: `uptime` before and after is
+Each first runs the step on 100 documents per split (a warm-up: the workers' first-use imports are
+paid once per worker, not per document), then on the corpus, and writes the step's output (kept
+documents as `.jsonl.zst` plus the removed ones' lineage), as the recipe does; `--sink count` counts
+the kept documents instead (the dedup alone, without the output's JSON encoding and compression). Per
+variant: wall seconds, CPU seconds of the whole process tree (the driver and its worker processes,
+sampled from /proc), docs/s per core both by CPU time (documents / CPU seconds) and by wall (documents
+/ (seconds x workers)), the bytes its shuffles scattered to scratch, the peak RSS of the largest worker
+task. The variants' outputs are compared (kept documents' JSON lines and lineage rows, sorted): they
+must be identical. The machine is shared: `uptime` before and after is
 printed. Last line: one JSON object.
 """
 
@@ -100,6 +102,22 @@ def _digest_output(out: Path) -> dict[str, Any]:
     return {"kept_digest": kept.hexdigest(), "removed_rows": len(rows), "removed_digest": removed.hexdigest()}
 
 
+def _warm_corpus(docs: str, out: Path, per_split: int = 100) -> str:
+    """The first `per_split` documents of each split's first file, in the same layout."""
+    import zstandard
+
+    for split in sorted(Path(docs).iterdir()):
+        files = sorted(split.glob("*.jsonl.zst"))
+        if not files:
+            continue
+        with open(files[0], "rb") as handle:
+            lines = zstandard.ZstdDecompressor().stream_reader(handle).read().split(b"\n")[:per_split]
+        (out / split.name).mkdir(parents=True, exist_ok=True)
+        data = zstandard.ZstdCompressor().compress(b"\n".join(lines) + b"\n")
+        (out / split.name / files[0].name).write_bytes(data)
+    return str(out)
+
+
 def _count_kept(docs: str, out: Path, shards: int) -> int:
     """The dedup alone: the step's datasets, the kept documents counted instead of written."""
     source = Dataset.from_files(join(docs, "*", "*.jsonl.zst"))
@@ -122,7 +140,11 @@ def run_variant(variant: str, docs: str, out: Path, workers: int, memory: str, s
         summary=False,
         progress=False,
     ):
-        Dataset.from_list(list(range(workers * 4)), num_shards=workers * 4).map(abs).collect()  # pool up
+        # warm-up: the same step on 100 documents per split, so that the workers' first-use imports and
+        # tables are not counted (they are paid once per worker, not per document)
+        warm = _warm_corpus(docs, out / "warm")
+        nemotron_cc.exact_dedup(str(out / "warm-exact"), config={"num_shards": shards}, docs=warm)
+        _count_kept(warm, out / "warm-count", shards)
         with TreeCpu() as cpu, _Captured() as captured:
             started = time.perf_counter()
             if sink == "jsonl":

@@ -64,7 +64,7 @@ def encode_column(values: pa.Array) -> list[bytes]:
 
 def encode_array(values: pa.Array) -> pa.Array:
     """`encode` of every item as one large_binary array: column-wise (no Python object per row) for
-    null-free ints and strings, which is what keeps a field-keyed scatter in Arrow."""
+    null-free ints, strings and bytes, which is what keeps a field-keyed scatter in Arrow."""
     kind = values.type
     n = len(values)
     if values.null_count == 0 and (pa.types.is_signed_integer(kind) or kind in (pa.uint8(), pa.uint16(), pa.uint32())):
@@ -76,13 +76,14 @@ def encode_array(values: pa.Array) -> pa.Array:
         rows[:, 1:] = shifted.view(np.uint8).reshape(n, 8)
         offsets = np.arange(0, 9 * n + 1, 9, dtype=np.int64)
         return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(rows)])
-    if values.null_count == 0 and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    if values.null_count == 0 and (text or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
         raw = pc.replace_substring(values.cast(pa.large_binary()), b"\x00", b"\x00\xff")
 
         def bind(b: bytes) -> pa.Scalar:
             return pa.scalar(b, pa.large_binary())
 
-        return pc.binary_join_element_wise(bind(b"\x05"), raw, bind(_END), bind(b""))
+        return pc.binary_join_element_wise(bind(bytes([_STR if text else _BYTES])), raw, bind(_END), bind(b""))
     return binary_array([encode(v) for v in values.to_pylist()])
 
 

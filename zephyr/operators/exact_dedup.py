@@ -236,26 +236,35 @@ def _hashes_url(table_url: str, shard: int) -> str:
 class _HashRank:
     """map_shard of the decision pass: per document only its hash, its rank and its id; no text.
 
-    `o` is the order key's byte encoding (zephyr.engine.sortkey, self-delimiting) followed by the unique
-    position (shard, index) as fixed-width big-endian integers: bytes order = (order key, shard, index)
-    order, and the position comes back from the last 16 bytes. `k` is the id (encoded, any plain type),
-    for the lineage of each duplicate: which document was kept for it. Plain bytes fields let the
-    shuffle run on Arrow batches (no per-record pickling or key encoding). The shard's hashes are also
-    kept in a small file, so the annotation pass need not hash again."""
+    `s` is the 16-byte hash, the order key's byte encoding (zephyr.engine.sortkey, self-delimiting) and
+    the unique position (shard, index) as fixed-width big-endian integers: bytes order = (hash, order
+    key, shard, index) order; the hash comes back from the first 16 bytes, the position from the last
+    16. `b` is a bucket of hashes (the shuffle's key): a bucket's records reach the reducer sorted by `s`,
+    so each hash's members are consecutive and in corpus order, and a few hundred buckets mean a few
+    hundred reducer calls instead of one per document. `k` is the id (encoded, any plain type), for the
+    lineage of each duplicate: which document was kept for it. Plain fields let the shuffle run on Arrow
+    batches (no per-record pickling or key encoding). The shard's hashes are also kept in a small file,
+    so the annotation pass need not hash again."""
 
     text_field: str
     order_key: Callable[[dict], Any]
     table_url: str
+    buckets: int
 
     def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
         shard = current_shard()
-        field_name, order = self.text_field, self.order_key
+        field_name, order, buckets = self.text_field, self.order_key, self.buckets
         position = _POSITION.pack
         hashes = []
         for index, doc in enumerate(docs):
             digest = text_hash(doc.get(field_name) or "")
             hashes.append(digest)
-            yield {"h": digest, "o": encode(order(doc)) + position(shard, index), "k": encode(_plain_id(doc.get("id")))}
+            raw = bytes.fromhex(digest)
+            yield {
+                "b": int.from_bytes(raw[:4], "big") % buckets,
+                "s": raw + encode(order(doc)) + position(shard, index),
+                "k": encode(_plain_id(doc.get("id"))),
+            }
         with atomic_write(_hashes_url(self.table_url, shard), "wb", compression=None) as handle:
             handle.write("\n".join(hashes).encode("ascii"))
 
@@ -287,22 +296,32 @@ def _plain_id(value: Any) -> Any:
     return value if isinstance(value, (str, int, bytes)) and not isinstance(value, bool) else None
 
 
-def _decide(key: str, members: Iterable[dict]) -> Iterator[dict]:
-    """Members of one hash in corpus order (order key, then position): the first is kept. Singletons
-    (almost every document) emit nothing; a cluster emits its keeper's size and each duplicate."""
-    iterator = iter(members)
-    first = next(iterator)
-    keeper = None
-    size = 1
+def _decide(bucket: int, batches: Iterable[Any]) -> Iterator[dict]:
+    """Batch reducer of the decision pass: a bucket's records, sorted by (hash, order key, position).
+    The first member of each hash is kept. Singletons (almost every document) emit nothing; a cluster
+    emits each duplicate and then its keeper's size. Streams: of the current hash only its first member
+    is held, so a bucket may be larger than memory."""
     unpack = _POSITION.unpack
-    for member in iterator:
-        if size == 1:
-            keeper = decode(first["k"])
-        size += 1
-        dup_shard, dup_index = unpack(member["o"][-16:])
-        yield {"shard": dup_shard, "index": dup_index, "size": 0, "keeper": keeper}
+    current = b""  # the hash of the group being read (no hash is empty)
+    first_rank, first_id = b"", None  # its first member
+    size = 0
+    keeper: Any = None
+    for batch in batches:
+        ranks, ids = batch.column("s").to_pylist(), batch.column("k").to_pylist()
+        for row, rank in enumerate(ranks):
+            if rank[:16] == current:
+                if size == 1:
+                    keeper = decode(first_id)
+                size += 1
+                shard, index = unpack(rank[-16:])
+                yield {"shard": shard, "index": index, "size": 0, "keeper": keeper}
+                continue
+            if size > 1:
+                shard, index = unpack(first_rank[-16:])
+                yield {"shard": shard, "index": index, "size": size, "keeper": None}
+            current, first_rank, first_id, size = rank[:16], rank, ids[row], 1
     if size > 1:
-        shard, index = unpack(first["o"][-16:])
+        shard, index = unpack(first_rank[-16:])
         yield {"shard": shard, "index": index, "size": size, "keeper": None}
 
 
@@ -334,6 +353,7 @@ class _Annotate:
 
 
 _DECISION_BATCH = 16384  # decision records per Arrow batch (~1 MB)
+_BUCKETS_PER_SHARD = 64  # hash buckets (the decision shuffle's keys) per reduce shard
 _LOOKUP_BYTES = 240  # a (shard, index) -> size entry (and a duplicate's keeper id) in Python dicts
 
 
@@ -360,12 +380,13 @@ def dedup_documents(
     """
     order = order_key or _FieldOrder("id")
     config = current_config()
+    buckets = _BUCKETS_PER_SHARD * (num_shards or config.num_workers)
     table_url = join(config.scratch_url, f"exact-dedup-{uuid.uuid4().hex[:12]}")
     try:
         run = (
-            ds.map_shard(_HashRank(text_field, order, table_url))
+            ds.map_shard(_HashRank(text_field, order, table_url, buckets))
             .map_batches(_batches, batch_size=_DECISION_BATCH)
-            .group_by("h", _decide, sort_by="o", num_shards=num_shards)
+            .group_by("b", _decide, sort_by="s", num_shards=num_shards, batch=True)
             .write(join(table_url, "part-{shard:05d}.parquet"), format="parquet")
             .execute()
         )
