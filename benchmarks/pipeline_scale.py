@@ -417,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
 
     budget = parse_size(args.memory_per_worker)
     load_before = os.getloadavg()
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="zephyr-bench-scale-", dir=args.tmp))
     try:
         corpus_dir = Path(args.corpus) if args.corpus else tmp / "corpus"
