@@ -27,9 +27,10 @@ length, and the prefix shared with the previous prompt is reused, whatever it is
 several documents as sequences of one `llama_decode` (seq_cp of the prefix) was 5-10% slower per
 document (the unified KV cache makes every sequence attend over all of them), and flash attention no
 faster per CPU-second. Cores: every core runs one single-threaded llama.cpp process (this one plus
-spawned helpers, started with the backend and each loading the model once) that scores a share of each
-batch; threads are set once, when a process loads the model. Single-threaded processes need no barrier
-across cores, so on cores other jobs also use each simply gets its share of CPU time.
+spawned helpers, started with the backend and each loading the model once) that takes the batch's
+prompts one at a time as it finishes the last; threads are set once, when a process loads the model.
+Single-threaded processes need no barrier across cores, so on cores other jobs also use each simply gets
+its share of CPU time, and a process that gets less takes fewer prompts.
 """
 
 from __future__ import annotations
@@ -278,18 +279,36 @@ class LlamaCppBackend:
             if self._ready is not None:
                 self._ready.result()  # a helper that failed to load the model raises its error here
                 self._ready = None
-            # Contiguous shares: prompts arrive sorted by length, so each process gets similar work and keeps
-            # reusing its own cached prefix. This process labels the first share while the helpers run.
-            shares = [list(x) for x in np.array_split(np.arange(len(prompts)), self.processes) if len(x)]
-            futures = [
-                self._helpers().submit(_helper_label_probs, [prompts[i] for i in share], tuple(labels))
-                for share in shares[1:]
-            ]
-            out = self._label_probs([prompts[i] for i in shares[0]], labels)
-            for future in futures:
-                out.extend(future.result())
-            return out
+            return self._shared_label_probs(prompts, tuple(labels))
         return self._label_probs(prompts, labels)
+
+    def _shared_label_probs(self, prompts: Sequence[str], labels: tuple[str, ...]) -> list[dict[str, float]]:
+        """Label `prompts` here (from the front) and in the helpers (from the back), one prompt at a time.
+
+        Work is taken as it is done rather than split in fixed shares: on cores other jobs also use, one
+        process often gets less CPU than another, and fixed shares would leave the faster one waiting at the
+        end of every batch. Each helper has two prompts queued so that it never waits for this process.
+        """
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        out: list[dict[str, float] | None] = [None] * len(prompts)
+        front, back = 0, len(prompts)
+        running: dict[Any, int] = {}
+        pool = self._helpers()
+        while front < back or running:
+            while front < back and len(running) < 2 * (self.processes - 1):
+                back -= 1
+                running[pool.submit(_helper_label_probs, [prompts[back]], labels)] = back
+            if front < back:
+                out[front] = self._label_probs([prompts[front]], labels)[0]
+                front += 1
+                finished = [f for f in running if f.done()]
+            else:
+                finished = list(wait(running, return_when=FIRST_COMPLETED).done)
+            for future in finished:
+                out[running.pop(future)] = future.result()[0]
+        assert all(r is not None for r in out)
+        return out  # type: ignore[return-value]
 
     def _label_probs(self, prompts: Sequence[str], labels: Sequence[str]) -> list[dict[str, float]]:
         from zephyr.datashop.backend_transformers import label_token_ids
