@@ -23,9 +23,13 @@ Speed: every prompt of a run shares its instructions and few-shot examples, so t
 are computed once and kept in the KV cache; each document then costs one `llama_decode` over its own
 tokens only (one batched matrix-matrix pass per document), after dropping the previous document's
 positions (`llama_memory_seq_rm`, microseconds; nothing is copied or restored). Prompts arrive sorted by
-length, and the prefix shared with the previous prompt is reused, whatever it is. Measured and not used:
-several documents as sequences of one `llama_decode` (seq_cp of the prefix) was 5-10% slower per
-document (the unified KV cache makes every sequence attend over all of them), and flash attention no
+length, and the prefix shared with the previous prompt is reused, whatever it is. Per document, a
+decode costs ~18 ms of reading the weights (the same for 8 tokens or 128) plus ~1.1 ms per token (bf16,
+one core). Measured and not used: several documents as sequences of one `llama_decode` sharing the
+prefix through `seq_cp` was 5-10% slower per document (the unified KV cache makes every sequence attend
+over all of them); in separate KV streams (`kv_unified` off, the prefix decoded once per stream) it gave
+4-8% more documents per CPU-second at 128 tokens and 17-20% at 64 (the weights are read once per
+decode, not once per document): worth it for short documents, not done yet. Flash attention was no
 faster per CPU-second. Cores: every core runs one single-threaded llama.cpp process (this one plus
 spawned helpers, started with the backend and each loading the model once) that takes the batch's
 prompts one at a time as it finishes the last; threads are set once, when a process loads the model.
@@ -189,8 +193,9 @@ class LlamaCppBackend:
     def __init__(self, config: LabelerConfig) -> None:
         # llama.cpp's threads meet at a spinning barrier after every operation: on cores other jobs also use, a
         # descheduled thread stalls the others (measured at load 14 on 2 cores: 2 threads 0.05 docs/s, 1 thread
-        # 0.36; at load 5: 0.24 vs 1.95). So by default every core runs a single-threaded process labeling its
-        # share of every batch: no barrier spans two cores, and a busy core only slows its own share.
+        # 0.36; at load 5: 0.24 vs 1.95; bf16 at 128 tokens, load 8: one process with 2 threads 0.22-0.31 docs/s,
+        # two single-threaded processes 3.2 together). So by default every core runs a single-threaded process
+        # taking prompts from every batch: no barrier spans two cores, and a busy core only slows its own share.
         # `torch_threads` set: one process with that many threads.
         self.threads = config.torch_threads or 1
         self.processes = 1 if config.torch_threads else (os.cpu_count() or 1)
