@@ -79,6 +79,21 @@ def test_prefix_reuse_keeps_documents_independent(llama_backend, corpus_docs) ->
     assert generated.startswith(llama_backend.tokenizer.decode([top], skip_special_tokens=True))  # greedy = argmax
 
 
+def test_packaged_model_runs_in_bfloat16_where_the_cpu_has_bfloat16_dot_products() -> None:
+    """bfloat16 weights evaluate prompts ~1.4x faster per CPU-second than float16 here (AVX512_BF16)."""
+    pytest.importorskip("llama_cpp")
+    from gguf import GGUFReader
+
+    from zephyr.datashop.backend_llamacpp import cpu_has_bf16_dot, gguf_path
+    from zephyr.datashop.models import SMOLLM2_ALIAS
+
+    expected = "BF16" if cpu_has_bf16_dot() else "F16"
+    path = gguf_path(SMOLLM2_ALIAS)
+    assert f"-{expected.lower()}-" in path.name
+    matrices = {t.name: t.tensor_type.name for t in GGUFReader(path).tensors if len(t.shape) == 2}
+    assert len(matrices) > 100 and set(matrices.values()) == {expected}, matrices
+
+
 def test_missing_gguf_names_what_it_needs() -> None:
     from zephyr.datashop.backend_llamacpp import gguf_path
 

@@ -8,19 +8,33 @@ they are, and the label probabilities are the softmax over the full vocabulary o
 logits, summed over the same label token ids (`label_token_ids`).
 
 Weights: the packaged Q4_1 file is converted once (seconds, cached beside the safetensors export) to
-float16, i.e. the same dequantized weights the transformers backend uses. Measured on 16 real pages
+bfloat16 where the CPU has bfloat16 dot products (AVX512_BF16, as llama.cpp reports), else to float16:
+the dequantized weights the transformers backend uses, rounded to 16 bits. Measured on 16 real pages
 at 256 example tokens, one thread (docs/s relative to transformers; Spearman and largest score
 difference against transformers' scores): Q4_1 as shipped 0.7x, rho 0.968, 0.10 (llama.cpp has no
 fast Q4_1 matrix kernel, and 8-bit activations move the bunched scores); Q8_0 1.9x, rho 0.950;
 bfloat16 2.8x, rho 0.997, 0.016; float16 2.2x, rho 1.000, 0.006; float32 2.2x, rho 1.000, 0.002.
+Prompt evaluation per CPU-second on this 2-core AVX512_BF16 machine (one thread, 96-token documents after
+the cached prefix): bfloat16 ~820 tokens, Q4_0 ~870, float16 ~600, Q8_0 ~440; so bfloat16, the fastest
+that keeps Spearman >= 0.99. A document costs about its own token count: see `max_example_tokens`.
 Other GGUF files (`model: /path/x.gguf`) are used as they are.
 
 Speed: every prompt of a run shares its instructions and few-shot examples, so their keys and values
 are computed once and kept in the KV cache; each document then costs one `llama_decode` over its own
-tokens only (one batched matrix-matrix pass per document). Prompts arrive sorted by length, and the
-prefix shared with the previous prompt is reused, whatever it is. Cores: every idle core runs one
-single-threaded llama.cpp process (this one plus spawned helpers, each loading the model once) that
-scores a share of each batch; threads are set once, when a process loads the model.
+tokens only (one batched matrix-matrix pass per document), after dropping the previous document's
+positions (`llama_memory_seq_rm`, microseconds; nothing is copied or restored). Prompts arrive sorted by
+length, and the prefix shared with the previous prompt is reused, whatever it is. Per document, a
+decode costs ~18 ms of reading the weights (the same for 8 tokens or 128) plus ~1.1 ms per token (bf16,
+one core). Measured and not used: several documents as sequences of one `llama_decode` sharing the
+prefix through `seq_cp` was 5-10% slower per document (the unified KV cache makes every sequence attend
+over all of them); in separate KV streams (`kv_unified` off, the prefix decoded once per stream) it gave
+4-8% more documents per CPU-second at 128 tokens and 17-20% at 64 (the weights are read once per
+decode, not once per document): worth it for short documents, not done yet. Flash attention was no
+faster per CPU-second. Cores: every core runs one single-threaded llama.cpp process (this one plus
+spawned helpers, started with the backend and each loading the model once) that takes the batch's
+prompts one at a time as it finishes the last; threads are set once, when a process loads the model.
+Single-threaded processes need no barrier across cores, so on cores other jobs also use each simply gets
+its share of CPU time, and a process that gets less takes fewer prompts.
 """
 
 from __future__ import annotations
@@ -38,10 +52,10 @@ from typing import Any
 import numpy as np
 
 from zephyr.datashop.config import LabelerConfig
-from zephyr.datashop.models import SMOLLM2_ALIAS, cache_root, idle_cores, resolve_causal_lm, smollm2_gguf_path
+from zephyr.datashop.models import SMOLLM2_ALIAS, cache_root, resolve_causal_lm, smollm2_gguf_path
 from zephyr.datashop.prompts import HFCodec
 
-__all__ = ["LlamaCppBackend", "gguf_path", "float16_gguf", "load_llama"]
+__all__ = ["LlamaCppBackend", "gguf_path", "dequantized_gguf", "cpu_has_bf16_dot", "load_llama"]
 
 _LOCK = threading.Lock()
 _LLAMAS: dict[tuple[str, int, int], Any] = {}
@@ -75,22 +89,30 @@ def _llama_cpp() -> Any:
     return llama_cpp
 
 
-def float16_gguf(source: Path) -> Path:
-    """`source` with every quantized tensor dequantized and stored as float16, converted once and cached.
+def cpu_has_bf16_dot() -> bool:
+    """Whether llama.cpp's CPU backend runs bfloat16 dot products natively here (AVX512_BF16)."""
+    info = _llama_cpp().llama_print_system_info().decode(errors="replace")
+    return "AVX512_BF16 = 1" in info
+
+
+def dequantized_gguf(source: Path, dtype: str) -> Path:
+    """`source` with every quantized tensor dequantized and stored as `dtype` (f16 or bf16), converted once, cached.
 
     Written to a temporary name and renamed, so concurrent processes never load half a file.
     """
     llama_cpp = _llama_cpp()
-
+    ftypes = {"f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16, "bf16": llama_cpp.LLAMA_FTYPE_MOSTLY_BF16}
+    if dtype not in ftypes:
+        raise ValueError(f"dequantized_gguf converts to f16 or bf16, got {dtype!r}")
     stat = source.stat()
     tag = hashlib.sha256(f"{source.name}:{stat.st_size}".encode()).hexdigest()[:12]
-    target = cache_root() / "models" / f"{source.stem}-f16-{tag}.gguf"
+    target = cache_root() / "models" / f"{source.stem}-{dtype}-{tag}.gguf"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+    params.ftype = ftypes[dtype]
     params.allow_requantize = True
     params.nthread = 1
     with _quiet_stderr():
@@ -98,7 +120,7 @@ def float16_gguf(source: Path) -> Path:
     if code != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
         raise RuntimeError(
-            f"llama.cpp could not convert {source} to float16 (code {code}); check the file, or use "
+            f"llama.cpp could not convert {source} to {dtype} (code {code}); check the file, or use "
             "labeler backend: transformers"
         )
     os.replace(tmp, target)
@@ -106,9 +128,9 @@ def float16_gguf(source: Path) -> Path:
 
 
 def gguf_path(model: str) -> Path:
-    """The GGUF file for `model`: the packaged SmolLM2 (as float16) for its alias, else a path to a .gguf file."""
+    """The GGUF file for `model`: the packaged SmolLM2 (as bfloat16 or float16) for its alias, else a .gguf path."""
     if model.lower() == SMOLLM2_ALIAS:
-        return float16_gguf(smollm2_gguf_path())
+        return dequantized_gguf(smollm2_gguf_path(), "bf16" if cpu_has_bf16_dot() else "f16")
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return path
@@ -171,11 +193,12 @@ class LlamaCppBackend:
     def __init__(self, config: LabelerConfig) -> None:
         # llama.cpp's threads meet at a spinning barrier after every operation: on cores other jobs also use, a
         # descheduled thread stalls the others (measured at load 14 on 2 cores: 2 threads 0.05 docs/s, 1 thread
-        # 0.36; at load 5: 0.24 vs 1.95). So by default it uses the cores the load average leaves idle as
-        # single-threaded processes, each labeling its share of every batch: no barrier spans two cores.
+        # 0.36; at load 5: 0.24 vs 1.95; bf16 at 128 tokens, load 8: one process with 2 threads 0.22-0.31 docs/s,
+        # two single-threaded processes 3.2 together). So by default every core runs a single-threaded process
+        # taking prompts from every batch: no barrier spans two cores, and a busy core only slows its own share.
         # `torch_threads` set: one process with that many threads.
         self.threads = config.torch_threads or 1
-        self.processes = 1 if config.torch_threads else idle_cores()
+        self.processes = 1 if config.torch_threads else (os.cpu_count() or 1)
         self._config = config
         self._pool: Any = None
         _llama_cpp()  # fail first, and with the install command, when llama-cpp-python is missing
@@ -192,9 +215,13 @@ class LlamaCppBackend:
         self._label_ids: dict[tuple[str, ...], dict[str, tuple[int, ...]]] = {}
         # The tokens whose keys/values sit in the KV cache, position by position (shared prompt prefix reuse).
         self._cached: list[int] = []
+        # Helpers start now and load the model while this process loads or renders prompts; the first batch
+        # then finds them ready instead of paying a process start plus a model load inside its timing.
+        self._ready: Any = self._helpers().submit(_helper_ready) if self.processes > 1 else None
 
     def close(self) -> None:
         # The model stays in the per-process cache (load_llama) for the next stage or run; helpers end.
+        self._ready = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -254,18 +281,39 @@ class LlamaCppBackend:
 
     def label_probs(self, prompts: Sequence[str], labels: Sequence[str]) -> list[dict[str, float]]:
         if self.processes > 1 and len(prompts) > 1:
-            # Contiguous shares: prompts arrive sorted by length, so each process gets similar work and keeps
-            # reusing its own cached prefix. This process labels the first share while the helpers run.
-            shares = [list(x) for x in np.array_split(np.arange(len(prompts)), self.processes) if len(x)]
-            futures = [
-                self._helpers().submit(_helper_label_probs, [prompts[i] for i in share], tuple(labels))
-                for share in shares[1:]
-            ]
-            out = self._label_probs([prompts[i] for i in shares[0]], labels)
-            for future in futures:
-                out.extend(future.result())
-            return out
+            if self._ready is not None:
+                self._ready.result()  # a helper that failed to load the model raises its error here
+                self._ready = None
+            return self._shared_label_probs(prompts, tuple(labels))
         return self._label_probs(prompts, labels)
+
+    def _shared_label_probs(self, prompts: Sequence[str], labels: tuple[str, ...]) -> list[dict[str, float]]:
+        """Label `prompts` here (from the front) and in the helpers (from the back), one prompt at a time.
+
+        Work is taken as it is done rather than split in fixed shares: on cores other jobs also use, one
+        process often gets less CPU than another, and fixed shares would leave the faster one waiting at the
+        end of every batch. Each helper has two prompts queued so that it never waits for this process.
+        """
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        out: list[dict[str, float] | None] = [None] * len(prompts)
+        front, back = 0, len(prompts)
+        running: dict[Any, int] = {}
+        pool = self._helpers()
+        while front < back or running:
+            while front < back and len(running) < 2 * (self.processes - 1):
+                back -= 1
+                running[pool.submit(_helper_label_probs, [prompts[back]], labels)] = back
+            if front < back:
+                out[front] = self._label_probs([prompts[front]], labels)[0]
+                front += 1
+                finished = [f for f in running if f.done()]
+            else:
+                finished = list(wait(running, return_when=FIRST_COMPLETED).done)
+            for future in finished:
+                out[running.pop(future)] = future.result()[0]
+        assert all(r is not None for r in out)
+        return out  # type: ignore[return-value]
 
     def _label_probs(self, prompts: Sequence[str], labels: Sequence[str]) -> list[dict[str, float]]:
         from zephyr.datashop.backend_transformers import label_token_ids
@@ -300,6 +348,10 @@ _HELPER: list[LlamaCppBackend] = []
 
 def _start_helper(config: LabelerConfig) -> None:
     _HELPER.append(LlamaCppBackend(config))
+
+
+def _helper_ready() -> bool:
+    return bool(_HELPER)
 
 
 def _helper_label_probs(prompts: list[str], labels: tuple[str, ...]) -> list[dict[str, float]]:

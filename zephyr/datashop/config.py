@@ -128,6 +128,10 @@ class LabelerConfig:
     cores the load average leaves idle (see backend_transformers), for llamacpp every core.
     `quality_sample`: how many pool documents are labeled again in the other mode and with the
     prompt's paraphrase to measure label quality (0: skip the check).
+    max_example_tokens: every backend sees each document's first N tokens (null: as many as the context
+    holds). On CPU a document costs about its own token count (SmolLM2 through llama.cpp on 2 idle cores:
+    ~11 docs/s at 128 tokens, ~20 at 64); recipes/datashop_edu.py uses 128 and shows what it costs in
+    label quality.
     """
 
     backend: str = "llamacpp"
