@@ -124,8 +124,9 @@ class LabelerConfig:
     lengths are estimated at 4 characters per token.
     mode: `logprobs` (expected score from next-token probabilities over the labels) or `generate`
     (greedy text, parsed with the prompt's `parse_regex`). `torch_threads` (transformers and llamacpp
-    backends): CPU threads for labeling, set once when the model loads; default: for transformers the
-    cores the load average leaves idle (see backend_transformers), for llamacpp every core.
+    backends): CPU threads for labeling, set once when the model loads; default: in an engine stage
+    (processes and Ray backends) the worker's CPUs; in-process, for transformers the cores the load
+    average leaves idle (see backend_transformers), for llamacpp one single-threaded process per core.
     `quality_sample`: how many pool documents are labeled again in the other mode and with the
     prompt's paraphrase to measure label quality (0: skip the check).
     max_example_tokens: every backend sees each document's first N tokens (null: as many as the context

@@ -11,7 +11,7 @@ single-threaded processes, one per core (llama.cpp's threads meet at a spinning 
 operation, see backend_llamacpp), which is what the engine's workers already are: on the processes and
 Ray backends each worker loads the model once with `worker_cpus` threads (or `torch_threads`, which the
 stage then asks for as its CPUs) and labels its own shards. On the local backend the one in-process task
-leaves the backend its own multi-core scheme (helper processes on idle cores).
+leaves the backend its own multi-core scheme (llama.cpp: one single-threaded helper process per core).
 
 Cache: `cache_path` (a stage's `labels.jsonl`) keeps the semantics of `label_documents`: a label is reused
 when its key (prompt, model, settings, id, text) matches. The driver ships each document's cached
