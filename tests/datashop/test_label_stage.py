@@ -178,3 +178,44 @@ def test_a_killed_run_resumes_without_relabeling_finished_shards(corpus_docs, tm
         run = label_on_engine(docs, PROMPT, CONFIG, cache_path=cache, shard_docs=4)
     assert (run.labeled_now, run.from_cache, run.failed) == (16 - 4 * finished, 4 * finished, 0)
     assert len(cache.read_text().splitlines()) == 16 and not parts.exists()
+
+
+@dataclass(frozen=True)
+class RecordsWorker:
+    """A backend factory for a vLLM-configured stage that notes the worker it runs in, then labels with the
+    real llama.cpp backend (vLLM cannot run here): the stage, its resources and the worker are vLLM's."""
+
+    path: str
+
+    def __call__(self, config: LabelerConfig) -> Any:
+        import dataclasses
+        import json
+        import multiprocessing
+        import os
+
+        seen = {
+            "daemon": multiprocessing.current_process().daemon,
+            "vllm_multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(seen) + "\n")
+        return make_backend(dataclasses.replace(config, backend="llamacpp", torch_threads=1))
+
+
+def test_a_vllm_stage_on_processes_gets_a_device_and_keeps_the_engine_core_in_process(
+    corpus_docs, tmp_path: Path, scratch: str, monkeypatch
+):
+    """A processes-backend worker is a daemon, which may not start vLLM's engine-core process."""
+    import json
+
+    pytest.importorskip("llama_cpp")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one device, as a GPU machine's scheduler hands it out
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    seen = tmp_path / "seen.jsonl"
+    vllm = LabelerConfig(backend="vllm", batch_size=4, max_example_tokens=64, quality_sample=0)
+    with execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False):
+        run = label_on_engine(corpus_docs[:4], PROMPT, vllm, backend_factory=RecordsWorker(str(seen)))
+    assert run.failed == 0 and len(run.results) == 4
+    workers = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert workers == [{"daemon": True, "vllm_multiprocessing": "0", "cuda_visible_devices": "0"}]
