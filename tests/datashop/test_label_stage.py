@@ -64,7 +64,7 @@ def test_the_lowered_labeling_stage_carries_the_request():
 
 def test_labels_on_processes_workers_match_the_driver_and_keep_the_cache(corpus_docs, tmp_path: Path, scratch: str):
     pytest.importorskip("llama_cpp")
-    docs = corpus_docs[::3][:16]
+    docs = corpus_docs[::6][:8]
     before = label_documents(docs, PROMPT, CONFIG)  # the previous way: the model in this process
     cache = tmp_path / "labels.jsonl"
     with execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False):
@@ -72,13 +72,13 @@ def test_labels_on_processes_workers_match_the_driver_and_keep_the_cache(corpus_
         run = label_on_engine(docs, PROMPT, CONFIG, cache_path=cache)
         again = label_on_engine(docs, PROMPT, CONFIG, cache_path=cache)
     assert run.model_id == before.model_id == "llamacpp:smollm2-135m-instruct"
-    assert (run.labeled_now, run.from_cache, run.failed) == (16, 0, 0)
+    assert (run.labeled_now, run.from_cache, run.failed) == (8, 0, 0)
     for ours, theirs in zip(run.results, before.results, strict=True):
         assert (ours.id, ours.key) == (theirs.id, theirs.key)  # same documents, same cache keys, input order
         assert ours.score == pytest.approx(theirs.score, abs=1e-3)
         assert ours.label_mass == pytest.approx(theirs.label_mass, abs=1e-3)
-    assert len(cache.read_text().splitlines()) == 16 and not (tmp_path / "labels.parts").exists()
-    assert (again.labeled_now, again.from_cache) == (0, 16) and again.results == run.results
+    assert len(cache.read_text().splitlines()) == 8 and not (tmp_path / "labels.parts").exists()
+    assert (again.labeled_now, again.from_cache) == (0, 8) and again.results == run.results
     # the cache file stays the one label_documents reads: the previous way finds every label there
     assert label_documents(docs, PROMPT, CONFIG, cache_path=cache).labeled_now == 0
 
@@ -112,21 +112,21 @@ class _Failing:
 
 def test_a_failed_run_resumes_without_relabeling_finished_shards(corpus_docs, tmp_path: Path, scratch: str):
     pytest.importorskip("llama_cpp")
-    docs = corpus_docs[1::3][:15]
+    docs = corpus_docs[1::6][:7]
     longest = max(len(d["text"]) for d in docs)
     docs.append({"id": "poison", "text": "POISONED " + "x " * longest})  # the longest: in the last shard
     cache = tmp_path / "labels.jsonl"
     settings = dict(backend="processes", workers=1, scratch=scratch, progress=False, summary=False)
     with execution(**settings, max_user_retries=0), pytest.raises(Exception, match="injected failure"):
-        label_on_engine(docs, PROMPT, CONFIG, cache_path=cache, shard_docs=4, backend_factory=FailsOn("POISONED"))
+        label_on_engine(docs, PROMPT, CONFIG, cache_path=cache, shard_docs=2, backend_factory=FailsOn("POISONED"))
     finished = sorted(p.name for p in (tmp_path / "labels.parts").glob("part-*.jsonl"))
     assert finished == [f"part-{i:05d}-of-00004.jsonl" for i in range(3)]  # shards 0-2 kept, 3 failed
     assert not cache.exists()
     with execution(**settings):
-        run = label_on_engine(docs, PROMPT, CONFIG, cache_path=cache, shard_docs=4)
-    assert (run.labeled_now, run.from_cache, run.failed) == (4, 12, 0)  # only the failed shard relabeled
+        run = label_on_engine(docs, PROMPT, CONFIG, cache_path=cache, shard_docs=2)
+    assert (run.labeled_now, run.from_cache, run.failed) == (2, 6, 0)  # only the failed shard relabeled
     assert [r.id for r in run.results] == [d["id"] for d in docs]
-    assert len(cache.read_text().splitlines()) == 16 and not (tmp_path / "labels.parts").exists()
+    assert len(cache.read_text().splitlines()) == 8 and not (tmp_path / "labels.parts").exists()
 
 
 _KILLED_DRIVER = """
@@ -178,3 +178,44 @@ def test_a_killed_run_resumes_without_relabeling_finished_shards(corpus_docs, tm
         run = label_on_engine(docs, PROMPT, CONFIG, cache_path=cache, shard_docs=4)
     assert (run.labeled_now, run.from_cache, run.failed) == (16 - 4 * finished, 4 * finished, 0)
     assert len(cache.read_text().splitlines()) == 16 and not parts.exists()
+
+
+@dataclass(frozen=True)
+class RecordsWorker:
+    """A backend factory for a vLLM-configured stage that notes the worker it runs in, then labels with the
+    real llama.cpp backend (vLLM cannot run here): the stage, its resources and the worker are vLLM's."""
+
+    path: str
+
+    def __call__(self, config: LabelerConfig) -> Any:
+        import dataclasses
+        import json
+        import multiprocessing
+        import os
+
+        seen = {
+            "daemon": multiprocessing.current_process().daemon,
+            "vllm_multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(seen) + "\n")
+        return make_backend(dataclasses.replace(config, backend="llamacpp", torch_threads=1))
+
+
+def test_a_vllm_stage_on_processes_gets_a_device_and_keeps_the_engine_core_in_process(
+    corpus_docs, tmp_path: Path, scratch: str, monkeypatch
+):
+    """A processes-backend worker is a daemon, which may not start vLLM's engine-core process."""
+    import json
+
+    pytest.importorskip("llama_cpp")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one device, as a GPU machine's scheduler hands it out
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    seen = tmp_path / "seen.jsonl"
+    vllm = LabelerConfig(backend="vllm", batch_size=4, max_example_tokens=64, quality_sample=0)
+    with execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False):
+        run = label_on_engine(corpus_docs[:4], PROMPT, vllm, backend_factory=RecordsWorker(str(seen)))
+    assert run.failed == 0 and len(run.results) == 4
+    workers = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert workers == [{"daemon": True, "vllm_multiprocessing": "0", "cuda_visible_devices": "0"}]

@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import multiprocessing
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -94,6 +96,10 @@ class LabelShard:
         key = (_backend_settings(self.config), self.backend_factory)
         backend = _LOADED.get(key)
         if backend is None:
+            if self.config.backend == "vllm" and multiprocessing.current_process().daemon:
+                # A processes-backend worker is daemonic and may not start processes: vLLM's engine core
+                # (its own process by default) runs in this one instead, as tests/datashop/test_vllm.py runs it.
+                os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             backend = _LOADED[key] = self.backend_factory(self.config)
         chunk: list[dict[str, Any]] = []
         for record in records:
