@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from zephyr.ui import pages
+from zephyr.ui import pages, pages_runs
 from zephyr.ui.filters import FilterSyntaxError
 from zephyr.ui.source import Root
 
@@ -105,18 +105,18 @@ def create_app(root_url: str) -> Starlette:
         api, html_page = _endpoints(root, data, render, title, active)
         routes.append(Route(path, html_page))
         routes.append(Route("/api" + ("/runs" if path == "/" else path), api))
-    live_api, _ = _endpoints(root, pages.live_data, pages.render_live, "Live", "runs")
+    live_api, _ = _endpoints(root, pages_runs.live_data, pages_runs.render_live, "Live", "runs")
     routes.append(Route("/api/runs/live", live_api))
 
     def live_fragment(request: Request) -> Response:
-        return HTMLResponse(pages.render_live(pages.live_data(root, request)))
+        return HTMLResponse(pages_runs.render_live(pages_runs.live_data(root, request)))
 
     def health(request: Request) -> Response:
         return JSON({"ok": True, "root": root.url})
 
     def runs_fragment(request: Request) -> Response:
         try:
-            return HTMLResponse(pages.render_runs(root, pages.runs_data(root, request)))
+            return HTMLResponse(pages_runs.render_runs(root, pages_runs.runs_data(root, request)))
         except KeyError as exc:
             from zephyr.ui.html import esc
 
