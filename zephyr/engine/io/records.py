@@ -35,7 +35,7 @@ from zephyr.engine.io.bad_input import check_policy
 from zephyr.engine.io.compression import resolve_format
 from zephyr.engine.io.jsonl import jsonl_record_lists, project_filter_lists, write_jsonl
 from zephyr.engine.io.parquet import parquet_batches, write_parquet
-from zephyr.engine.io.schema import batch_from_dicts, conformed_batches, item_blocks, plain_schema
+from zephyr.engine.io.schema import WRITE_BLOCK, batch_from_dicts, conformed_batches, item_blocks, plain_schema
 from zephyr.engine.io.sink import WriteStats
 from zephyr.engine.io.vortex import vortex_batches, write_vortex
 
@@ -119,6 +119,9 @@ def read_batches(
 # ------------------------------------------------------------------------------------------------
 
 
+JSONL_WRITE_BLOCK = 256  # records per orjson pass when writing jsonl (measured: as fast as 8,192)
+
+
 def write_records(
     items: Iterable[dict | pa.RecordBatch],
     url: str,
@@ -139,7 +142,9 @@ def write_records(
     the caller's decision (`write_empty` writes a file with no records).
     """
     fmt = resolve_format(url, format)
-    blocks = item_blocks(items)
+    # jsonl needs blocks only to amortize orjson calls: small ones keep a shard of long documents
+    # from holding 8,192 of them (~100 MB of 4 KB documents as dicts, their lines and the joined block)
+    blocks = item_blocks(items, JSONL_WRITE_BLOCK if fmt == "jsonl" else WRITE_BLOCK)
     first = next(blocks, None)
     if first is None:
         return WriteStats(path=url, records=0, bytes=0)

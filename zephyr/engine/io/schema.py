@@ -103,8 +103,10 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.RecordBa
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def item_blocks(items: Iterable[dict | pa.RecordBatch]) -> Iterator[list[dict] | pa.RecordBatch]:
-    """Group consecutive dicts into lists of up to WRITE_BLOCK; pass record batches through."""
+def item_blocks(
+    items: Iterable[dict | pa.RecordBatch], size: int = WRITE_BLOCK
+) -> Iterator[list[dict] | pa.RecordBatch]:
+    """Group consecutive dicts into lists of up to `size`; pass record batches through."""
     block: list[dict] = []
     for item in items:
         if isinstance(item, pa.RecordBatch):
@@ -115,7 +117,7 @@ def item_blocks(items: Iterable[dict | pa.RecordBatch]) -> Iterator[list[dict] |
                 yield item
             continue
         block.append(item)
-        if len(block) >= WRITE_BLOCK:
+        if len(block) >= size:
             yield block
             block = []
     if block:
