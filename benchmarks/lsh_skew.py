@@ -11,8 +11,8 @@ its 14 band keys is one bucket holding that share of all documents. Three runs o
 
 Signatures are synthetic (random int64 band keys, 14 bands, the layout stage 1 writes), so the
 benchmark measures LSH and not MinHash. Printed per run: seconds, candidate edges, peak RSS of the
-largest worker process (sampled every 0.1 s) and the peak of all workers together. Both skewed
-runs must give the same set of edges (checked). Last line: one JSON object.
+largest worker process (sampled every 0.1 s) and the peak of all workers together. Both skewed runs
+must give the same set of edges (checked). Last line: one JSON object.
 
     python benchmarks/lsh_skew.py                  # 2M documents, 30% in one bucket per band
     python benchmarks/lsh_skew.py --docs 300000    # quick
@@ -25,15 +25,13 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
+from engine_groupby import RssSampler  # benchmarks/ is on sys.path when this runs as a script
 
 from zephyr import Dataset, execution
 from zephyr.operators.fuzzy_dedup import FuzzyDedupConfig, lsh_candidate_edges
@@ -65,36 +63,6 @@ def write_signatures(directory: Path, docs: int, hot_share: float, files: int, s
     return paths
 
 
-class WorkerRss:
-    """Peak RSS of this process's children (the engine's workers), largest one and all together."""
-
-    def __init__(self) -> None:
-        self.largest = self.total = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        me = psutil.Process()
-        while not self._stop.wait(0.1):
-            sizes = []
-            for child in me.children(recursive=True):
-                try:
-                    sizes.append(child.memory_info().rss)
-                except psutil.Error:
-                    continue
-            if sizes:
-                self.largest = max(self.largest, max(sizes))
-                self.total = max(self.total, sum(sizes))
-
-    def __enter__(self) -> WorkerRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def run(paths: list[str], docs: int, out: Path, scratch: Path, workers: int, memory: str, hot: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     config = FuzzyDedupConfig(hot_bucket_members=hot)
@@ -107,7 +75,7 @@ def run(paths: list[str], docs: int, out: Path, scratch: Path, workers: int, mem
             progress=False,
             summary=False,
         ),
-        WorkerRss() as rss,
+        RssSampler("children", interval=0.1) as rss,
     ):
         started = time.perf_counter()
         edge_paths, found = lsh_candidate_edges(paths, docs, config=config, out_dir=str(out))
@@ -116,8 +84,8 @@ def run(paths: list[str], docs: int, out: Path, scratch: Path, workers: int, mem
         "seconds": seconds,
         "edges": found.get("fuzzy_dedup/candidate_edges_emitted", 0),
         "hot_members": found.get("fuzzy_dedup/hot_bucket_members", 0),
-        "peak_worker_mb": rss.largest / 2**20,
-        "peak_workers_mb": rss.total / 2**20,
+        "peak_worker_mb": rss.peak_worker / 2**20,
+        "peak_workers_mb": (rss.peak_total - rss.peak_driver) / 2**20,
         "paths": edge_paths,
     }
 
