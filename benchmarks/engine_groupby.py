@@ -415,11 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     raydata_records = args.raydata_records or records
     skip = set(filter(None, args.skip.split(",")))
     load_before = os.getloadavg()
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="zephyr-bench-groupby-", dir=args.tmp))
     results: dict[str, dict] = {}
     sizes: dict[str, int] = {}  # records each result was measured on
     outputs: dict[str, Path] = {}
     checks: list[tuple[str, str]] = []  # (result, the result it must equal)
+
+    failures: dict[str, str] = {}
 
     def measured(name: str, n: int, out: Path, figures: dict) -> None:
         figures["load"] = _load()
@@ -478,7 +482,15 @@ def main(argv: list[str] | None = None) -> int:
                     measured("polars_raydata_input", raydata_records, out, run_polars(raydata_dir, out))
                     checks.append(("ray_data", "polars_raydata_input"))
             out = tmp / "out-raydata"
-            measured("ray_data", raydata_records, out, run_ray_data(raydata_dir, out, args.workers))
+            ray_started = time.perf_counter()
+            try:
+                measured("ray_data", raydata_records, out, run_ray_data(raydata_dir, out, args.workers))
+            except Exception as error:  # noqa: BLE001 - a peer that fails is a figure too; ours are still printed
+                reason = str(error).strip().splitlines()[0][:300]
+                took = time.perf_counter() - ray_started
+                failures["ray_data"] = f"{type(error).__name__} after {took:.0f} s: {reason}"
+                print(f"  {LABELS['ray_data']} FAILED: {failures['ray_data']}", flush=True)
+                checks[:] = [check for check in checks if "ray_data" not in check]
         digests = {name: checksum(path) for name, path in outputs.items()}
         same_input = [n for n in results if sizes[n] == records and "skewed" not in n and "raydata_input" not in n]
         if raydata_records != records and "ray_data" in same_input:
@@ -531,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     print("-" * len(header))
+    for name, failure in failures.items():
+        print(f"{LABELS[name]:<28}{sizes.get(name, raydata_records):>12,}  FAILED: {failure}")
     for name, r in results.items():
         n = sizes[name]
         r["records_s"] = n / r["seconds"]
@@ -592,8 +606,10 @@ def main(argv: list[str] | None = None) -> int:
         "records": records,
         "input_mb": round(input_bytes / (1 << 20)),
     }
-    if "ray_data" in results:
+    if "ray_data" in results or "ray_data" in failures:
         figures["ray_data_records"] = raydata_records
+    for name, failure in failures.items():
+        figures[f"{name}_failed"] = failure
     for name, r in results.items():
         figures[f"{name}_records_s"] = round(r["records_s"])
         figures[f"{name}_seconds"] = round(r["seconds"], 1)

@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variant(s) {unknown}: expected some of {', '.join(VARIANTS)}")
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="zephyr-bench-exact-", dir=args.tmp))
     results: dict[str, dict] = {}
     uptimes: dict[str, str] = {}

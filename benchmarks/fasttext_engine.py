@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tmp", default=None)
     args = parser.parse_args(argv)
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="zephyr-bench-fasttext-", dir=args.tmp))
     try:
         started = time.perf_counter()
