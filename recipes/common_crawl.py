@@ -53,7 +53,7 @@ from typing import Any
 from urllib.parse import quote
 
 from zephyr import Dataset, counters
-from zephyr.engine.options import engine_overrides
+from zephyr.engine.options import add_on_bad_record_option, engine_overrides
 from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.operators import (
     ExtractText,
@@ -732,12 +732,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
         "--force", action="append", default=[], help="rerun this step even if it completed (repeatable)"
     )
     # Under `zephyr run` the engine takes these; they are here for `python recipes/common_crawl.py`.
-    parser.add_argument(
-        "--on-bad-record",
-        choices=("raise", "skip"),
-        default=None,
-        help="skip (and count) unreadable input records and files instead of failing (default: raise)",
-    )
+    add_on_bad_record_option(parser)
     parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

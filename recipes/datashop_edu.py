@@ -70,7 +70,7 @@ import xxhash
 
 from zephyr import Dataset, counters
 from zephyr.datashop.config import ClassifierConfig, LabelerConfig, PromptConfig
-from zephyr.engine.options import engine_overrides
+from zephyr.engine.options import add_on_bad_record_option, engine_overrides
 from zephyr.fs import join
 from zephyr.steps import StepOutput, StepRunner
 
@@ -895,12 +895,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
         "--force", action="append", default=[], help="rerun this step even if it completed (repeatable)"
     )
     # Under `zephyr run` the engine takes these; they are here for `python recipes/datashop_edu.py`.
-    parser.add_argument(
-        "--on-bad-record",
-        choices=("raise", "skip"),
-        default=None,
-        help="skip (and count) unreadable input records and files instead of failing (default: raise)",
-    )
+    add_on_bad_record_option(parser)
     parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -26,6 +26,7 @@ from typing import Any
 
 from zephyr import Dataset, counters
 from zephyr.cli import ZephyrArgumentParser
+from zephyr.engine.options import add_on_bad_record_option
 from zephyr.engine.pending import pending_producer
 from zephyr.fs import expand_glob, join, url_to_fs
 from zephyr.operators import dedup_documents
@@ -262,12 +263,7 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
         default=420,
         help="size of the embedded sample (used when no --input is given)",
     )
-    parser.add_argument(
-        "--on-bad-record",
-        choices=("raise", "skip"),
-        default=None,
-        help="skip (and count) unreadable input records and files instead of failing (default: raise)",
-    )
+    add_on_bad_record_option(parser)
     args = parser.parse_args(argv)
     weights = {}
     for item in filter(None, args.weights.split(",")):

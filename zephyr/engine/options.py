@@ -155,6 +155,16 @@ def add_engine_options(parser: argparse.ArgumentParser, *, with_cluster: bool = 
         )
 
 
+def add_on_bad_record_option(parser: argparse.ArgumentParser) -> None:
+    """`--on-bad-record raise|skip`, read by `engine_overrides`: one definition for the recipes and subcommands."""
+    parser.add_argument(
+        "--on-bad-record",
+        choices=("raise", "skip"),
+        default=None,
+        help="skip (and count) unreadable input records and files instead of failing (default: raise)",
+    )
+
+
 def engine_overrides(args: argparse.Namespace) -> dict:
     """execution(...) overrides from the engine options that were given."""
     overrides: dict = {}

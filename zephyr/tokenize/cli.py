@@ -48,14 +48,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--engine", dest="encoder", choices=("auto", "tiktoken", "tokenizers"), help=argparse.SUPPRESS)
     p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
-    p.add_argument(
-        "--on-bad-record",
-        choices=("raise", "skip"),
-        default=None,
-        help="skip (and count) unreadable records and files instead of failing (default: raise)",
-    )
-    from zephyr.engine.options import add_engine_options
+    from zephyr.engine.options import add_engine_options, add_on_bad_record_option
 
+    add_on_bad_record_option(p)
     add_engine_options(p)
     p.set_defaults(func=_run_tokenize)
 
