@@ -9,7 +9,9 @@ Scheduling, fencing and resume live here; reading and writing shards lives in `w
 
 A shard is committed by atomically writing its `.done` file, once, for the first attempt that succeeds;
 outputs of any other attempt are ignored and removed. A rerun of the same plan finds the `.done` files
-and skips those shards, so a killed run resumes without losing or duplicating records.
+and skips those shards, so a killed run resumes without losing or duplicating records. A `.done` file is
+trusted only while the files it lists exist: a shard whose output files are gone is rerun, and shuffle
+runs removed once their readers finished are remade if a reader shard has to run again.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import RunFile, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 from zephyr.errors import RefusedError, StorageError
-from zephyr.fs import atomic_write, join, url_to_fs
+from zephyr.fs import atomic_write, join, missing_files, url_to_fs
+from zephyr.progress import log
 from zephyr.versioning import read_marker, write_marker
 
 __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
@@ -112,21 +115,33 @@ def _output_dirs(physical: Plan) -> list[str]:
     return sorted(set(dirs))
 
 
+@dataclass
+class _Job:
+    """What every stage of one run shares: the plan, where its checkpoints live, the backend, and the
+    results of the stages run so far (`resumed`: the shards of each taken from an earlier run's checkpoints)."""
+
+    physical: Plan
+    config: ExecutionConfig
+    run_url: str
+    backend: Backend
+    progress: ProgressDisplay
+    results: dict[int, list[ShardResult]] = field(default_factory=dict)
+    resumed: dict[int, set[int]] = field(default_factory=dict)
+
+
 def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: float) -> RunResult:
-    stage_results: dict[int, list[ShardResult]] = {}
     stats: list[StageStats] = []
     counters: dict[str, int] = {}
     progress = ProgressDisplay(enabled=config.progress)
     progress.begin_job(physical, config)
-    backend = make_backend(config)
+    job = _Job(physical, config, run_url, make_backend(config), progress)
     idle = False
     try:
         with progress:
             for stage in physical.stages:
                 stage_stats = StageStats(stage.index, stage.name, stage.num_shards)
                 stats.append(stage_stats)
-                results = _run_stage(stage, stage_results, backend, run_url, config, progress, stage_stats)
-                stage_results[stage.index] = results
+                results = job.results[stage.index] = _run_stage(job, stage, stage_stats)
                 for result in results:
                     merge(counters, result.counters)
                     stage_stats.add(result)
@@ -137,9 +152,9 @@ def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: flo
         progress.end_job("interrupted" if isinstance(error, KeyboardInterrupt) else "failed", counters, error)
         raise
     finally:
-        release_backend(backend, idle=idle)
+        release_backend(job.backend, idle=idle)
     final = physical.stages[-1]
-    results = stage_results[final.index]
+    results = job.results[final.index]
     if final.output.collects:
         outputs: list[Any] = [record for r in results if r.result_url for record in read_results(r.result_url)]
     else:
@@ -223,17 +238,10 @@ class _Pending:
     not_before: float = 0.0
 
 
-def _run_stage(
-    stage: Stage,
-    stage_results: dict[int, list[ShardResult]],
-    backend: Backend,
-    run_url: str,
-    config: ExecutionConfig,
-    progress: ProgressDisplay,
-    stats: StageStats,
-) -> list[ShardResult]:
-    stage_url = join(run_url, f"stage-{stage.index}")
-    stage_pickle = join(run_url, f"stage-{stage.index}.pkl")
+def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
+    config, backend, progress, stage_results = job.config, job.backend, job.progress, job.results
+    stage_url = join(job.run_url, f"stage-{stage.index}")
+    stage_pickle = join(job.run_url, f"stage-{stage.index}.pkl")
     with atomic_write(stage_pickle, "wb", compression=None) as handle:
         try:
             cloudpickle.dump(stage, handle)
@@ -259,7 +267,12 @@ def _run_stage(
         committed = _load_done(stage_url, shard, stage.fingerprint)
         if committed is not None:
             done[shard] = committed
+    for shard in _lost_shards(stage, done, lambda result: [*result.paths, *filter(None, [result.result_url])]):
+        del done[shard]  # a checkpoint is only as good as the files it lists: rerun the shard
+    job.resumed[stage.index] = set(done)
     stats.resumed_shards = len(done)
+    if len(done) < num_tasks and _restore_upstream_runs(job, stage):
+        upstream_runs = tuple(tuple(run for result in stage_results[i] for run in result.runs) for i in stage.upstream)
     if hasattr(backend, "prepare") and len(done) < num_tasks:
         backend.prepare(stage_request(stage))  # workers of the shape this stage's ops ask for
     progress.start_stage(shown, resumed=len(done))
@@ -365,6 +378,41 @@ _SHARD_MARKER = "engine-shard"
 
 def _done_url(stage_url: str, shard: int) -> str:
     return join(stage_url, f"shard-{shard:05d}.done")
+
+
+def _lost_shards(
+    stage: Stage, results: dict[int, ShardResult], files_of: Callable[[ShardResult], list[str]]
+) -> list[int]:
+    """The shards among `results` (taken from checkpoints) some of whose listed files are gone, with a line
+    saying so: a step that clears its unfinished output before a rerun, a user removing a file, or the
+    engine itself removing the shuffle runs of a stage whose readers had finished (before a kill)."""
+    owner = {url: shard for shard, result in results.items() for url in files_of(result)}
+    missing = missing_files(list(owner))
+    lost = sorted({owner[url] for url in missing})
+    if lost:
+        log(
+            f"stage {stage.index} ({stage.name}): rerunning {len(lost)} finished shard(s) of an earlier run whose "
+            f"files are gone (e.g. {missing[0]})"
+        )
+    return lost
+
+
+def _restore_upstream_runs(job: _Job, stage: Stage) -> bool:
+    """Rerun the upstream shards, taken from checkpoints, whose shuffle runs `stage` needs and that are gone;
+    True if any were. The reduce plan stays the one made from the checkpoints: its pieces name targets and
+    key-hash ranges, which any rerun of the same shards fills the same way."""
+    restored = False
+    for index in stage.upstream:
+        checkpointed = {r.shard: r for r in job.results[index] if r.shard in job.resumed.get(index, ())}
+        lost = _lost_shards(job.physical.stages[index], checkpointed, lambda result: [run.url for run in result.runs])
+        if not lost:
+            continue
+        upstream = job.physical.stages[index]
+        for shard in lost:
+            _remove(_done_url(join(job.run_url, f"stage-{index}"), shard))
+        job.results[index] = _run_stage(job, upstream, StageStats(upstream.index, upstream.name, upstream.num_shards))
+        restored = True
+    return restored
 
 
 def _load_done(stage_url: str, shard: int, fingerprint: str) -> ShardResult | None:

@@ -8,7 +8,17 @@ registry <- core <- region_guard <- mirror (regions, transfer_budget, copy_once 
 
 from zephyr.fs import mirror as _mirror  # noqa: F401  (registers mirror)
 from zephyr.fs import region_guard as _region_guard  # noqa: F401  (registers gs/gcs/s3/s3a)
-from zephyr.fs.core import atomic_write, exists, expand_glob, is_hidden, join, open_url, remove_dead_temps, url_to_fs
+from zephyr.fs.core import (
+    atomic_write,
+    exists,
+    expand_glob,
+    is_hidden,
+    join,
+    missing_files,
+    open_url,
+    remove_dead_temps,
+    url_to_fs,
+)
 from zephyr.fs.registry import register_protocol
 
 __all__ = [
@@ -19,6 +29,7 @@ __all__ = [
     "remove_dead_temps",
     "atomic_write",
     "exists",
+    "missing_files",
     "join",
     "register_protocol",
 ]

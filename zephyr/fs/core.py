@@ -28,7 +28,17 @@ from fsspec.core import url_to_fs as _fsspec_url_to_fs
 from zephyr.errors import BadInputError
 from zephyr.fs.registry import factory_for
 
-__all__ = ["url_to_fs", "open_url", "expand_glob", "is_hidden", "remove_dead_temps", "atomic_write", "exists", "join"]
+__all__ = [
+    "url_to_fs",
+    "open_url",
+    "expand_glob",
+    "is_hidden",
+    "remove_dead_temps",
+    "atomic_write",
+    "exists",
+    "missing_files",
+    "join",
+]
 
 # Object stores: a PUT is atomic there, so `atomic_write` commits an upload instead of renaming.
 _OBJECT_STORE_PROTOCOLS = ("gs", "gcs", "s3", "s3a")
@@ -63,6 +73,24 @@ def open_url(url: str, mode: str = "rb", *, compression: str | None = "infer") -
 def exists(url: str) -> bool:
     fs, path = url_to_fs(url)
     return fs.exists(path)
+
+
+def missing_files(urls: list[str]) -> list[str]:
+    """Those of `urls` that do not exist, listing each folder once (one request per folder on a bucket,
+    not one per file: a resume checks thousands of committed files)."""
+    by_folder: dict[str, list[str]] = {}
+    for url in urls:
+        by_folder.setdefault(url.rstrip("/").rsplit("/", 1)[0], []).append(url)
+    missing = []
+    for folder, members in by_folder.items():
+        fs, path = url_to_fs(folder)
+        fs.invalidate_cache(path)  # another process (or the user) may have removed files since we listed
+        try:
+            names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(path, detail=False)}
+        except (FileNotFoundError, NotADirectoryError):
+            names = set()
+        missing += [url for url in members if url.rstrip("/").rsplit("/", 1)[-1] not in names]
+    return missing
 
 
 def join(base: str, *parts: str) -> str:
