@@ -222,3 +222,33 @@ def test_a_run_killed_while_writing_leaves_nothing_a_rerun_or_reader_takes_for_d
     )
     for name in (f"part-0000{i}.jsonl.zst" for i in range(3)):
         assert list(read_records(str(out / name))) == list(read_records(str(clean / name)))
+
+
+def test_a_rerun_with_fewer_shards_removes_the_earlier_runs_files(local, tmp_path, capsys):
+    """Writing 4 shards, then 2 to the same pattern, left part-00002/3 of the first run: a reader of the
+    folder got 60 records instead of the new run's 10. The new run's files replace the old run's."""
+    pattern = str(tmp_path / "out" / "part-{shard:05d}.jsonl")
+    Dataset.from_list([{"i": i} for i in range(100)], num_shards=4).write_jsonl(pattern)
+    (tmp_path / "out" / "notes.txt").write_text("the user's own file")
+    (tmp_path / "out" / "part-00009.jsonl.bak").write_text("not of the pattern")
+    Dataset.from_list([{"i": i} for i in range(10)], num_shards=2).write_jsonl(pattern)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "notes.txt",
+        "part-00000.jsonl",
+        "part-00001.jsonl",
+        "part-00009.jsonl.bak",
+    ]
+    assert sorted(r["i"] for r in Dataset.from_files(str(tmp_path / "out" / "*.jsonl")).collect()) == list(range(10))
+    assert "removed 2 file(s) an earlier run wrote" in capsys.readouterr().err
+
+
+def test_a_partitioned_rerun_with_fewer_shards_removes_the_earlier_runs_files(local, tmp_path):
+    pattern = str(tmp_path / "out" / "{lang}" / "part-{shard:05d}-of-{total:05d}.parquet")
+    records = [{"id": i, "lang": "en" if i % 3 else "fr"} for i in range(30)]
+    Dataset.from_list(records, num_shards=3).write(pattern, format="parquet", partition_by="lang").execute()
+    Dataset.from_list(records[:10], num_shards=1).write(pattern, format="parquet", partition_by="lang").execute()
+    assert sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.parquet")) == [
+        "en/part-00000-of-00001.parquet",
+        "fr/part-00000-of-00001.parquet",
+    ]
+    assert pl.read_parquet(tmp_path / "out" / "**" / "*.parquet").height == 10

@@ -233,3 +233,35 @@ def test_kill_9_mid_step_then_rerun_of_the_step_loses_no_file(tmp_path):
     (clean_names, clean), (names, resumed) = step_files(tmp_path / "clean"), step_files(root)
     assert names == clean_names  # every part file, the step marker, no .tmp-* left
     assert len(clean) == 480 and resumed == clean  # record for record, file by file
+
+
+def _counts(key, items):
+    yield {"key": key, "n": sum(1 for _ in items)}
+
+
+def test_a_run_resumed_with_more_workers_finishes_the_reduce_tasks_it_started(tmp_path):
+    """The reduce plan packs small targets into tasks by the worker count; a killed run resumed with another
+    --workers reused task j's checkpoint for the new plan's task j, which holds other targets: 97 groups came
+    out as 168 records (a sum of 6,931 for 4,000 inputs)."""
+    from zephyr import Dataset
+    from zephyr.engine import execution
+
+    out = tmp_path / "out"
+
+    def run(workers: int):
+        with execution(
+            backend="processes", workers=workers, scratch=str(tmp_path / "scratch"), keep_scratch=True, progress=False
+        ):
+            dataset = Dataset.from_list([{"id": i} for i in range(4000)], num_shards=4)
+            grouped = dataset.group_by(lambda r: r["id"] % 97, _counts, num_shards=40)
+            return grouped.write(str(out / "part-{shard:05d}-of-{total:05d}.jsonl"), format="jsonl").execute()
+
+    first = run(1)
+    assert first.stages[-1].shards < 40, "the 40 small targets are packed into fewer tasks"
+    resumed = run(4)
+    assert resumed.stages[-1].resumed_shards == resumed.stages[-1].shards == first.stages[-1].shards
+    assert resumed.outputs == first.outputs
+    from zephyr.engine.io import read_records
+
+    records = [r for path in resumed.outputs for r in read_records(path)]
+    assert sorted(r["key"] for r in records) == list(range(97)) and sum(r["n"] for r in records) == 4000

@@ -31,12 +31,12 @@ from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.counters import merge
 from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
 from zephyr.engine.inputs import FileInput
-from zephyr.engine.outputs import FileSink, PartitionedSink
+from zephyr.engine.outputs import FileSink, PartitionedSink, remove_stale_outputs
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
-from zephyr.engine.shuffle import RunFile, plan_tasks, target_bytes, task_bytes
+from zephyr.engine.shuffle import ReducePiece, RunFile, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
 from zephyr.errors import RefusedError, StorageError
 from zephyr.fs import atomic_write, join, missing_files, url_to_fs
@@ -160,6 +160,12 @@ def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: flo
     else:
         outputs = [path for r in results for path in r.paths]
         sink = final.output
+        if isinstance(sink, FileSink | PartitionedSink) and (stale := remove_stale_outputs(sink.pattern, outputs)):
+            counters["sink/stale_files_removed"] = len(stale)
+            log(
+                f"removed {len(stale)} file(s) an earlier run wrote with {sink.pattern} that this run did not "
+                f"(e.g. {stale[0]})"
+            )
         if isinstance(sink, FileSink | PartitionedSink) and getattr(sink, "schema", None) is None:
             from zephyr.engine.io.folder_schema import unify_folder_schema
 
@@ -257,7 +263,7 @@ def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
     # does not start last and straggle. The stage then has one output shard per task: sinks' {total}, the
     # stage's stats and the progress count tasks, not the planned targets
     sizes = target_bytes(upstream_runs, stage.num_shards)
-    reduce_plan = plan_tasks(sizes, config.num_workers) if getattr(stage.input, "splittable", False) else None
+    reduce_plan = _reduce_plan(job, stage, sizes) if getattr(stage.input, "splittable", False) else None
     num_tasks = len(reduce_plan) if reduce_plan else stage.num_shards
     expected_bytes = [task_bytes(sizes, task) for task in reduce_plan] if reduce_plan else sizes
     stats.shards = num_tasks
@@ -374,6 +380,22 @@ def _worker_of(outcome: Outcome) -> tuple[int | None, str | None]:
 
 
 _SHARD_MARKER = "engine-shard"
+_TASKS_MARKER = "engine-reduce-tasks"
+
+
+def _reduce_plan(job: _Job, stage: Stage, sizes: list[int]) -> list[tuple[ReducePiece, ...]] | None:
+    """The stage's reduce tasks (`plan_tasks`), planned once per run and kept beside its checkpoints: the plan
+    depends on the worker count, and a run resumed with another --workers must finish the tasks whose
+    checkpoints it finds (task j's `.done` covers the pieces of the killed run's task j, not of a new plan's)."""
+    url = join(job.run_url, f"stage-{stage.index}.tasks")
+    marker = read_marker(url, _TASKS_MARKER, stage.fingerprint)
+    if marker is not None:
+        tasks = marker.payload["tasks"]
+        return None if tasks is None else [tuple(ReducePiece(*piece) for piece in task) for task in tasks]
+    planned = plan_tasks(sizes, job.config.num_workers)
+    payload = None if planned is None else [[[p.target, p.lo, p.hi] for p in task] for task in planned]
+    write_marker(url, _TASKS_MARKER, stage.fingerprint, {"tasks": payload})
+    return planned
 
 
 def _done_url(stage_url: str, shard: int) -> str:

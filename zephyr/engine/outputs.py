@@ -9,6 +9,8 @@ in `result`. Whether the stream holds records or Arrow batches is fixed at plan 
 from __future__ import annotations
 
 import pickle
+import re
+import string
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -17,8 +19,18 @@ from zephyr import counters
 from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.fs import atomic_write, join, open_url, remove_dead_temps, url_to_fs
+from zephyr.fs.core import is_hidden
 
-__all__ = ["Scatter", "FileSink", "PartitionedSink", "ShardWriterSink", "Collect", "StageOutput", "read_results"]
+__all__ = [
+    "Scatter",
+    "FileSink",
+    "PartitionedSink",
+    "ShardWriterSink",
+    "Collect",
+    "StageOutput",
+    "read_results",
+    "remove_stale_outputs",
+]
 
 
 @dataclass(frozen=True)
@@ -217,3 +229,32 @@ def read_results(url: str) -> Iterator[Any]:
             except EOFError:
                 return
             yield from chunk
+
+
+def remove_stale_outputs(pattern: str, written: list[str]) -> list[str]:
+    """Remove the files an earlier run wrote with `pattern` that this run did not (`written`); returns them.
+
+    A rerun with fewer shards (fewer input files, another --workers) used to leave the earlier run's
+    `part-00003` beside the new `part-00000..1`, and whoever read the folder got both runs' records. A sink
+    writes its pattern's files, so once every shard of the new run is committed, a file matching the pattern
+    (its fields as any shard, total or partition value) that the run did not write is the earlier run's.
+    Other files in the folder are left alone, and so are hidden ones (temporary files, manifests)."""
+    fs, path_pattern = url_to_fs(pattern)
+    regex, glob = "", ""
+    for literal, field, _, _ in string.Formatter().parse(path_pattern):
+        regex, glob = regex + re.escape(literal), glob + literal
+        if field is not None:
+            regex += r"\d+" if field in ("shard", "total") else r"[^/]+"
+            glob += "*"
+    if glob == path_pattern:
+        return []  # no fields: one file, replaced in place
+    fixed = glob.split("*", 1)[0].rsplit("/", 1)[0]
+    keep = {url_to_fs(path)[1] for path in written}
+    stale = [
+        path
+        for path in fs.glob(glob)
+        if path not in keep and re.fullmatch(regex, path) and not is_hidden(path, fixed) and fs.isfile(path)
+    ]
+    for path in stale:
+        fs.rm_file(path)
+    return stale
