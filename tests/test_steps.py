@@ -128,3 +128,39 @@ def test_leftovers_of_a_failed_run_are_not_part_of_the_completed_output(tmp_path
     (step_dir / "part-9.txt").write_text("left by the failed attempt")
     done = StepRunner(str(tmp_path)).run("parts", write_parts, config={"parts": 5})
     assert sorted(p.name for p in Path(done.path).glob("part-*")) == [f"part-{i}.txt" for i in range(5)]
+
+
+def test_a_second_run_on_the_same_output_root_is_refused_while_the_first_holds_it(tmp_path):
+    """Two recipe runs on one --output: the second reran an unfinished step into the folder the first was
+    reading; one failed and the other marked steps complete with documents missing."""
+    import subprocess
+    import sys
+
+    from zephyr.engine.run_lock import RunLockedError
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from zephyr.engine.run_lock import hold_folder; "
+            "hold_folder(sys.argv[1], 'recipe output folder'); print('held', flush=True); time.sleep(120)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        calls.clear()
+        with pytest.raises(RunLockedError, match=rf"pid {holder.pid} .* recipe output folder {tmp_path}"):
+            StepRunner(str(tmp_path)).run("numbers", make_numbers, config={"n": 3})
+        assert calls == [] and not list(tmp_path.glob("numbers-*"))
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died: its lock is taken over and the run goes on; the lock goes with the runner
+    runner = StepRunner(str(tmp_path))
+    assert runner.run("numbers", make_numbers, config={"n": 3}).summary == {"count": 3}
+    assert (tmp_path / ".zephyr-run.lock").exists()
+    del runner
+    assert not (tmp_path / ".zephyr-run.lock").exists()

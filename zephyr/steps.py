@@ -29,12 +29,14 @@ import dataclasses
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from zephyr.engine.pending import declare_pending
 from zephyr.engine.progress import format_duration, live_view, log
+from zephyr.engine.run_lock import hold_folder
 from zephyr.engine.run_record import RunRecorder, current_run, use_run
 from zephyr.fs import join, url_to_fs
 from zephyr.versioning import describe, digest, read_marker, remove_marker, write_marker
@@ -79,6 +81,7 @@ class StepRunner:
     dry_run: bool | None = None  # None: the current execution config's dry_run
     _pending: dict[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)  # dry run
     _own: RunRecorder | None = dataclasses.field(default=None, repr=False, compare=False)
+    _root_lock: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def is_dry_run(self) -> bool:
@@ -93,6 +96,7 @@ class StepRunner:
         say that `name` would write `what`, declare `path` pending (the steps reading it are planned
         against it) and return True: the caller skips the work. Otherwise return False."""
         if not self.is_dry_run:
+            self._hold_root()
             return False
         print(f"[dry run] {name!r} would write {what}; not written, the steps reading it are planned", flush=True)
         self._pending[path] = f"{name!r}"
@@ -130,6 +134,8 @@ class StepRunner:
         its marker) as they were. Files a failed run left behind are removed before the next attempt,
         so they never become part of a completed output.
         """
+        if not self.is_dry_run:
+            self._hold_root()  # before reading the marker: another run may be writing this step
         inputs = dict(inputs or {})
         version = _version(name, fn, config, inputs)
         path = join(self.root, f"{name}-{version[:10]}")
@@ -163,6 +169,16 @@ class StepRunner:
             output = self._recorded(name, version, path, produce)
         self.history.append(output)
         return output
+
+    def _hold_root(self) -> None:
+        """One run per output root at a time: a second run of a recipe on the same `--output` used to rerun an
+        unfinished step into the folder the first was reading, and both went on (one failed, the other's
+        steps were marked complete with documents missing). The lock (`.zephyr-run.lock` in the root, see
+        `zephyr.engine.run_lock`) is held from the first step until this runner is gone or the process
+        ends; a run that died leaves one that the next run takes over."""
+        if self._root_lock is None:
+            release = hold_folder(self.root, "recipe output folder")
+            self._root_lock = weakref.finalize(self, release) if release is not None else False
 
     def _plan(
         self,

@@ -32,7 +32,7 @@ from fsspec.core import split_protocol
 from zephyr.errors import ZephyrError, storage_error
 from zephyr.fs import join, url_to_fs
 
-__all__ = ["RunLockedError", "run_locks"]
+__all__ = ["RunLockedError", "hold_folder", "run_locks"]
 
 LOCK_NAME = ".zephyr-run.lock"
 
@@ -142,27 +142,37 @@ def _acquire_bucket(directory: str, role: str) -> Callable[[], None] | None:
     raise RunLockedError(f"could not take the lock {url}: it keeps reappearing; is another run starting right now?")
 
 
+def hold_folder(url: str, role: str) -> Callable[[], None] | None:
+    """Take the lock of one folder (local or bucket; other protocols are not locked); returns how to release
+    it, None when there is nothing to release (not lockable, or this process holds it already)."""
+    directory, bucket = _local_dir(url), _bucket_dir(url)
+    try:
+        if directory is not None:
+            lock = _acquire(directory, role)
+            return functools.partial(_unlink_quietly, lock) if lock else None
+        if bucket is not None:
+            return _acquire_bucket(bucket, role)
+    except OSError as error:  # e.g. an output under a read-only or forbidden folder
+        environment = storage_error(error, f"taking the {role} {directory or bucket}")
+        if environment is None:
+            raise
+        raise environment from None
+    return None
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
 @contextlib.contextmanager
 def run_locks(run_url: str, output_dirs: Sequence[str]) -> Iterator[None]:
     """Hold the run's checkpoint directory and its output folders (local or bucket) for the block."""
     held: list[Callable[[], None]] = []
     try:
         for url, role in [(run_url, "scratch (checkpoint) directory")] + [(d, "output folder") for d in output_dirs]:
-            directory, bucket = _local_dir(url), _bucket_dir(url)
-            if directory is None and bucket is None:
-                continue
-            try:
-                if directory is not None:
-                    lock = _acquire(directory, role)
-                    if lock:
-                        held.append(functools.partial(os.unlink, lock))
-                elif bucket is not None and (release := _acquire_bucket(bucket, role)) is not None:
-                    held.append(release)
-            except OSError as error:  # e.g. an output under a read-only or forbidden folder
-                environment = storage_error(error, f"taking the {role} {directory or bucket}")
-                if environment is None:
-                    raise
-                raise environment from None
+            if (release := hold_folder(url, role)) is not None:
+                held.append(release)
         yield
     finally:
         for release in reversed(held):
