@@ -30,6 +30,8 @@ from typing import Any
 import orjson
 import zstandard
 
+from zephyr.fs import atomic_write
+
 __all__ = ["SPLITS", "build_sample"]
 
 SPLITS = (
@@ -295,12 +297,10 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
         for f in range(files_per_split):
             part = split_records[f::files_per_split]
             payload = b"".join(orjson.dumps(r) + b"\n" for r in part)
-            tmp = folder / f".tmp-part-{f:05d}.jsonl.zst"
-            tmp.write_bytes(compressor.compress(payload))
-            tmp.rename(folder / f"part-{f:05d}.jsonl.zst")
+            with atomic_write(str(folder / f"part-{f:05d}.jsonl.zst"), "wb", compression=None) as handle:
+                handle.write(compressor.compress(payload))
     if reused:
         planted["reused_passages"] = reused
-    tmp = output / ".tmp-planted.json"
-    tmp.write_text(json.dumps(planted))
-    tmp.rename(done)
+    with atomic_write(str(done), "wb", compression=None) as handle:  # last: the sample is complete
+        handle.write(json.dumps(planted).encode())
     return output

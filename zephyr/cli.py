@@ -364,7 +364,11 @@ def _run_subcommand(args: argparse.Namespace, argv: list[str]) -> int:
 def _report(prog: str, error: Exception, *, verbose: bool) -> int:
     """Errors Zephyr raises on purpose: their message, no internal traceback (unless -v). Others: as Python does."""
     from zephyr.engine.errors import ZephyrError
+    from zephyr.errors import storage_error
 
+    # read-only, full or forbidden storage met by a script's own code (a recipe building its sample) is the
+    # machine's, not a bug: one line naming the path, as the engine reports it for its own reads and writes
+    error = storage_error(error, "a file the command reads or writes") or error
     known = isinstance(error, ZephyrError) or type(error).__name__ in (
         "ConfigError",
         "AblationConfigError",

@@ -98,3 +98,39 @@ def test_a_parquet_footer_of_garbage_is_bad_input_and_skippable(tmp_path):
     counters.reset()
     assert list(read_records(str(path), on_bad_record="skip")) == []
     assert counters.snapshot() == {"bad_files/corrupt": 1}
+
+
+def test_a_full_disk_while_writing_jsonl_names_the_output_file(local, tmp_path):
+    """The write's OSError (ENOSPC) carries no file name: the message said "(path not reported)"."""
+    with _small_tmpfs(tmp_path / "small", "64k") as small:
+        records = [{"text": "x" * 1000 + str(i)} for i in range(300)]
+        with pytest.raises(StorageError, match=r"no space left on the device: .*/small/out/part-00000\.jsonl "):
+            Dataset.from_list(records, num_shards=1).write_jsonl(str(small / "out" / "part-{shard:05d}.jsonl"))
+        assert not list(small.rglob(".tmp-*"))
+
+
+@pytest.mark.parametrize("storage", ["read-only", "full"])
+def test_a_recipe_on_unusable_storage_is_one_line_naming_the_path(tmp_path, storage):
+    """The recipe's own sample building met a read-only or full disk: 49 lines of chained tracebacks."""
+    import os
+    import sys
+
+    with _small_tmpfs(tmp_path / "disk", "256k") as disk:
+        if storage == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        root = Path(__file__).resolve().parents[2]
+        done = subprocess.run(
+            [sys.executable, "-m", "zephyr.cli", "run", "-q", str(root / "recipes" / "nemotron_cc.py"), "--no-train"]
+            + ["--output", str(disk / "out")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        assert done.returncode == 1
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        what = "read-only file system" if storage == "read-only" else "no space left on the device"
+        assert f"StorageError: a file the command reads or writes: {what}: {disk / 'out'}" in lines[0]
+        assert not list(disk.rglob(".tmp-*"))

@@ -184,9 +184,11 @@ def atomic_write(url: str, mode: str = "wb", *, compression: str | None = "infer
         with fsspec.core.OpenFile(fs, tmp, mode=mode, compression=compression) as handle:
             yield handle
         fs.mv(tmp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(Exception):
             fs.rm(tmp)
+        if isinstance(error, OSError) and not error.filename:
+            error.filename = url  # a write that failed (disk full) names no file: say which output it was
         raise
 
 
