@@ -173,12 +173,14 @@ class Dataset:
         `pyarrow.RecordBatch` or `Table`: its rows become records.
         """
         for name, value in (("key", key), ("sort_by", sort_by)):
-            if isinstance(value, str) and value.startswith("-"):
-                raise ValueError(
-                    f"{name}={value!r}: a '-' prefix (descending order) is not supported, and no field is named "
-                    f"{value!r}. Sort ascending with {name}={value[1:]!r}, or pass a function, e.g. "
-                    f"{name}=lambda r: -r[{value[1:]!r}] for a numeric field."
-                )
+            _refuse_minus_prefix(
+                name,
+                value,
+                f"Sort ascending with {name}={value[1:]!r}, or pass a function, e.g. "
+                f"{name}=lambda r: -r[{value[1:]!r}] for a numeric field."
+                if isinstance(value, str)
+                else "",
+            )
         return self._then(O.GroupBy(_field_or_fn(key), reducer, _field_or_fn(sort_by), combiner, num_shards, batch))
 
     def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
@@ -218,6 +220,8 @@ class Dataset:
         """
         if samples_per_shard < 1:
             raise ValueError(f"samples_per_shard must be at least 1, got {samples_per_shard}")
+        if isinstance(key, str):
+            _refuse_minus_prefix("key", key, f"Sort descending with sort({key[1:]!r}, descending=True).")
         sort_key = _SortKey(_field_or_fn(key), descending)
         sampled = sorted(self.map_shard(_SampleKeys(sort_key, samples_per_shard)).collect())
         if num_shards is None:
@@ -405,6 +409,16 @@ class Dataset:
         return f"Dataset({' -> '.join(names)})"
 
 
+def _refuse_minus_prefix(name: str, value: Any, fix: str) -> None:
+    """`"-ts"` is no field name but a request for descending order (SQL, Django, pandas idioms): it read
+    as an absent field, None for every record, and sorted nothing."""
+    if isinstance(value, str) and value.startswith("-"):
+        raise ValueError(
+            f"{name}={value!r}: a '-' prefix (descending order) is not supported, and no field is named {value!r}. "
+            + fix
+        )
+
+
 def _field_or_fn(key: Any) -> Any:
     """A field name becomes `col(name)`, an expression that is also a record -> value function."""
     if isinstance(key, str):
@@ -510,6 +524,11 @@ class _SortKey:
     @property
     def display_name(self) -> str:
         return O.display_name(self.key) + (" desc" if self.descending else "")
+
+    def value_columns(self) -> set[str]:
+        """The fields the key reads by value (a field name given to `sort`), checked like a filter's."""
+        columns = getattr(self.key, "value_columns", None)
+        return set(columns()) if callable(columns) else set()
 
     def __call__(self, record: Any) -> Any:
         value = self.key(record)

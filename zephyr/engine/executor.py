@@ -26,6 +26,7 @@ from typing import Any
 
 import cloudpickle
 
+from zephyr.engine import absent_fields
 from zephyr.engine.backends import Backend, Outcome, make_backend, release_backend
 from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.counters import merge
@@ -142,9 +143,12 @@ def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: flo
                 stage_stats = StageStats(stage.index, stage.name, stage.num_shards)
                 stats.append(stage_stats)
                 results = job.results[stage.index] = _run_stage(job, stage, stage_stats)
+                stage_counters: dict[str, int] = {}
                 for result in results:
-                    merge(counters, result.counters)
+                    merge(stage_counters, result.counters)
                     stage_stats.add(result)
+                absent_fields.check_stage(f"stage {stage.index} ({stage.name})", stage_counters)
+                merge(counters, stage_counters)
                 for upstream in _finished_upstreams(physical, stage.index):
                     _remove_stage_outputs(run_url, upstream, config)
         idle = True

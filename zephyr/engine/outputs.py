@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from zephyr import counters
+from zephyr.engine import absent_fields
 from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.fs import atomic_write, join, open_url, remove_dead_temps, url_to_fs
@@ -56,6 +57,8 @@ class Scatter:
             self.spec, join(task.out_dir, "runs"), shard=task.shard, flush_bytes=task.memory_per_worker // 4
         )
         add = writer.add_batch if self.batches else writer.add
+        if fields := absent_fields.fields_read(self.spec.key, self.spec.sort_by):  # col("ts") as a key or sort key
+            stream = absent_fields.noting_fields(stream, fields, self.batches, f"shard {task.shard}")
         for item in stream:
             add(item)
         result.runs = writer.close()

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from zephyr.engine.absent_fields import note
 from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.expr import Expr
 from zephyr.engine.ops import preview
@@ -281,13 +282,18 @@ class _FieldCheck:
         return self.fn(record)
 
     def finish(self, where: str) -> None:
-        """A field that no record of the shard has: a typo or a field an earlier op dropped, not a
-        request for zero rows (polars raises ColumnNotFoundError the same way)."""
-        if self.missing and isinstance(self.first, dict):
-            raise BadInputError(
-                f"{self.step.name} in {where}: no record has field(s) {', '.join(map(repr, sorted(self.missing)))}; "
-                f"the first record has {', '.join(sorted(self.first)) or 'no fields'}. Fix the field name, or use "
-                f"a function filter (lambda r: ...) or col({sorted(self.missing)[0]!r}).is_null() if it is optional."
+        """Note the fields no record of the shard had (`zephyr.engine.absent_fields`): the stage fails when no
+        shard had one (a typo or a field an earlier op dropped, not a request for zero rows)."""
+        if isinstance(self.first, dict):
+            missing, first = sorted(self.missing), self.first
+            note(
+                self.columns,
+                missing,
+                lambda: (
+                    f"{self.step.name} in {where}: no record has field(s) {', '.join(map(repr, missing))}; the first "
+                    f"record has {', '.join(sorted(first)) or 'no fields'}. Fix the field name, or use a function "
+                    f"filter (lambda r: ...) or col({missing[0]!r}).is_null() if it is optional."
+                ),
             )
 
 

@@ -13,7 +13,7 @@ import traceback
 
 import cloudpickle
 
-from zephyr.engine import counters
+from zephyr.engine import absent_fields, counters
 from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.outputs import read_results
 from zephyr.engine.plan import Stage
@@ -62,7 +62,8 @@ def run_task(task: ShardTask) -> ShardResult:
             return _finish(result, started)
         stream = stage.input.open(task, result)
         try:
-            stage.output.write(stage.ops(stream, where), task, result)
+            with absent_fields.counted():  # fields a filter reads that a file or shard lacks: judged per stage
+                stage.output.write(stage.ops(stream, where), task, result)
         finally:
             close = getattr(stream, "close", None)  # settles an input's counts when the pipeline stopped early
             if close is not None:

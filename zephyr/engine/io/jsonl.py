@@ -12,6 +12,7 @@ import orjson
 import pyarrow as pa
 import zstandard
 
+from zephyr.engine.absent_fields import note
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import bad_file, bad_record
@@ -120,8 +121,8 @@ def jsonl_record_lists(url: str, *, skip: bool, compression: str | None) -> Iter
 def project_filter_lists(
     lists: Iterable[list[dict]], columns: Sequence[str] | None, filter: Expr | None, url: str = ""
 ) -> Iterator[list[dict]]:
-    """Filter, then project, each list. A filter field (read by value) that no record of the file has
-    raises once the file is read: a typo must not pass as a filter that matches nothing."""
+    """Filter, then project, each list. A filter field (read by value) that no record of the file has is
+    noted once the file is read (`zephyr.engine.absent_fields`): an error when no file read has it."""
     predicate = filter.compile() if filter is not None else None
     missing = set(filter.value_columns()) if filter is not None else set()
     first: dict | None = None
@@ -138,11 +139,15 @@ def project_filter_lists(
             records = [{c: r.get(c) for c in columns} for r in records]
         if records:
             yield records
-    if missing and first is not None:
-        raise BadInputError(
-            f"{url}: the filter {filter!r} reads field(s) {', '.join(map(repr, sorted(missing)))}, which no record of "
-            f"the file has (the first has {', '.join(sorted(first)) or 'no fields'}). Fix the field name, or use "
-            "col(...).is_null() for a field that is optional"
+    if filter is not None and first is not None:
+        note(
+            filter.value_columns(),
+            missing,
+            lambda: (
+                f"{url}: the filter {filter!r} reads field(s) {', '.join(map(repr, sorted(missing)))}, which no "
+                f"record of the file has (the first has {', '.join(sorted(first)) or 'no fields'}). Fix the field "
+                "name, or use col(...).is_null() for a field that is optional"
+            ),
         )
 
 

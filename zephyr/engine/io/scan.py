@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
+from zephyr.engine.absent_fields import note
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import bad_file, short_error
@@ -54,17 +55,21 @@ def unreadable_columnar_file(url: str, fs: Any, path: str, skip: bool, kind: str
 
 
 def check_filter_columns(url: str, filter: Expr | None, schema: pa.Schema) -> None:
-    """A filter over a field the file does not have at all matches nothing by accident (a typo): raise.
-    Fields only tested with is_null()/is_not_null() may be absent."""
+    """A filter over a field the file does not have at all: noted (`zephyr.engine.absent_fields`), an error
+    when no file read has it. Fields only tested with is_null()/is_not_null() may be absent."""
     if filter is None or not len(schema):
         return
-    missing = sorted(c for c in filter.value_columns() if schema.get_field_index(c) < 0)
-    if missing:
-        raise BadInputError(
+    fields = filter.value_columns()
+    missing = sorted(c for c in fields if schema.get_field_index(c) < 0)
+    note(
+        fields,
+        missing,
+        lambda: (
             f"{url}: the filter {filter!r} reads field(s) {', '.join(map(repr, missing))}, which the file does not "
-            f"have (its columns: {', '.join(schema.names)}). Fix the field name, or use col(...).is_null() for a field "
-            "that is optional"
-        )
+            f"have (its columns: {', '.join(schema.names)}). Fix the field name, or use col(...).is_null() for a "
+            "field that is optional"
+        ),
+    )
 
 
 def check_columns(url: str, columns: Sequence[str] | None, schema: pa.Schema) -> None:

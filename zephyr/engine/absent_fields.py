@@ -1,0 +1,96 @@
+"""Filters over fields that are absent: a typo when no record has the field, ordinary when some lack it.
+
+A filter reading a field that no record has would quietly keep nothing (`col("lagn") == "en"`), so that is
+an error, as in polars (ColumnNotFoundError). But a field absent from some files or shards only is
+ordinary: jsonl written by several sources, a `filter_reason` set on some documents only, so that a shard
+whose documents all passed has none. Judging file by file made `filter(col("lang") == "en")` fail on the
+one file without `lang`. So inside an engine task the readers and the pipeline only count, per file or
+shard they checked, which fields it lacked (`note`), and the driver judges each stage over all of them
+(`check_stage`): an error only when every file or shard checked lacked the field. Outside a task (a direct
+`read_records` of one file) that file is the whole input and `note` raises at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from zephyr import counters
+from zephyr.engine.errors import BadInputError
+
+__all__ = ["ABSENT", "check_stage", "counted", "fields_read", "note", "noting_fields"]
+
+ABSENT = "filter/parts_without_field:"  # files or shards a filter read that lacked the field (kept in the summary)
+_CHECKED = "filter/_parts_checked_for_field:"  # how many were checked (dropped once the stage is judged)
+_in_task: contextvars.ContextVar[bool] = contextvars.ContextVar("zephyr_absent_fields_counted", default=False)
+
+
+@contextlib.contextmanager
+def counted() -> Iterator[None]:
+    """Within the block (an engine task), `note` counts instead of raising."""
+    token = _in_task.set(True)
+    try:
+        yield
+    finally:
+        _in_task.reset(token)
+
+
+def note(fields: Iterable[str], missing: Iterable[str], message: Callable[[], str]) -> None:
+    """One file or shard with records was checked for the `fields` a filter reads by value; `missing` it lacked."""
+    absent = sorted(missing)
+    if not _in_task.get():
+        if absent:
+            raise BadInputError(message())
+        return
+    for field in fields:
+        counters.increment(_CHECKED + field)
+    for field in absent:
+        counters.increment(ABSENT + field)
+
+
+def check_stage(stage_name: str, stage_counters: dict[str, int]) -> None:
+    """Raise when every file or shard of the stage that a filter checked lacked a field it reads; drop the
+    check counts from `stage_counters` (what stays: how many lacked a field, when some did)."""
+    for key in [k for k in stage_counters if k.startswith(_CHECKED)]:
+        checked = stage_counters.pop(key)
+        field = key[len(_CHECKED) :]
+        if stage_counters.get(ABSENT + field, 0) >= checked:
+            raise BadInputError(
+                f"{stage_name}: no record has field {field!r}, which a filter, key or sort key reads (none of the "
+                f"{checked} file(s) or shard(s) read has it). Fix the field name, or use a function (lambda r: ...) "
+                f"or col({field!r}).is_null() if the field is optional."
+            )
+
+
+def fields_read(*fns: Any) -> set[str]:
+    """The fields that key or sort-key functions read by value: those of expressions (`col("ts")`)."""
+    names: set[str] = set()
+    for fn in fns:
+        value_columns = getattr(fn, "value_columns", None)
+        if callable(value_columns):
+            names |= set(value_columns())
+    return names
+
+
+def noting_fields(stream: Iterable[Any], fields: set[str], batches: bool, where: str) -> Iterator[Any]:
+    """Pass `stream` (records, or Arrow batches) through, then `note` which of `fields` none of them had."""
+    missing, first = set(fields), None
+    for item in stream:
+        if missing:
+            if batches:
+                if item.num_rows:
+                    missing -= set(item.schema.names)
+                    first = first if first is not None else item.schema.names
+            elif isinstance(item, dict):
+                missing -= item.keys()
+                first = first if first is not None else sorted(item)
+        yield item
+    if first is not None:
+        absent = sorted(missing)
+        note(
+            fields,
+            absent,
+            lambda: f"{where}: no record has field(s) {', '.join(map(repr, absent))}; the first has {', '.join(first)}",
+        )
