@@ -355,10 +355,21 @@ def _run_subcommand(args: argparse.Namespace, argv: list[str]) -> int:
     recorder = RunRecorder(command=["zephyr", *argv], write_empty=False)
     try:
         with open_run(recorder):
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            if code:  # the command printed its error and chose its exit code: the run failed, not "succeeded"
+                raise _CommandFailed(code)
+        return 0
+    except _CommandFailed as failed:
+        return failed.code
     finally:
         if recorder.record["jobs"]:
             print_run_summary(recorder.record)
+
+
+class _CommandFailed(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"the command exited with code {code} (its error is printed above)")
+        self.code = code
 
 
 def _report(prog: str, error: Exception, *, verbose: bool) -> int:

@@ -96,3 +96,30 @@ def test_verify_flags_stray_files_and_a_rerun_removes_them(inputs, scratch):
         assert not report.ok and any("stray file shards/00001/.tmp-" in p for p in report.problems)
         tokenize_dataset(glob, store)
     assert not dead.exists() and verify_store(store).ok
+
+
+def test_an_id_field_no_record_has_fails_and_keeps_the_store(inputs, scratch, capsys, monkeypatch):
+    """`--id-field nope` exited 0 and wrote `id: None` for every document of the store's index."""
+    monkeypatch.setenv("ZEPHYR_SCRATCH", scratch)
+    store = inputs / "store"
+    glob = str(inputs / "in" / "*.jsonl.zst")
+    assert _cli(["tokenize", glob, str(store), "--backend", "local", "--id-field", "source"]) == 0
+    before = _snapshot(store)
+    capsys.readouterr()
+    assert _cli(["tokenize", glob, str(store), "--backend", "local", "--id-field", "nope"]) == 2
+    assert "no record has field 'nope'" in capsys.readouterr().err
+    # the live store stays (shards staged in .next/ for a replacement are kept for a rerun to resume, as for
+    # any failed replacement)
+    assert {k: v for k, v in _snapshot(store).items() if not k.startswith(".next/")} == before
+    assert verify_store(store).ok
+
+
+def test_a_failed_tokenize_is_reported_as_failed_not_succeeded(inputs, scratch, capsys, monkeypatch):
+    """The command printed its error and exited 2, then its summary said "zephyr tokenize succeeded"."""
+    from zephyr.cli import main
+
+    monkeypatch.setenv("ZEPHYR_SCRATCH", scratch)
+    glob = str(inputs / "in" / "*.jsonl.zst")
+    assert main(["tokenize", glob, str(inputs / "store"), "--backend", "local", "--text-field", "body"]) == 2
+    err = capsys.readouterr().err
+    assert "zephyr tokenize failed in" in err and "succeeded" not in err

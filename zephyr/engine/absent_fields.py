@@ -58,9 +58,9 @@ def check_stage(stage_name: str, stage_counters: dict[str, int]) -> None:
         field = key[len(_CHECKED) :]
         if stage_counters.get(ABSENT + field, 0) >= checked:
             raise BadInputError(
-                f"{stage_name}: no record has field {field!r}, which a filter, key or sort key reads (none of the "
-                f"{checked} file(s) or shard(s) read has it). Fix the field name, or use a function (lambda r: ...) "
-                f"or col({field!r}).is_null() if the field is optional."
+                f"{stage_name}: no record has field {field!r}, which a filter, key or sort key (or a field named "
+                f"for ids) reads (none of the {checked} file(s) or shard(s) read has it). Fix the field name, or use "
+                f"a function (lambda r: ...) or col({field!r}).is_null() if the field is optional."
             )
 
 

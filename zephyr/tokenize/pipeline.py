@@ -34,6 +34,7 @@ from typing import Any
 
 import xxhash
 
+from zephyr.engine import absent_fields
 from zephyr.engine.errors import BadInputError
 from zephyr.versioning import read_marker
 
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 _BATCH_DOCS = 256
+DEFAULT_ID_FIELD = "id"  # optional in the inputs (ids then read as None); any other field named must exist
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class TokenizeConfig:
 
     tokenizer: TokenizerSpec = field(default_factory=TokenizerSpec)
     text_field: str = "text"
-    id_field: str = "id"
+    id_field: str = DEFAULT_ID_FIELD
     add_bos: bool = False
     add_eos: bool = True
     validation_fraction: float = 0.0
@@ -180,10 +182,12 @@ def write_store_shard(
             to_val.clear()
             ids.clear()
 
+        has_id = False
         for record in records:
             if seen == 0:
                 first_record = record
             seen += 1
+            has_id = has_id or (isinstance(record, dict) and record.get(id_field) is not None)
             text = record.get(text_field) if isinstance(record, dict) else None
             if not isinstance(text, str):
                 skipped["missing_text"] += 1
@@ -202,6 +206,12 @@ def write_store_shard(
                 flush()
         if seen and skipped["missing_text"] == seen:
             raise BadInputError(_no_text_message(source, text_field, seen, first_record, format))
+        if seen and id_field != DEFAULT_ID_FIELD:  # ids are optional, but a field named for them must exist
+            absent_fields.note(
+                [id_field],
+                [] if has_id else [id_field],
+                lambda: f"{source}: none of its {seen} records has the id field {id_field!r}",
+            )
         if texts:
             flush()
         train = train_writer.close(skipped=skipped)
@@ -276,7 +286,7 @@ def tokenize_dataset(
     *,
     tokenizer: str | TokenizerSpec = "smollm2",
     text_field: str = "text",
-    id_field: str = "id",
+    id_field: str = DEFAULT_ID_FIELD,
     add_bos: bool = False,
     add_eos: bool = True,
     validation_fraction: float = 0.0,
