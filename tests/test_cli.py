@@ -104,6 +104,7 @@ def test_misplaced_engine_flag_is_named(tmp_path):
         (["run", "--memory-per-worker", "lots", "x.py"], "cannot read 'lots' as a size"),
         (["run", "--scratch", "/proc/nope", "x.py"], "cannot use '/proc/nope' as scratch space"),
         (["run", "--workers", "0", "x.py"], "--workers: must be at least 1"),
+        (["run", "--workers", "-1", "x.py"], "--workers: must be at least 1, got -1"),  # was "unknown option '-1'"
         (["run", "--add", "3", "x.py"], "unknown engine option '--add'"),
         (["run", "recipes/nemotron_cc.py", "--weights", "medium=abc"], "--weights: medium='abc' is not a number"),
         (["tokenize", "a.jsonl", "out", "--workers", "0"], "--workers: must be at least 1"),
@@ -229,3 +230,37 @@ def test_every_engine_option_with_a_value_is_split_before_the_script(tmp_path):
                 value = "auto"
             args = _parse(parser, ["run", flag, value, "script.py", "--mine", "2"])
             assert args.script == "script.py" and args.args == ["--mine", "2"], flag
+
+
+def test_a_usage_error_of_the_script_leaves_no_run_record(tmp_path):
+    """The engine flag after the script (meant as a dry run) wrote ./.zephyr/_runs/<id>.json (status failed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ZEPHYR_RUNS", "ZEPHYR_SCRATCH")}
+    result = subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", "run", str(REPO / "recipes" / "nemotron_cc.py"), "--dry-run"]
+        + ["--output", "X"],
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2 and "engine options go before the script path" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_zephyr_verbosity_from_the_environment_is_kept_without_q_or_v(tmp_path):
+    """`ZEPHYR_VERBOSITY=-1 zephyr run ...` printed stage lines, the summary table and 'succeeded'."""
+    script = tmp_path / "quiet.py"
+    script.write_text(
+        "from zephyr import Dataset\n\ndef main():\n    Dataset.from_list([{'a': 1}], num_shards=1).collect()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ZEPHYR_VERBOSITY": "-1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", "run", "--backend", "local", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0 and result.stderr == "" and result.stdout == "", result.stderr

@@ -308,7 +308,11 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     value_flags = tuple(s for a in options if a.nargs != 0 for s in a.option_strings)
     known = value_flags + tuple(s for a in options if a.nargs == 0 for s in a.option_strings)
     engine, script, script_args = _split_run_argv(argv[position + 1 :], value_flags)
-    unknown = [t for t in engine if t.startswith("-") and t.split("=", 1)[0] not in known]
+    unknown = [  # a value (`--workers -1`) is not an option
+        t
+        for i, t in enumerate(engine)
+        if t.startswith("-") and t.split("=", 1)[0] not in known and not (i and engine[i - 1] in value_flags)
+    ]
     if unknown:
         run_parser.error(
             f"unknown engine option {unknown[0]!r} before the script path; the script's own options go after "
@@ -321,7 +325,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from zephyr.engine.progress import set_verbosity
+    from zephyr.engine.progress import set_verbosity, verbosity
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -331,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     verbose, quiet = getattr(args, "verbose", False), getattr(args, "quiet", False)
-    set_verbosity(1 if verbose else -1 if quiet else 0)
+    set_verbosity(1 if verbose else -1 if quiet else verbosity())  # without -v/-q: $ZEPHYR_VERBOSITY
     prog = f"zephyr {args.command}"
     try:
         if args.command == "run":

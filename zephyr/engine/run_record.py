@@ -269,6 +269,8 @@ def open_run(recorder: RunRecorder, *, fallback_dir: str | None = None) -> Itera
         recorder.finish("interrupted", error, fallback_dir=fallback_dir)
         raise
     except BaseException as error:
+        if isinstance(error, SystemExit) and error.code == 2 and not recorder.record["steps"]:
+            recorder.write_empty = False  # a usage error (argparse) before any work: nothing ran to record
         if isinstance(error, SystemExit) and not error.code:
             recorder.finish("succeeded", fallback_dir=fallback_dir)
         else:
