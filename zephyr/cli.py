@@ -383,7 +383,7 @@ def _report(prog: str, error: Exception, *, verbose: bool) -> int:
 
     # read-only, full or forbidden storage met by a script's own code (a recipe building its sample) is the
     # machine's, not a bug: one line naming the path, as the engine reports it for its own reads and writes
-    error = storage_error(error, "a file the command reads or writes") or error
+    original, error = error, storage_error(error, "a file the command reads or writes") or error
     known = isinstance(error, ZephyrError) or type(error).__name__ in (
         "ConfigError",
         "AblationConfigError",
@@ -392,7 +392,7 @@ def _report(prog: str, error: Exception, *, verbose: bool) -> int:
     if not known:
         raise error
     if verbose:
-        traceback.print_exception(error)
+        traceback.print_exception(original)
     # a UserCodeError's message carries the user's own traceback (the useful part); the engine's frames
     # around it are left out
     print(f"{prog}: error: {type(error).__name__}: {str(error).strip()}", file=sys.stderr)

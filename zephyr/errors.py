@@ -65,21 +65,21 @@ _STORAGE_ERRNOS = {
 }
 
 
-def storage_error(error: BaseException, where: str) -> StorageError | RefusedError | None:
+def storage_error(error: BaseException, where: str, path: str | None = None) -> StorageError | RefusedError | None:
     """The one place that tells the environment's failures from the user's: a `StorageError` naming
     `where` and the path when `error` (or an error it was raised from) is such an OSError, the
-    `RefusedError` itself when it is (or was raised from) one, else None."""
+    `RefusedError` or `StorageError` itself when it is (or was raised from) one, else None."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, RefusedError):
-            return current
+        if isinstance(current, RefusedError | StorageError):
+            return current  # classified already, with the path where it was known
         if isinstance(current, OSError) and current.errno in _STORAGE_ERRNOS:
             what, fix = _STORAGE_ERRNOS[current.errno]
-            path = current.filename or "(path not reported)"
+            named = current.filename or path or "(path not reported)"  # `path`: the file being written
             return StorageError(
-                f"{where}: {what}: {path} ({current.strerror or current}). This is the machine's "
+                f"{where}: {what}: {named} ({current.strerror or current}). This is the machine's "
                 f"storage, not the data or the code: {fix}; then rerun (finished shards are kept)."
             )
         current = current.__cause__ or current.__context__

@@ -132,5 +132,16 @@ def test_a_recipe_on_unusable_storage_is_one_line_naming_the_path(tmp_path, stor
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
         what = "read-only file system" if storage == "read-only" else "no space left on the device"
-        assert f"StorageError: a file the command reads or writes: {what}: {disk / 'out'}" in lines[0]
+        assert "StorageError: " in lines[0] and f"{what}: {disk / 'out'}" in lines[0], lines[0]
         assert not list(disk.rglob(".tmp-*"))
+
+
+def test_a_full_scratch_disk_is_a_storage_error_naming_the_file_not_a_pickling_error(tmp_path):
+    """Writing the stage to a full scratch said "cannot be shipped to workers ... must be picklable" (PlanError)."""
+    with _small_tmpfs(tmp_path / "scratch", "64k") as scratch:
+        records = [{"text": "z" * 1000 + str(i)} for i in range(300)]  # the stage holds them: ~300 KB pickled
+        with (
+            execution(backend="local", scratch=str(scratch), summary=False, progress=False),
+            pytest.raises(StorageError, match=r"writing stage 0 to the scratch: no space left on the device: .*stage-0"),
+        ):
+            Dataset.from_list(records, num_shards=1).collect()

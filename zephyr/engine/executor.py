@@ -39,7 +39,7 @@ from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import ReducePiece, RunFile, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.worker import ShardResult, ShardTask, read_results
-from zephyr.errors import RefusedError, StorageError
+from zephyr.errors import RefusedError, StorageError, storage_error
 from zephyr.fs import atomic_write, join, missing_files, url_to_fs
 from zephyr.progress import log
 from zephyr.versioning import read_marker, write_marker
@@ -256,6 +256,8 @@ def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
         try:
             cloudpickle.dump(stage, handle)
         except Exception as error:  # noqa: BLE001
+            if environment := storage_error(error, f"writing stage {stage.index} to the scratch", stage_pickle):
+                raise environment from None  # a full or read-only scratch disk, not an unpicklable function
             raise PlanError(
                 f"stage {stage.index} ({stage.name}) cannot be shipped to workers: {type(error).__name__}: "
                 f"{error}. Functions and the objects they hold must be picklable with cloudpickle; create "
