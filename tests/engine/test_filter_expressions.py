@@ -71,7 +71,7 @@ def test_a_field_some_files_lack_is_read_as_null_not_an_error(scratch, tmp_path,
     with execution(backend="local", scratch=scratch, summary=False, progress=False):
         run = Dataset.from_files(str(tmp_path / f"*.{ext}")).filter(col("lang") == "en").execute()
     assert [r["text"] for r in run.outputs] == ["a"]
-    assert run.counters["filter/parts_without_field:lang"] == 1  # counted, and shown in the summary
+    assert run.counters["fields/parts_without:lang"] == 1  # counted, and shown in the summary
     assert not [k for k in run.counters if "_parts_checked" in k]
 
 

@@ -1,4 +1,4 @@
-"""Filters over fields that are absent: a typo when no record has the field, ordinary when some lack it.
+"""Fields read by value that are absent: a typo when no record has the field, ordinary when some lack it.
 
 A filter reading a field that no record has would quietly keep nothing (`col("lagn") == "en"`), so that is
 an error, as in polars (ColumnNotFoundError). But a field absent from some files or shards only is
@@ -7,7 +7,8 @@ whose documents all passed has none. Judging file by file made `filter(col("lang
 one file without `lang`. So inside an engine task the readers and the pipeline only count, per file or
 shard they checked, which fields it lacked (`note`), and the driver judges each stage over all of them
 (`check_stage`): an error only when every file or shard checked lacked the field. Outside a task (a direct
-`read_records` of one file) that file is the whole input and `note` raises at once.
+`read_records` of one file) that file is the whole input and `note` raises at once. The same goes for a
+field a key or sort key reads (`group_by("lang")`, `sort("ts")`) and a field named for document ids.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from zephyr.engine.errors import BadInputError
 
 __all__ = ["ABSENT", "check_stage", "counted", "fields_read", "note", "noting_fields"]
 
-ABSENT = "filter/parts_without_field:"  # files or shards a filter read that lacked the field (kept in the summary)
-_CHECKED = "filter/_parts_checked_for_field:"  # how many were checked (dropped once the stage is judged)
+ABSENT = "fields/parts_without:"  # files or shards read that lacked the field (kept in the summary)
+_CHECKED = "fields/_parts_checked:"  # how many were checked (dropped once the stage is judged)
 _in_task: contextvars.ContextVar[bool] = contextvars.ContextVar("zephyr_absent_fields_counted", default=False)
 
 
@@ -38,7 +39,7 @@ def counted() -> Iterator[None]:
 
 
 def note(fields: Iterable[str], missing: Iterable[str], message: Callable[[], str]) -> None:
-    """One file or shard with records was checked for the `fields` a filter reads by value; `missing` it lacked."""
+    """One file or shard with records was checked for the `fields` read by value; `missing` it lacked."""
     absent = sorted(missing)
     if not _in_task.get():
         if absent:
@@ -51,7 +52,7 @@ def note(fields: Iterable[str], missing: Iterable[str], message: Callable[[], st
 
 
 def check_stage(stage_name: str, stage_counters: dict[str, int]) -> None:
-    """Raise when every file or shard of the stage that a filter checked lacked a field it reads; drop the
+    """Raise when every file or shard of the stage that was checked lacked a field read by value; drop the
     check counts from `stage_counters` (what stays: how many lacked a field, when some did)."""
     for key in [k for k in stage_counters if k.startswith(_CHECKED)]:
         checked = stage_counters.pop(key)
