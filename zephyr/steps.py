@@ -25,6 +25,7 @@ outside a step (building a sample) asks `would_write(...)` first.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import time
@@ -178,7 +179,7 @@ class StepRunner:
         ends; a run that died leaves one that the next run takes over."""
         if self._root_lock is None:
             release = hold_folder(self.root, "recipe output folder")
-            self._root_lock = weakref.finalize(self, release) if release is not None else False
+            self._root_lock = weakref.finalize(self, _release_quietly, release) if release is not None else False
 
     def _plan(
         self,
@@ -290,6 +291,13 @@ def _run_replacing(
         if fs.exists(target_path):
             fs.mv(target_path, url_to_fs(path)[1], recursive=True)
     return summary, seconds
+
+
+def _release_quietly(release: Callable[[], None]) -> None:
+    """Release a root lock when its runner goes or at exit, when a bucket's client may be shut down already:
+    a lock left behind is taken over by the next run on this machine (its pid is gone)."""
+    with contextlib.suppress(Exception):
+        release()
 
 
 def _version(name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str, Any]) -> str:
