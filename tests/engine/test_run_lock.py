@@ -107,3 +107,26 @@ def test_a_bucket_output_is_locked_with_a_create_if_absent_object(s3_env, scratc
         fs.rm_file(lock_path)
         Dataset.from_list([3]).map(lambda x: {"x": x}).write_jsonl(out + "/other-{shard}.jsonl")
         assert not fs.exists(lock_path)
+
+
+def _write_one(path, *, config):
+    from zephyr.fs import open_url
+
+    with open_url(path + "/one.txt", "w", compression=None) as handle:
+        handle.write("1")
+    return {"ok": 1}
+
+
+def test_a_recipe_root_in_a_bucket_is_locked_while_its_step_runner_lives(s3_env, scratch):
+    from zephyr.steps import StepRunner
+
+    bucket = s3_env.create_bucket("us-east-1")
+    root = f"s3://{bucket}/recipe"
+    fs, lock_path = url_to_fs(f"{root}/{LOCK_NAME}")
+    with execution(backend="local", scratch=scratch, summary=False, progress=False):
+        runner = StepRunner(root)
+        assert runner.run("one", _write_one, config={}).summary == {"ok": 1}
+        assert fs.exists(lock_path)
+        del runner
+        fs.invalidate_cache()
+        assert not fs.exists(lock_path)
