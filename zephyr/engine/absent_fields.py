@@ -21,7 +21,7 @@ from typing import Any
 from zephyr import counters
 from zephyr.engine.errors import BadInputError
 
-__all__ = ["ABSENT", "check_stage", "counted", "fields_read", "note", "noting_fields"]
+__all__ = ["ABSENT", "FieldPresence", "check_stage", "counted", "fields_read", "note", "noting_fields"]
 
 ABSENT = "fields/parts_without:"  # files or shards read that lacked the field (kept in the summary)
 _CHECKED = "fields/_parts_checked:"  # how many were checked (dropped once the stage is judged)
@@ -65,6 +65,40 @@ def check_stage(stage_name: str, stage_counters: dict[str, int]) -> None:
             )
 
 
+class FieldPresence:
+    """Which of `fields` no record of a file or shard had so far, and its first record (the message names its
+    fields). Once every field has appeared, `see` costs one test per record."""
+
+    __slots__ = ("fields", "missing", "first")
+
+    def __init__(self, fields: Iterable[str]) -> None:
+        self.fields = frozenset(fields)
+        self.reset()
+
+    def reset(self) -> None:
+        self.missing = set(self.fields)
+        self.first: Any = None
+
+    def see(self, record: Any) -> None:
+        if self.missing:
+            if self.first is None:
+                self.first = record
+            if isinstance(record, dict):
+                self.missing -= record.keys()
+
+    def see_batch(self, batch: Any) -> None:
+        """An Arrow batch: its columns are its records' fields."""
+        if self.missing and batch.num_rows:
+            self.see(dict.fromkeys(batch.schema.names))
+
+    def note(self, message: Callable[[list[str], dict], str]) -> None:
+        """At the end of the file or shard: `note` which fields none of its records had; `message(missing,
+        first)` says so when it is an error at once. A file or shard without dict records says nothing."""
+        if isinstance(self.first, dict):
+            missing, first = sorted(self.missing), self.first
+            note(self.fields, missing, lambda: message(missing, first))
+
+
 def fields_read(*fns: Any) -> set[str]:
     """The fields that key or sort-key functions read by value: those of expressions (`col("ts")`)."""
     names: set[str] = set()
@@ -77,21 +111,13 @@ def fields_read(*fns: Any) -> set[str]:
 
 def noting_fields(stream: Iterable[Any], fields: set[str], batches: bool, where: str) -> Iterator[Any]:
     """Pass `stream` (records, or Arrow batches) through, then `note` which of `fields` none of them had."""
-    missing, first = set(fields), None
+    presence = FieldPresence(fields)
+    see = presence.see_batch if batches else presence.see
     for item in stream:
-        if missing:
-            if batches:
-                if item.num_rows:
-                    missing -= set(item.schema.names)
-                    first = first if first is not None else item.schema.names
-            elif isinstance(item, dict):
-                missing -= item.keys()
-                first = first if first is not None else sorted(item)
+        see(item)
         yield item
-    if first is not None:
-        absent = sorted(missing)
-        note(
-            fields,
-            absent,
-            lambda: f"{where}: no record has field(s) {', '.join(map(repr, absent))}; the first has {', '.join(first)}",
+    presence.note(
+        lambda missing, first: (
+            f"{where}: no record has field(s) {', '.join(map(repr, missing))}; the first has {', '.join(sorted(first))}"
         )
+    )

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from zephyr.engine.absent_fields import note
+from zephyr.engine.absent_fields import FieldPresence
 from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.expr import Expr
 from zephyr.engine.ops import preview
@@ -261,40 +261,32 @@ def _fuse(steps: list[RecordStep]) -> Segment:
 
 class _FieldCheck:
     """An expression filter's predicate that also notes which of the fields it reads by value appear in
-    the records it sees, until all have appeared (then it costs one attribute test per record)."""
+    the records it sees (`zephyr.engine.absent_fields.FieldPresence`)."""
 
     def __init__(self, step: Keep) -> None:
         self.step = step
         self.columns = frozenset(step.predicate.value_columns())
         self.fn = step.predicate.compile()
-        self.reset()
+        self.presence = FieldPresence(self.columns)
 
     def reset(self) -> None:
-        self.missing = set(self.columns)
-        self.first: Any = None
+        self.presence.reset()
 
     def __call__(self, record: Any) -> Any:
-        if self.missing:
-            if self.first is None:
-                self.first = record
-            if isinstance(record, dict):
-                self.missing -= record.keys()
+        if self.presence.missing:
+            self.presence.see(record)
         return self.fn(record)
 
     def finish(self, where: str) -> None:
-        """Note the fields no record of the shard had (`zephyr.engine.absent_fields`): the stage fails when no
-        shard had one (a typo or a field an earlier op dropped, not a request for zero rows)."""
-        if isinstance(self.first, dict):
-            missing, first = sorted(self.missing), self.first
-            note(
-                self.columns,
-                missing,
-                lambda: (
-                    f"{self.step.name} in {where}: no record has field(s) {', '.join(map(repr, missing))}; the first "
-                    f"record has {', '.join(sorted(first)) or 'no fields'}. Fix the field name, or use a function "
-                    f"filter (lambda r: ...) or col({missing[0]!r}).is_null() if it is optional."
-                ),
+        """Note the fields no record of the shard had: the stage fails when no shard had one (a typo or a
+        field an earlier op dropped, not a request for zero rows)."""
+        self.presence.note(
+            lambda missing, first: (
+                f"{self.step.name} in {where}: no record has field(s) {', '.join(map(repr, missing))}; the first "
+                f"record has {', '.join(sorted(first)) or 'no fields'}. Fix the field name, or use a function "
+                f"filter (lambda r: ...) or col({missing[0]!r}).is_null() if it is optional."
             )
+        )
 
 
 @dataclass(frozen=True)

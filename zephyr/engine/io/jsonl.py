@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 import zstandard
 
-from zephyr.engine.absent_fields import note
+from zephyr.engine.absent_fields import FieldPresence
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import bad_file, bad_record
@@ -124,31 +124,25 @@ def project_filter_lists(
     """Filter, then project, each list. A filter field (read by value) that no record of the file has is
     noted once the file is read (`zephyr.engine.absent_fields`): an error when no file read has it."""
     predicate = filter.compile() if filter is not None else None
-    missing = set(filter.value_columns()) if filter is not None else set()
-    first: dict | None = None
+    presence = FieldPresence(filter.value_columns() if filter is not None else ())
     for records in lists:
-        if missing and records:
-            first = first if first is not None else records[0]
-            for record in records:
-                missing -= record.keys()
-                if not missing:
-                    break
+        for record in records:
+            if not presence.missing:
+                break
+            presence.see(record)
         if predicate is not None:
             records = [r for r in records if predicate(r) is True]
         if columns is not None:
             records = [{c: r.get(c) for c in columns} for r in records]
         if records:
             yield records
-    if filter is not None and first is not None:
-        note(
-            filter.value_columns(),
-            missing,
-            lambda: (
-                f"{url}: the filter {filter!r} reads field(s) {', '.join(map(repr, sorted(missing)))}, which no "
-                f"record of the file has (the first has {', '.join(sorted(first)) or 'no fields'}). Fix the field "
-                "name, or use col(...).is_null() for a field that is optional"
-            ),
+    presence.note(
+        lambda missing, first: (
+            f"{url}: the filter {filter!r} reads field(s) {', '.join(map(repr, missing))}, which no record of the "
+            f"file has (the first has {', '.join(sorted(first)) or 'no fields'}). Fix the field name, or use "
+            "col(...).is_null() for a field that is optional"
         )
+    )
 
 
 # ------------------------------------------------------------------------------------------------
