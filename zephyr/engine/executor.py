@@ -249,7 +249,7 @@ class _Pending:
 
 
 def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
-    config, backend, progress, stage_results = job.config, job.backend, job.progress, job.results
+    config, backend, progress = job.config, job.backend, job.progress
     stage_url = join(job.run_url, f"stage-{stage.index}")
     stage_pickle = join(job.run_url, f"stage-{stage.index}.pkl")
     with atomic_write(stage_pickle, "wb", compression=None) as handle:
@@ -263,12 +263,11 @@ def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
                 f"{error}. Functions and the objects they hold must be picklable with cloudpickle; create "
                 "clients, models and open files inside the function (e.g. in map_shard) instead."
             ) from error
-    upstream_runs = tuple(tuple(run for result in stage_results[i] for run in result.runs) for i in stage.upstream)
     # reduce tasks from the scatter sidecars' bytes per target: a large target is split into key-hash
     # ranges, small neighbours are packed together (plan_tasks); tasks start largest first, so a skewed one
     # does not start last and straggle. The stage then has one output shard per task: sinks' {total}, the
     # stage's stats and the progress count tasks, not the planned targets
-    sizes = target_bytes(upstream_runs, stage.num_shards)
+    sizes = target_bytes(_upstream_runs(job, stage), stage.num_shards)
     reduce_plan = _reduce_plan(job, stage, sizes) if getattr(stage.input, "splittable", False) else None
     num_tasks = len(reduce_plan) if reduce_plan else stage.num_shards
     expected_bytes = [task_bytes(sizes, task) for task in reduce_plan] if reduce_plan else sizes
@@ -283,8 +282,9 @@ def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
         del done[shard]  # a checkpoint is only as good as the files it lists: rerun the shard
     job.resumed[stage.index] = set(done)
     stats.resumed_shards = len(done)
-    if len(done) < num_tasks and _restore_upstream_runs(job, stage):
-        upstream_runs = tuple(tuple(run for result in stage_results[i] for run in result.runs) for i in stage.upstream)
+    if len(done) < num_tasks:
+        _restore_upstream_runs(job, stage)
+    upstream_runs = _upstream_runs(job, stage)  # after a restore: the remade runs
     if hasattr(backend, "prepare") and len(done) < num_tasks:
         backend.prepare(stage_request(stage))  # workers of the shape this stage's ops ask for
     progress.start_stage(shown, resumed=len(done))
@@ -425,11 +425,15 @@ def _lost_shards(
     return lost
 
 
-def _restore_upstream_runs(job: _Job, stage: Stage) -> bool:
-    """Rerun the upstream shards, taken from checkpoints, whose shuffle runs `stage` needs and that are gone;
-    True if any were. The reduce plan stays the one made from the checkpoints: its pieces name targets and
-    key-hash ranges, which any rerun of the same shards fills the same way."""
-    restored = False
+def _upstream_runs(job: _Job, stage: Stage) -> tuple[tuple[RunFile, ...], ...]:
+    """The shuffle runs `stage` reads, per upstream stage."""
+    return tuple(tuple(run for result in job.results[i] for run in result.runs) for i in stage.upstream)
+
+
+def _restore_upstream_runs(job: _Job, stage: Stage) -> None:
+    """Rerun the upstream shards, taken from checkpoints, whose shuffle runs `stage` needs and that are gone.
+    The reduce plan stays the one made from the checkpoints: its pieces name targets and key-hash ranges,
+    which any rerun of the same shards fills the same way."""
     for index in stage.upstream:
         checkpointed = {r.shard: r for r in job.results[index] if r.shard in job.resumed.get(index, ())}
         lost = _lost_shards(job.physical.stages[index], checkpointed, lambda result: [run.url for run in result.runs])
@@ -439,8 +443,6 @@ def _restore_upstream_runs(job: _Job, stage: Stage) -> bool:
         for shard in lost:
             _remove(_done_url(join(job.run_url, f"stage-{index}"), shard))
         job.results[index] = _run_stage(job, upstream, StageStats(upstream.index, upstream.name, upstream.num_shards))
-        restored = True
-    return restored
 
 
 def _load_done(stage_url: str, shard: int, fingerprint: str) -> ShardResult | None:
