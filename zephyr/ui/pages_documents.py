@@ -122,38 +122,23 @@ def render_documents(root: Root, data: dict) -> str:
         cells.append(f"<span class=text>{_preview(r.get('text'))}</span>")
         body.append(cells)
     off, lim = data["offset"], data["limit"]
+
+    def page(offset: int) -> str:  # this listing (dataset, file, filter, search) from another offset
+        return url(
+            "/documents",
+            dataset=dataset,
+            file=data.get("file"),
+            filter=data.get("filter_text"),
+            q=data.get("q"),
+            offset=offset,
+            limit=lim,
+        )
+
     nav = []
     if off > 0:
-        nav.append(
-            link(
-                url(
-                    "/documents",
-                    dataset=dataset,
-                    file=data.get("file"),
-                    filter=data.get("filter_text"),
-                    q=data.get("q"),
-                    offset=max(0, off - lim),
-                    limit=lim,
-                ),
-                "← previous",
-            )
-        )
+        nav.append(link(page(max(0, off - lim)), "← previous"))
     if data["has_more"]:
-        nav.append(
-            link(
-                url(
-                    "/documents",
-                    dataset=dataset,
-                    file=data.get("file"),
-                    filter=data.get("filter_text"),
-                    q=data.get("q"),
-                    offset=off + lim,
-                    limit=lim,
-                ),
-                "next →",
-                id="next",
-            )
-        )
+        nav.append(link(page(off + lim), "next →", id="next"))
     shown = f"rows {off + 1 if rows else 0}–{off + len(rows)}" + (
         f" of {fmt(data['total'])}" if data["total"] is not None else ""
     )
