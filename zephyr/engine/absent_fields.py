@@ -113,9 +113,12 @@ def noting_fields(stream: Iterable[Any], fields: set[str], batches: bool, where:
     """Pass `stream` (records, or Arrow batches) through, then `note` which of `fields` none of them had."""
     presence = FieldPresence(fields)
     see = presence.see_batch if batches else presence.see
-    for item in stream:
+    items = iter(stream)
+    for item in items:
         see(item)
         yield item
+        if not presence.missing:
+            yield from items  # every field has appeared: the rest of the shuffle's input passes untouched
     presence.note(
         lambda missing, first: (
             f"{where}: no record has field(s) {', '.join(map(repr, missing))}; the first has {', '.join(sorted(first))}"
