@@ -591,45 +591,45 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
             f"--output {config.output!r} is remote, but the token store must be a local directory (it is "
             "memory-mapped by the trainer); pass --store /local/dir as well"
         )
-    runner = StepRunner(config.output, force=config.force)
-    steps: dict[str, StepOutput] = {}
-    if config.input:
-        warcs: StepOutput | str | list[str] = config.input[0] if len(config.input) == 1 else list(config.input)
-    else:
-        data_dir = Path(config.data_dir) if config.data_dir else default_data_dir()
-        if not data_dir.is_dir():
-            raise FileNotFoundError(
-                f"no --input given and the real pages the default sample is built from are not at {data_dir}; "
-                "pass WARC files: zephyr run recipes/common_crawl.py --input 'path/or/bucket/*.warc.gz'"
-            )
-        sample_config = SampleConfig.from_data_dir(data_dir, max_pages=config.sample_pages)
-        steps["sample"] = warcs = runner.run("sample", build_sample_warc, config=sample_config)
-    fuzzy = FuzzyDedupConfig(threshold=config.fuzzy_threshold, num_shards=config.num_shards)
-    chain = [
-        ("extract", extract_step, ExtractStep(), "warcs"),
-        ("langid", langid_step, config.language_id(), "docs"),
-        ("quality", quality_step, QualityFilter(), "docs"),
-        ("pii", pii_step, PiiRedactor(), "docs"),
-        ("exact_dedup", exact_dedup_step, {"num_shards": config.num_shards}, "docs"),
-        ("fuzzy_dedup", fuzzy_dedup_step, fuzzy, "docs"),
-    ]
-    upstream: StepOutput | str | list[str] = warcs
-    for name, fn, step_config, input_name in chain:
-        upstream = steps[name] = runner.run(name, fn, config=step_config, inputs={input_name: upstream})
-        if not upstream.planned and upstream.summary["documents_out"] == 0:  # planned: a dry run's
-            raise EmptyCorpusError(
-                f"no documents left after step {name!r} ({upstream.summary['documents_in']:,} in; dropped: "
-                f"{_counts(upstream.summary['dropped'])}; see {upstream.path}). Nothing to tokenize: check "
-                "--input and the filter settings (--languages, --min-language-score)"
-            )
-    steps["tokenize"] = runner.run(
-        "tokenize",
-        tokenize_step,
-        config=TokenizeStep(config.tokenizer, config.store),
-        inputs={"docs": steps["fuzzy_dedup"]},
-    )
-    runner.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
-    return RecipeResult(steps, config)
+    with StepRunner(config.output, force=config.force) as runner:
+        steps: dict[str, StepOutput] = {}
+        if config.input:
+            warcs: StepOutput | str | list[str] = config.input[0] if len(config.input) == 1 else list(config.input)
+        else:
+            data_dir = Path(config.data_dir) if config.data_dir else default_data_dir()
+            if not data_dir.is_dir():
+                raise FileNotFoundError(
+                    f"no --input given and the real pages the default sample is built from are not at {data_dir}; "
+                    "pass WARC files: zephyr run recipes/common_crawl.py --input 'path/or/bucket/*.warc.gz'"
+                )
+            sample_config = SampleConfig.from_data_dir(data_dir, max_pages=config.sample_pages)
+            steps["sample"] = warcs = runner.run("sample", build_sample_warc, config=sample_config)
+        fuzzy = FuzzyDedupConfig(threshold=config.fuzzy_threshold, num_shards=config.num_shards)
+        chain = [
+            ("extract", extract_step, ExtractStep(), "warcs"),
+            ("langid", langid_step, config.language_id(), "docs"),
+            ("quality", quality_step, QualityFilter(), "docs"),
+            ("pii", pii_step, PiiRedactor(), "docs"),
+            ("exact_dedup", exact_dedup_step, {"num_shards": config.num_shards}, "docs"),
+            ("fuzzy_dedup", fuzzy_dedup_step, fuzzy, "docs"),
+        ]
+        upstream: StepOutput | str | list[str] = warcs
+        for name, fn, step_config, input_name in chain:
+            upstream = steps[name] = runner.run(name, fn, config=step_config, inputs={input_name: upstream})
+            if not upstream.planned and upstream.summary["documents_out"] == 0:  # planned: a dry run's
+                raise EmptyCorpusError(
+                    f"no documents left after step {name!r} ({upstream.summary['documents_in']:,} in; dropped: "
+                    f"{_counts(upstream.summary['dropped'])}; see {upstream.path}). Nothing to tokenize: check "
+                    "--input and the filter settings (--languages, --min-language-score)"
+                )
+        steps["tokenize"] = runner.run(
+            "tokenize",
+            tokenize_step,
+            config=TokenizeStep(config.tokenizer, config.store),
+            inputs={"docs": steps["fuzzy_dedup"]},
+        )
+        runner.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
+        return RecipeResult(steps, config)
 
 
 def _counts(values: dict[str, int], limit: int = 12) -> str:

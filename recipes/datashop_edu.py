@@ -663,50 +663,50 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
     labeler = config.labeler_config()
     if config.threshold is None and config.keep_fraction is None:
         raise ValueError("give --keep-fraction (e.g. 0.3) or --threshold (e.g. 3)")
-    runner = StepRunner(config.output, force=config.force)
-    steps: dict[str, StepOutput] = {}
-    corpus: list[str] = list(config.input)
-    if not corpus:
-        steps["corpus"] = runner.run(
-            "corpus", build_corpus, config=CorpusConfig.detect(Path(config.data_dir) if config.data_dir else None)
+    with StepRunner(config.output, force=config.force) as runner:
+        steps: dict[str, StepOutput] = {}
+        corpus: list[str] = list(config.input)
+        if not corpus:
+            steps["corpus"] = runner.run(
+                "corpus", build_corpus, config=CorpusConfig.detect(Path(config.data_dir) if config.data_dir else None)
+            )
+            corpus = [join(steps["corpus"].path, "docs", "*.jsonl.zst")]
+        steps["pool"] = runner.run(
+            "pool", pool_step, config=PoolStep(config.pool_size, config.pool_seed), inputs={"corpus": corpus}
         )
-        corpus = [join(steps["corpus"].path, "docs", "*.jsonl.zst")]
-    steps["pool"] = runner.run(
-        "pool", pool_step, config=PoolStep(config.pool_size, config.pool_seed), inputs={"corpus": corpus}
-    )
-    steps["label"] = runner.run(
-        "label", label_step, config=LabelStep(prompt, labeler, config.calibrate), inputs={"pool": steps["pool"]}
-    )
-    assert prompt.values is not None
-    steps["classifier"] = runner.run(
-        "classifier",
-        classifier_step,
-        config=ClassifierStep(
-            ClassifierConfig(kind=config.classifier, holdout_fraction=config.holdout_fraction),
-            tuple(float(v) for v in np.linspace(*prompt.score_range, config.levels)),
-        ),
-        inputs={"pool": steps["pool"], "labels": steps["label"]},
-    )
-    steps["score"] = runner.run(
-        "score",
-        score_step,
-        config={"score_field": SCORE_FIELD, "batch_size": 256},
-        inputs={"corpus": corpus, "classifier": steps["classifier"]},
-    )
-    threshold = config.threshold
-    steps["filter"] = runner.run(
-        "filter",
-        filter_step,
-        config=FilterStep(
-            SCORE_FIELD, None if threshold is not None else config.keep_fraction, threshold, prompt.score_range
-        ),
-        inputs={"scored": steps["score"]},
-    )
-    steps["tokenize"] = runner.run(
-        "tokenize", tokenize_step, config={"tokenizer": config.tokenizer}, inputs={"kept": steps["filter"]}
-    )
-    runner.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
-    return RecipeResult(config, steps, time.perf_counter() - started)
+        steps["label"] = runner.run(
+            "label", label_step, config=LabelStep(prompt, labeler, config.calibrate), inputs={"pool": steps["pool"]}
+        )
+        assert prompt.values is not None
+        steps["classifier"] = runner.run(
+            "classifier",
+            classifier_step,
+            config=ClassifierStep(
+                ClassifierConfig(kind=config.classifier, holdout_fraction=config.holdout_fraction),
+                tuple(float(v) for v in np.linspace(*prompt.score_range, config.levels)),
+            ),
+            inputs={"pool": steps["pool"], "labels": steps["label"]},
+        )
+        steps["score"] = runner.run(
+            "score",
+            score_step,
+            config={"score_field": SCORE_FIELD, "batch_size": 256},
+            inputs={"corpus": corpus, "classifier": steps["classifier"]},
+        )
+        threshold = config.threshold
+        steps["filter"] = runner.run(
+            "filter",
+            filter_step,
+            config=FilterStep(
+                SCORE_FIELD, None if threshold is not None else config.keep_fraction, threshold, prompt.score_range
+            ),
+            inputs={"scored": steps["score"]},
+        )
+        steps["tokenize"] = runner.run(
+            "tokenize", tokenize_step, config={"tokenizer": config.tokenizer}, inputs={"kept": steps["filter"]}
+        )
+        runner.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
+        return RecipeResult(config, steps, time.perf_counter() - started)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:

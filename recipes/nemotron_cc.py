@@ -289,54 +289,59 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
 
 def run(config: RecipeConfig) -> dict[str, StepOutput]:
     inputs = config.input
-    steps = StepRunner(config.output)
-    if not inputs:
-        n = config.sample_docs_per_split
-        sample = Path(config.output) / f"sample-{n}"
-        if (sample / "planted.json").is_file() or not steps.would_write("sample", str(sample), f"the sample {sample}"):
-            sample = build_sample(sample, docs_per_split=n)
-        inputs = [str(sample / "*" / "*.jsonl.zst")]
-    docs = steps.run("normalize", normalize, config={}, inputs={"inputs": inputs})
-    exact = steps.run("exact_dedup", exact_dedup, config={"num_shards": config.num_shards}, inputs={"docs": docs})
-    fuzzy = steps.run(
-        "fuzzy_dedup", fuzzy_dedup, config={"threshold": 0.8, "num_shards": config.num_shards}, inputs={"docs": exact}
-    )
-    # a dry run's planned normalize has no summary: it plans every split (the real run, those it found)
-    found = SPLITS if docs.planned else docs.summary["splits"]
-    splits = sorted(found, key=lambda s: SPLIT_RANK.get(s, len(SPLIT_RANK)))
-    tokens = steps.run(
-        "tokenize",
-        tokenize,
-        config={"splits": splits, "tokenizer": config.tokenizer, "validation_fraction": 0.05},
-        inputs={"docs": fuzzy},
-    )
-    mix = steps.run("mixture", mixture, config={"weights": config.weights}, inputs={"stores": tokens.summary})
-    outputs = {"normalize": docs, "exact_dedup": exact, "fuzzy_dedup": fuzzy, "tokenize": tokens, "mixture": mix}
-    if config.train:
-        from zephyr.tokenize import load_tokenizer, open_store
-
-        if tokens.planned:  # a dry run: no store yet, the tokenizer tells the vocabulary's size
-            vocab_size = int(load_tokenizer(config.tokenizer).info.vocab_size)
-        else:
-            any_store = next(iter(tokens.summary.values()))["store"]
-            vocab_size = int(open_store(any_store).manifest["vocab_size"])
-        outputs["train"] = steps.run(
-            "train",
-            train,
-            config={
-                "steps": config.train_steps,
-                "seq_len": 128,
-                "batch_size": 8,
-                "hidden_dim": 128,
-                "num_layers": 2,
-                "num_heads": 4,
-                "learning_rate": 3e-3,
-                "vocab_size": vocab_size,
-            },
-            inputs={"mixture_path": mix, "stores": tokens.summary},
+    with StepRunner(config.output) as steps:
+        if not inputs:
+            n = config.sample_docs_per_split
+            sample = Path(config.output) / f"sample-{n}"
+            if (sample / "planted.json").is_file() or not steps.would_write(
+                "sample", str(sample), f"the sample {sample}"
+            ):
+                sample = build_sample(sample, docs_per_split=n)
+            inputs = [str(sample / "*" / "*.jsonl.zst")]
+        docs = steps.run("normalize", normalize, config={}, inputs={"inputs": inputs})
+        exact = steps.run("exact_dedup", exact_dedup, config={"num_shards": config.num_shards}, inputs={"docs": docs})
+        fuzzy = steps.run(
+            "fuzzy_dedup",
+            fuzzy_dedup,
+            config={"threshold": 0.8, "num_shards": config.num_shards},
+            inputs={"docs": exact},
         )
-    steps.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
-    return outputs
+        # a dry run's planned normalize has no summary: it plans every split (the real run, those it found)
+        found = SPLITS if docs.planned else docs.summary["splits"]
+        splits = sorted(found, key=lambda s: SPLIT_RANK.get(s, len(SPLIT_RANK)))
+        tokens = steps.run(
+            "tokenize",
+            tokenize,
+            config={"splits": splits, "tokenizer": config.tokenizer, "validation_fraction": 0.05},
+            inputs={"docs": fuzzy},
+        )
+        mix = steps.run("mixture", mixture, config={"weights": config.weights}, inputs={"stores": tokens.summary})
+        outputs = {"normalize": docs, "exact_dedup": exact, "fuzzy_dedup": fuzzy, "tokenize": tokens, "mixture": mix}
+        if config.train:
+            from zephyr.tokenize import load_tokenizer, open_store
+
+            if tokens.planned:  # a dry run: no store yet, the tokenizer tells the vocabulary's size
+                vocab_size = int(load_tokenizer(config.tokenizer).info.vocab_size)
+            else:
+                any_store = next(iter(tokens.summary.values()))["store"]
+                vocab_size = int(open_store(any_store).manifest["vocab_size"])
+            outputs["train"] = steps.run(
+                "train",
+                train,
+                config={
+                    "steps": config.train_steps,
+                    "seq_len": 128,
+                    "batch_size": 8,
+                    "hidden_dim": 128,
+                    "num_layers": 2,
+                    "num_heads": 4,
+                    "learning_rate": 3e-3,
+                    "vocab_size": vocab_size,
+                },
+                inputs={"mixture_path": mix, "stores": tokens.summary},
+            )
+        steps.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
+        return outputs
 
 
 def print_summary(outputs: dict[str, StepOutput]) -> None:

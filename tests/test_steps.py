@@ -158,9 +158,8 @@ def test_a_second_run_on_the_same_output_root_is_refused_while_the_first_holds_i
     finally:
         holder.kill()
         holder.wait()
-    # the holder died: its lock is taken over and the run goes on; the lock goes with the runner
-    runner = StepRunner(str(tmp_path))
-    assert runner.run("numbers", make_numbers, config={"n": 3}).summary == {"count": 3}
-    assert (tmp_path / ".zephyr-run.lock").exists()
-    del runner
+    # the holder died: its lock is taken over and the run goes on; the lock is released with the block
+    with StepRunner(str(tmp_path)) as runner:
+        assert runner.run("numbers", make_numbers, config={"n": 3}).summary == {"count": 3}
+        assert (tmp_path / ".zephyr-run.lock").exists()
     assert not (tmp_path / ".zephyr-run.lock").exists()

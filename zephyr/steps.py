@@ -7,10 +7,13 @@ so it and only the steps that depend on it rerun. A step is complete when its `_
 atomically after the step's outputs, and holds the step's summary. A completed output is only ever
 replaced by another completed one (see `StepRunner.run`).
 
-    steps = StepRunner("out/nemotron")
-    docs = steps.run("normalize", normalize, config=NormalizeConfig(...), inputs={"raw": "data/*.jsonl.zst"})
-    dedup = steps.run("exact_dedup", exact_dedup, config=..., inputs={"docs": docs})
+    with StepRunner("out/nemotron") as steps:
+        docs = steps.run("normalize", normalize, config=NormalizeConfig(...), inputs={"raw": "data/*.jsonl.zst"})
+        dedup = steps.run("exact_dedup", exact_dedup, config=..., inputs={"docs": docs})
     dedup.path, dedup.summary, dedup.skipped
+
+The `with` block is how long the runner holds its output root (one run per root at a time, see
+`_hold_root`); a runner used without it holds the root until it is garbage-collected or the process ends.
 
 A dry run (`zephyr run --dry-run`, or `execution(dry_run=True)`) prints every step's plan and writes
 nothing a later run would trust (no output, no marker, no run record): completed steps are reported as
@@ -171,12 +174,29 @@ class StepRunner:
         self.history.append(output)
         return output
 
+    def __enter__(self) -> StepRunner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the output root now (the end of a `with` block calls it). Steps run after it take the
+        root again."""
+        if self._root_lock:
+            self._root_lock()  # a weakref.finalize runs its callback once, and is then dead
+        self._root_lock = None
+
     def _hold_root(self) -> None:
         """One run per output root at a time: a second run of a recipe on the same `--output` used to rerun an
         unfinished step into the folder the first was reading, and both went on (one failed, the other's
         steps were marked complete with documents missing). The lock (`.zephyr-run.lock` in the root, see
-        `zephyr.engine.run_lock`) is held from the first step until this runner is gone or the process
-        ends; a run that died leaves one that the next run takes over."""
+        `zephyr.engine.run_lock`) is held from the first step until `close()` (the end of a `with` block);
+        without it, until this runner is garbage-collected or the process ends. That is not the moment
+        the last reference goes: looking for a step's marker on a bucket raises FileNotFoundError inside
+        fsspec's `sync()`, whose frame keeps the exception, its traceback, and through the frames' callers
+        this runner: a reference cycle, freed only by the cycle collector (checked with `gc.disable()`).
+        A run that died leaves a lock that the next run takes over."""
         if self._root_lock is None:
             release = hold_folder(self.root, "recipe output folder")
             self._root_lock = weakref.finalize(self, _release_quietly, release) if release is not None else False
