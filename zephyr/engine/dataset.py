@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from zephyr.engine import ops as O
+from zephyr.engine.absent_fields import fields_read
 from zephyr.engine.resources import Resources
 
 if TYPE_CHECKING:
@@ -527,8 +528,7 @@ class _SortKey:
 
     def value_columns(self) -> set[str]:
         """The fields the key reads by value (a field name given to `sort`), checked like a filter's."""
-        columns = getattr(self.key, "value_columns", None)
-        return set(columns()) if callable(columns) else set()
+        return fields_read(self.key)
 
     def __call__(self, record: Any) -> Any:
         value = self.key(record)

@@ -164,18 +164,19 @@ def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: flo
     else:
         outputs = [path for r in results for path in r.paths]
         sink = final.output
-        if isinstance(sink, FileSink | PartitionedSink) and (stale := remove_stale_outputs(sink.pattern, outputs)):
-            counters["sink/stale_files_removed"] = len(stale)
-            log(
-                f"removed {len(stale)} file(s) an earlier run wrote with {sink.pattern} that this run did not "
-                f"(e.g. {stale[0]})"
-            )
-        if isinstance(sink, FileSink | PartitionedSink) and getattr(sink, "schema", None) is None:
-            from zephyr.engine.io.folder_schema import unify_folder_schema
+        if isinstance(sink, FileSink | PartitionedSink):
+            if stale := remove_stale_outputs(sink.pattern, outputs):
+                counters["sink/stale_files_removed"] = len(stale)
+                log(
+                    f"removed {len(stale)} file(s) an earlier run wrote with {sink.pattern} that this run did not "
+                    f"(e.g. {stale[0]})"
+                )
+            if getattr(sink, "schema", None) is None:
+                from zephyr.engine.io.folder_schema import unify_folder_schema
 
-            # one schema per written folder: files whose shards lacked a field get it (null)
-            if rewritten := unify_folder_schema(outputs, sink.format):
-                counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
+                # one schema per written folder: files whose shards lacked a field get it (null)
+                if rewritten := unify_folder_schema(outputs, sink.format):
+                    counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
     if not config.keep_scratch:
         _remove(run_url)
     run = RunResult(outputs, counters, stats, time.perf_counter() - started, physical)
@@ -435,11 +436,11 @@ def _restore_upstream_runs(job: _Job, stage: Stage) -> None:
     The reduce plan stays the one made from the checkpoints: its pieces name targets and key-hash ranges,
     which any rerun of the same shards fills the same way."""
     for index in stage.upstream:
+        upstream = job.physical.stages[index]
         checkpointed = {r.shard: r for r in job.results[index] if r.shard in job.resumed.get(index, ())}
-        lost = _lost_shards(job.physical.stages[index], checkpointed, lambda result: [run.url for run in result.runs])
+        lost = _lost_shards(upstream, checkpointed, lambda result: [run.url for run in result.runs])
         if not lost:
             continue
-        upstream = job.physical.stages[index]
         for shard in lost:
             _remove(_done_url(join(job.run_url, f"stage-{index}"), shard))
         job.results[index] = _run_stage(job, upstream, StageStats(upstream.index, upstream.name, upstream.num_shards))

@@ -182,12 +182,13 @@ def write_store_shard(
             to_val.clear()
             ids.clear()
 
-        has_id = False
+        id_unseen = id_field != DEFAULT_ID_FIELD  # checked only for a field named for ids: the default is optional
         for record in records:
             if seen == 0:
                 first_record = record
             seen += 1
-            has_id = has_id or (isinstance(record, dict) and record.get(id_field) is not None)
+            if id_unseen and isinstance(record, dict) and record.get(id_field) is not None:
+                id_unseen = False
             text = record.get(text_field) if isinstance(record, dict) else None
             if not isinstance(text, str):
                 skipped["missing_text"] += 1
@@ -196,9 +197,9 @@ def write_store_shard(
                 skipped["empty_text"] += 1
                 continue
             texts.append(text)
-            ids.append(None if record.get(id_field) is None else str(record.get(id_field)))
+            doc_id = record.get(id_field)
+            ids.append(None if doc_id is None else str(doc_id))
             if split:
-                doc_id = record.get(id_field)
                 to_val.append(
                     is_validation_document(str(doc_id) if doc_id is not None else text, config.validation_fraction)
                 )
@@ -209,7 +210,7 @@ def write_store_shard(
         if seen and id_field != DEFAULT_ID_FIELD:  # ids are optional, but a field named for them must exist
             absent_fields.note(
                 [id_field],
-                [] if has_id else [id_field],
+                [id_field] if id_unseen else [],
                 lambda: f"{source}: none of its {seen} records has the id field {id_field!r}",
             )
         if texts:
