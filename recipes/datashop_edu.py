@@ -44,9 +44,11 @@ labeling resumes from its label cache):
                 (drops: below_threshold)
     tokenize    the kept documents -> a token store (SmolLM2 tokenizer by default)          store/
 
-Labeling runs in the driver process (the pool is small; `--model` may name a .gguf file, a local model
-directory for --labeler transformers/vllm, or a served model for --labeler openai); scoring, filtering
-and tokenizing run on the engine backend `zephyr run` was given (local, processes or Ray). The run ends
+Labeling is an engine stage like the others (`zephyr.datashop.label_stage`): it runs on the backend
+`zephyr run` was given (local, processes or Ray), one model per worker, asking for what the labeler needs
+(a GPU for vLLM); `--model` may name a .gguf file, a local model directory for --labeler
+transformers/vllm, or a served model for --labeler openai. Scoring, filtering and tokenizing run on the
+same backend. The run ends
 with a summary: pool size, LM label distribution, classifier agreement (accuracy, macro-F1, Spearman,
 beside the majority-class baseline), documents in/out per source, tokens.
 """
