@@ -14,7 +14,6 @@ import argparse
 import ast
 import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import runpy
@@ -223,10 +222,9 @@ def _run_command(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------------- parser
 def _version() -> str:
-    try:
-        return importlib.metadata.version("zephyr")
-    except Exception:  # noqa: BLE001
-        return "0+unknown"
+    from zephyr import __version__
+
+    return __version__
 
 
 def _add_verbosity(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
