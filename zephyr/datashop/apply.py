@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 DROP_REASON = "below_threshold"
+counters.internal("datashop/classifier_loads")  # once per worker process: how the work ran
 HISTOGRAM_BINS = 16384
 
 

@@ -135,6 +135,7 @@ class RunRecorder:
             "jobs": [],
         }
         self.current_step: str | None = None
+        self.summary_at_end = False  # the command prints this run's final summary (`zephyr run`, subcommands)
 
     # ------------------------------------------------------------------------------- steps
     def begin_step(self, name: str, version: str, path: str) -> dict[str, Any]:
@@ -272,8 +273,12 @@ def step_figures(summary: dict[str, Any]) -> dict[str, Any]:
         if not removed and isinstance(docs_in, int) and isinstance(docs_out, int) and docs_in != docs_out:
             removed["dropped"] = docs_in - docs_out
     tokens = summary.get("tokens") if isinstance(summary.get("tokens"), int) else None
-    if tokens is None:
-        nested = [v["tokens"] for v in summary.values() if isinstance(v, dict) and isinstance(v.get("tokens"), int)]
+    if tokens is None:  # per split: its tokens and its held-out (validation) tokens, as tokenize/tokens counts them
+        nested = [
+            v["tokens"] + int(v.get("validation_tokens") or 0)
+            for v in summary.values()
+            if isinstance(v, dict) and isinstance(v.get("tokens"), int)
+        ]
         tokens = sum(nested) if nested else None
     return {
         "docs_in": docs_in if isinstance(docs_in, int) else None,
