@@ -203,13 +203,13 @@ class Dataset:
                 if isinstance(value, str)
                 else "",
             )
-        key = key_function("group_by", "key", key)
-        sort_by = key_function("group_by", "sort_by", sort_by, optional=True)
+        key_fn = key_function("group_by", "key", key)
+        sort_fn = key_function("group_by", "sort_by", sort_by, optional=True)
         example = "def reducer(key, items): return {'key': key, 'n': sum(1 for _ in items)}"
         check_function("group_by", "reducer", reducer, 2, example)
         if combiner is not None:
             check_function("group_by", "combiner", combiner, 2, "def combiner(key, items): yield ...")
-        return self._then(O.GroupBy(key, reducer, sort_by, combiner, num_shards, batch))
+        return self._then(O.GroupBy(key_fn, reducer, sort_fn, combiner, num_shards, batch))
 
     def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
         """Keep the first record (in input order) of every `key(record)` (or field `key`)."""

@@ -239,7 +239,7 @@ def write_hf_metadata(folder: str, files: Sequence[str], schema: pa.Schema, *, s
     base = folder.rstrip("/")
     names = [posixpath.basename(f) for f in files]
     info = {"citation": "", "description": "", "features": _features(schema), "homepage": "", "license": ""}
-    state = {
+    state: dict[str, Any] = {
         "_data_files": [{"filename": name} for name in names],
         "_fingerprint": uuid.uuid5(uuid.NAMESPACE_URL, base + "|" + "|".join(names)).hex[:16],
         "_format_columns": None,
