@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from terminal import run_in_pty
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,35 +57,6 @@ def test_nemotron_recipe_prints_one_summary_not_a_table_per_engine_job(tmp_path)
     assert record["steps"][3]["tokens"] > 0 and len(record["jobs"]) > len(steps)
 
 
-def _run_in_pty(argv: list[str], env: dict[str, str], timeout: float, columns: int) -> tuple[int, str]:
-    """Run argv with stdout and stderr on a pseudo-terminal `columns` wide (what a user at a terminal sees)."""
-    import fcntl
-    import pty
-    import select
-    import struct
-    import termios
-    import time
-
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-        os.execvpe(argv[0], argv, env)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
-
-
 @pytest.mark.timeout(600)
 def test_the_recipe_ends_with_one_summary_after_the_live_view(tmp_path):
     """The end of `make run` in an 80-column terminal: the live view is closed before the summary prints (its
@@ -96,7 +68,7 @@ def test_the_recipe_ends_with_one_summary_after_the_live_view(tmp_path):
     env.pop("COLUMNS", None)
     argv = [sys.executable, "-m", "zephyr.cli", "run", str(REPO / "recipes" / "nemotron_cc.py")]
     argv += ["--output", str(tmp_path / "out"), "--sample-docs-per-split", "25", "--train-steps", "2"]
-    code, screen = _run_in_pty(argv, env, timeout=540, columns=80)
+    code, screen = run_in_pty(argv, env, timeout=540, columns=80)
     assert code == 0, screen
     end = screen[screen.index("zephyr run succeeded") :]
     assert not re.search(r"\x1b\[[0-9;]*[ABCDEFGHJK]", end), end  # no cursor moves: nothing redraws after it

@@ -35,7 +35,13 @@ import pyarrow as pa
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import bad_file, short_error
-from zephyr.engine.io.scan import check_columns, check_filter_columns, filter_batch, scan_columns
+from zephyr.engine.io.scan import (
+    check_columns,
+    check_filter_columns,
+    filter_batch,
+    scan_columns,
+    unreadable_columnar_file,
+)
 from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
 from zephyr.fs import atomic_write, open_url, url_to_fs
@@ -91,17 +97,8 @@ def arrow_batches(
         try:
             schema, batches = _open_reader(handle)
         except (pa.ArrowInvalid, OSError) as exc:
-            empty = fs.size(path) == 0
-            bad_file(
-                url,
-                skip,
-                "empty" if empty else "corrupt",
-                "the file is empty (0 bytes)"
-                if empty
-                else f"not a readable Arrow IPC file (stream or file format): {short_error(exc)}",
-                fix="re-create or re-download the file (Hugging Face writes it with save_to_disk)",
-                kept=0,
-            )
+            fix = "re-create or re-download the file (Hugging Face writes it with save_to_disk)"
+            unreadable_columnar_file(url, fs, path, skip, "Arrow IPC (stream or file)", exc, fix)
             return
         if not len(schema):
             return
