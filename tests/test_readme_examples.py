@@ -1,9 +1,10 @@
 """The README's Python code runs as it is pasted: every ```python block is written to a file and run.
 
 A new user's first pipeline came from the README and failed (`NameError: reduce_host`, then a field
-nothing made). Each ```python block is run on its own, in a fresh folder, as `python block.py` would
-be. A block that is not meant to run (a fragment, a sketch needing a cluster) says so with
-`<!-- readme: not run -->` on the line above its fence; ```bash blocks are commands, never run here.
+nothing made). Each ```python block is run on its own, in a fresh folder, as `python block.py` would be
+and as `zephyr run block.py` would (which also calls the `main()` a block defines). A block that is not
+meant to run (a fragment, a sketch needing a cluster) says so with `<!-- readme: not run -->` on the
+line above its fence; ```bash blocks are commands, never run here.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ def test_readme_block_runs_as_pasted(tmp_path, line, code):
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO), "ZEPHYR_RUNS": str(tmp_path / "runs")}
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, f"README block at line {line} failed:\n{done.stdout}\n{done.stderr}"
+    # as `python example.py`, and as `zephyr run example.py` (which calls a main() the block defines)
+    for command in ([str(script)], ["-m", "zephyr.cli", "run", str(script)]):
+        done = subprocess.run(
+            [sys.executable, *command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, f"README block at line {line} failed:\n{done.stdout}\n{done.stderr}"
