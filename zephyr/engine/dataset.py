@@ -337,7 +337,7 @@ class Dataset:
     def schema(self, *, sample: int = 1000) -> Any:
         """The pyarrow schema of the records: every field seen, each with a type that holds all its values.
 
-        For parquet/vortex files read as they are, the files' own schemas (footers only, no rows),
+        For parquet files read as they are, the files' own schemas (footers only, no rows),
         unified across the files: a column that is int64 in some files and double in others is double.
         Otherwise it is inferred from a sample of about `sample` records taken from every shard (the
         first records of each, so a later file whose values are floats is seen), and a field's types
@@ -466,7 +466,8 @@ class Dataset:
 
         target = join(folder, split) if split else folder
         paths = self.write(join(target, "data-{shard:05d}-of-{total:05d}.arrow"), format="arrow").execute().outputs
-        write_hf_metadata(target, paths, file_schema(paths[0], "arrow"), split=split)
+        if paths:  # none in a dry run, which writes nothing
+            write_hf_metadata(target, paths, file_schema(paths[0], "arrow"), split=split)
         return paths
 
     def explain(self) -> str:
@@ -529,15 +530,6 @@ class _ShardFold:
             for record in iterator:
                 accumulator = self.fn(accumulator, record)
         yield accumulator
-
-
-def _infer_format(path: str) -> str | None:
-    from zephyr.engine.io import infer_format
-
-    try:
-        return infer_format(path)
-    except Exception:  # noqa: BLE001 - unknown suffix: fall back to sampling records
-        return None
 
 
 @dataclass(frozen=True)
