@@ -51,6 +51,9 @@ def _hist(counts: list[int]) -> ScoreHistogram:
     [
         ([0, 0, 0, 100], 0.3, "all 100 documents the same score"),  # one score for everything
         ([50, 0, 40, 10], 0.3, "40 documents (40%) share the score"),  # ties at the threshold: 50% kept
+        ([55, 0, 35, 10], 0.3, None),  # 45% kept: half again what was asked, the most that passes
+        ([0, 5, 90, 5], 0.9, None),  # 95% kept of 90% asked: halfway to everything, the most that passes
+        ([0, 5, 95, 0], 0.8, "95 documents (95%) share the score"),  # 95% kept of 80% asked
         ([25, 25, 25, 25], 0.5, None),  # exactly what was asked
         ([0, 70, 1, 29], 0.3, None),  # 30% exactly from the top two bins
         ([0, 0, 0, 100], 1.0, None),  # everything asked

@@ -180,8 +180,9 @@ def keep_fraction_shortfall(hist: ScoreHistogram, keep_fraction: float, threshol
     """Why `threshold` cannot keep about `keep_fraction` of the documents, or None when it does.
 
     A threshold keeps whole histogram bins, so it overshoots by the documents tied with the last one
-    kept. Up to max(2 points, 10% of the fraction) over is within what was asked; beyond it, the
-    reason names how many documents share which score.
+    kept. Keeping up to half again the fraction asked (at least 5 points more), and less than halfway
+    from it to everything, is within what was asked (0.3 keeps at most 0.45; 0.9 at most 0.95); beyond
+    that, the reason names how many documents share which score.
     """
     total = hist.total
     if total == 0:
@@ -189,7 +190,7 @@ def keep_fraction_shortfall(hist: ScoreHistogram, keep_fraction: float, threshol
     edges = hist.edges()
     first = 0 if threshold == float("-inf") else int(np.searchsorted(edges, threshold, side="left"))
     kept = sum(hist.counts[first:])
-    if kept / total <= keep_fraction + max(0.02, 0.1 * keep_fraction):
+    if kept / total <= min(max(1.5 * keep_fraction, keep_fraction + 0.05), (1 + keep_fraction) / 2) + 1e-9:
         return None
     nonzero = [i for i, c in enumerate(hist.counts) if c]
     tied = hist.counts[first]
