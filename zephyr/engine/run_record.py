@@ -38,7 +38,6 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import zephyr
 from zephyr.fs import join, url_to_fs
 
 __all__ = [
@@ -80,7 +79,7 @@ def _version(package: str) -> str | None:
 
 def _versions() -> dict[str, str | None]:
     return {
-        "zephyr": zephyr.__version__,
+        "zephyr": _version("zephyr") or "0+unknown",  # the installed distribution's (zephyr.__version__)
         "python": platform.python_version(),
         "pyarrow": _version("pyarrow"),
         "ray": _version("ray"),
