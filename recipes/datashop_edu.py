@@ -44,9 +44,11 @@ labeling resumes from its label cache):
                 (drops: below_threshold)
     tokenize    the kept documents -> a token store (SmolLM2 tokenizer by default)          store/
 
-Labeling runs in the driver process (the pool is small; `--model` may name a .gguf file, a local model
-directory for --labeler transformers/vllm, or a served model for --labeler openai); scoring, filtering
-and tokenizing run on the engine backend `zephyr run` was given (local, processes or Ray). The run ends
+Labeling is an engine stage like the others (`zephyr.datashop.label_stage`): it runs on the backend
+`zephyr run` was given (local, processes or Ray), one model per worker, asking for what the labeler needs
+(a GPU for vLLM); `--model` may name a .gguf file, a local model directory for --labeler
+transformers/vllm, or a served model for --labeler openai. Scoring, filtering and tokenizing run on the
+same backend. The run ends
 with a summary: pool size, LM label distribution, classifier agreement (accuracy, macro-F1, Spearman,
 beside the majority-class baseline), documents in/out per source, tokens.
 """
@@ -523,7 +525,14 @@ def filter_step(path: str, *, config: FilterStep, scored: str) -> dict[str, Any]
     """Keep the best `keep_fraction` (a threshold from a global score histogram) or the documents at or above
     `threshold`. Dropped documents stay in the score step's output with their score; the drop reason is
     datashop's `below_threshold`."""
-    from zephyr.datashop.apply import DROP_REASON, KeepAtLeast, score_histogram, threshold_for_keep_fraction
+    from zephyr.datashop.apply import (
+        DROP_REASON,
+        KeepAtLeast,
+        KeepFractionError,
+        keep_fraction_shortfall,
+        score_histogram,
+        threshold_for_keep_fraction,
+    )
 
     documents = Dataset.from_files(join(scored, "scored", "*.jsonl.zst"))
     lo, hi = config.score_range
@@ -533,6 +542,13 @@ def filter_step(path: str, *, config: FilterStep, scored: str) -> dict[str, Any]
     else:
         assert config.keep_fraction is not None
         threshold = threshold_for_keep_fraction(hist, config.keep_fraction)
+        unmet = keep_fraction_shortfall(hist, config.keep_fraction, threshold)
+        if unmet:  # a classifier that scores (nearly) every document alike would keep them all
+            raise KeepFractionError(
+                f"--keep-fraction {config.keep_fraction} cannot be honoured: {unmet}. Label a larger pool "
+                f"(--pool-size) or use a prompt the labeler follows; or pass --threshold {threshold:.4g} to keep "
+                "the tied documents (scores are in the score step's output)"
+            )
     by_source: dict[str, dict[str, float]] = {}
     for part in (
         documents.select("source", config.score_field).map_shard(_SourceStats(config.score_field, threshold)).collect()

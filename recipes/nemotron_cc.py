@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -344,45 +345,47 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
         return outputs
 
 
-def print_summary(outputs: dict[str, StepOutput]) -> None:
-    print("\nNemotron-CC recipe summary")
-    print(f"{'step':<13} {'status':<8} {'docs in':>9} {'docs out':>9} {'removed':>8}  output")
-    for name, out in outputs.items():
-        s = out.summary
-        status = "cached" if out.skipped else f"{out.seconds:.0f}s"
-        if "documents_in" in s:
-            removed = s.get("duplicates_removed", s["documents_in"] - s["documents_out"])
-            print(f"{name:<13} {status:<8} {s['documents_in']:>9,} {s['documents_out']:>9,} {removed:>8,}  {out.path}")
-        else:
-            print(f"{name:<13} {status:<8} {'':>9} {'':>9} {'':>8}  {out.path}")
+def summary_lines(outputs: dict[str, StepOutput]) -> list[str]:
+    """The recipe's own figures, under the run's step table (docs in/out/removed per step are in that table):
+    tokens and weight per split, what dedup found, the training losses. Lines fit 80 columns."""
     tokens = outputs["tokenize"].summary
     mix = outputs["mixture"].summary["mixture"]
-    print(f"\n{'split':<15} {'documents':>10} {'tokens':>12} {'weight':>7}")
+    lines = [
+        "",
+        "Nemotron-CC recipe summary",
+        f"{'split':<15} {'documents':>10} {'tokens':>12} {'validation':>11} {'weight':>7}",
+    ]
     for split, info in tokens.items():
-        print(f"{split:<15} {info['documents']:>10,} {info['tokens']:>12,} {mix[split][1]:>7.3f}")
-    print(
-        f"{'total':<15} {sum(i['documents'] for i in tokens.values()):>10,} "
-        f"{sum(i['tokens'] for i in tokens.values()):>12,}"
+        lines.append(
+            f"{split:<15} {info['documents']:>10,} {info['tokens']:>12,} {info['validation_tokens']:>11,} "
+            f"{mix[split][1]:>7.3f}"
+        )
+    train, held_out = sum(i["tokens"] for i in tokens.values()), sum(i["validation_tokens"] for i in tokens.values())
+    lines.append(f"{'total':<15} {sum(i['documents'] for i in tokens.values()):>10,} {train:>12,} {held_out:>11,}")
+    lines.append(
+        f"tokens: {train:,} train + {held_out:,} validation = {train + held_out:,}, the tokenize/tokens counter"
     )
     fuzzy = outputs["fuzzy_dedup"].summary
-    print(
-        f"\nexact duplicates removed: {outputs['exact_dedup'].summary['duplicates_removed']:,}; "
-        f"near duplicates removed: {fuzzy['duplicates_removed']:,} "
-        f"({fuzzy['verified_edges']:,} verified of {fuzzy['candidate_edges']:,} candidate edges, "
-        f"{fuzzy['cc_iterations']} connected-components rounds)"
+    lines.append(
+        f"exact duplicates removed: {outputs['exact_dedup'].summary['duplicates_removed']:,}; "
+        f"near duplicates removed: {fuzzy['duplicates_removed']:,} ({fuzzy['verified_edges']:,} verified of "
+        f"{fuzzy['candidate_edges']:,} candidate edges, {fuzzy['cc_iterations']} connected-components rounds)"
     )
     if "train" in outputs:
         t = outputs["train"].summary
         evals = ", ".join(f"{k} {v['loss']:.3f}" for k, v in sorted(t["eval"].items()))
-        print(f"training: {t['steps']} steps, final loss {t['final_loss']:.3f}; eval loss: {evals}")
+        lines.append(f"training: {t['steps']} steps, final loss {t['final_loss']:.3f}; eval loss: {evals}")
+    return [part for line in lines for part in textwrap.wrap(line, 80, subsequent_indent="  ") or [""]]
 
 
 def main(argv: list[str] | None = None) -> None:
     from zephyr import execution
+    from zephyr.engine.progress import report_results
 
     config = parse_args(argv)
     with execution(**({"on_bad_record": config.on_bad_record} if config.on_bad_record else {})):
-        print_summary(run(config))
+        outputs = run(config)
+    report_results(summary_lines(outputs))  # one final summary: under `zephyr run`, below the run's table
 
 
 if __name__ == "__main__":

@@ -13,7 +13,11 @@ if TYPE_CHECKING:
     from zephyr.engine.expr import col, lit
     from zephyr.errors import BadInputError, PlanError, UserCodeError, ZephyrError
 
+__version__ = "0.1.0"
+"""The release, the one place it is written (pyproject.toml reads it; see CHANGELOG.md)."""
+
 __all__ = [
+    "__version__",
     "Dataset",
     "ExecutionConfig",
     "execution",

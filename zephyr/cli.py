@@ -14,7 +14,6 @@ import argparse
 import ast
 import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import runpy
@@ -207,6 +206,7 @@ def _run_command(args: argparse.Namespace) -> int:
         workers=overrides.get("workers"),
         write_empty=not overrides.get("dry_run"),
     )  # a dry run leaves no record
+    recorder.summary_at_end = not overrides.get("dry_run")
     scratch = overrides.get("scratch")
     from zephyr.engine.run_record import default_record_dir
 
@@ -214,7 +214,9 @@ def _run_command(args: argparse.Namespace) -> int:
         with open_run(recorder, fallback_dir=default_record_dir(scratch)):
             code = run_script(args.script, args.args, overrides)
     finally:
-        if not overrides.get("dry_run") and (recorder.record["jobs"] or recorder.record["steps"]):
+        if not overrides.get("dry_run") and (
+            recorder.record["jobs"] or recorder.record["steps"] or recorder.record.get("results")
+        ):
             print_run_summary(recorder.record)
             if recorder.path and getattr(args, "verbose", False):
                 print(f"run record: {recorder.path}", file=sys.stderr)
@@ -223,10 +225,9 @@ def _run_command(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------------- parser
 def _version() -> str:
-    try:
-        return importlib.metadata.version("zephyr")
-    except Exception:  # noqa: BLE001
-        return "0+unknown"
+    from zephyr import __version__
+
+    return __version__
 
 
 def _add_verbosity(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
@@ -357,6 +358,7 @@ def _run_subcommand(args: argparse.Namespace, argv: list[str]) -> int:
     from zephyr.engine.run_record import RunRecorder, open_run
 
     recorder = RunRecorder(command=["zephyr", *argv], write_empty=False)
+    recorder.summary_at_end = True
     try:
         with open_run(recorder):
             code = int(args.func(args) or 0)
@@ -366,7 +368,7 @@ def _run_subcommand(args: argparse.Namespace, argv: list[str]) -> int:
     except _CommandFailed as failed:
         return failed.code
     finally:
-        if recorder.record["jobs"]:
+        if recorder.record["jobs"] or recorder.record.get("results"):
             print_run_summary(recorder.record)
 
 

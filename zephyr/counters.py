@@ -10,9 +10,25 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-__all__ = ["increment", "snapshot", "reset", "merge"]
+__all__ = ["increment", "snapshot", "reset", "merge", "internal", "is_internal"]
 
 _current: Counter[str] = Counter()
+_internal: set[str] = set()  # exact names, and prefixes ending in "/"
+
+
+def internal(*names: str) -> None:
+    """Declare counters that describe Zephyr's own mechanics rather than the user's data (a file rewritten
+    to the folder's schema, a connected-components round that did not settle): the run record keeps them,
+    the final summary shows them only with -v. A name ending in "/" covers every counter under it."""
+    _internal.update(names)
+
+
+def is_internal(name: str) -> bool:
+    """Whether counter `name` was declared internal (itself, or a prefix ending in "/" above it)."""
+    if name in _internal:
+        return True
+    parts = name.split("/")
+    return any("/".join(parts[:i]) + "/" in _internal for i in range(1, len(parts)))
 
 
 def increment(name: str, n: int = 1) -> None:

@@ -32,7 +32,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     hf = kinds.add_parser(
         "hf",
         help="a trained checkpoint as a Hugging Face Llama directory",
-        description="Write config.json + model.safetensors that transformers' LlamaForCausalLM loads.",
+        description="Write config.json + model.safetensors that transformers' LlamaForCausalLM loads, and the "
+        "tokenizer that made the training data (tokenizer.json, tokenizer_config.json) for AutoTokenizer.",
         epilog="examples:\n  zephyr export hf runs/tiny out/tiny-hf\n"
         "  zephyr export hf runs/tiny/checkpoints/step_00000100 out/tiny-hf-100",
     )
@@ -61,12 +62,34 @@ def _run_megatron(args: argparse.Namespace) -> int:
 
 
 def _run_hf(args: argparse.Namespace) -> int:
-    from zephyr.train.export import export_checkpoint_hf
+    from zephyr.tokenize.export import export_tokenizer_hf
+    from zephyr.train.export import export_checkpoint_hf, resolve_checkpoint
 
     try:
         out = export_checkpoint_hf(args.checkpoint, args.out)
+        stores = _training_stores(resolve_checkpoint(args.checkpoint))
+        tokenizer_files = export_tokenizer_hf(stores, out)
     except (FileNotFoundError, ValueError) as error:
         print(f"zephyr export hf: error: {error}", file=sys.stderr)
         return 1
-    print(f"wrote {out}/config.json and {out}/model.safetensors (load with LlamaForCausalLM.from_pretrained)")
+    names = ", ".join(p.name for p in tokenizer_files)
+    print(
+        f"wrote {out}/config.json, model.safetensors and the tokenizer of its training data ({names}): load with "
+        "AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained"
+    )
     return 0
+
+
+def _training_stores(checkpoint) -> list[str]:
+    """The token stores a checkpoint was trained on, from the training config in its metadata.json."""
+    import json
+
+    config = json.loads((checkpoint / "metadata.json").read_text()).get("config") or {}
+    train = (config.get("data") or {}).get("train") or {}
+    stores = [entry[0] for entry in train.values() if isinstance(entry, list | tuple) and entry]
+    if not stores:
+        raise ValueError(
+            f"{checkpoint}/metadata.json names no training token stores (data.train), so the tokenizer that made "
+            "the model's ids is unknown; export it with zephyr.tokenize.export.export_tokenizer_hf(STORES, OUT)"
+        )
+    return stores

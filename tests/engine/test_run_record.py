@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from terminal import run_in_pty
 
 from zephyr.engine.run_record import FORMAT, read_run_records
 
@@ -168,31 +167,10 @@ def test_reader_skips_temporary_and_foreign_files(tmp_path):
     assert [r["run_id"] for r in read_run_records(str(tmp_path))] == ["20260102T000000-1", "20260101T000000-1"]
 
 
-def _run_in_pty(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run argv with stdout and stderr on a pseudo-terminal (what a user at a terminal sees)."""
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        os.execvpe(argv[0], argv, env)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
-
-
 def test_terminal_shows_step_and_stage_progress_with_rates_and_eta(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text(SLOW_STEPS_SCRIPT)
-    code, screen = _run_in_pty(
+    code, screen = run_in_pty(
         [
             sys.executable,
             "-m",
@@ -285,7 +263,7 @@ def test_terminal_shows_records_of_a_running_shard_before_it_finishes(tmp_path):
     """Worker heartbeats: a shard still running shows the records it has read (not `0 rec` until it ends)."""
     script = tmp_path / "one_shard.py"
     script.write_text(ONE_SLOW_SHARD)
-    code, screen = _run_in_pty(
+    code, screen = run_in_pty(
         [
             sys.executable,
             "-m",

@@ -157,3 +157,24 @@ def test_screenshots_of_stores_and_training(page, ui_server) -> None:
     assert page.locator("#tokens").count() == 0
     page.goto(ui_server.base + shots["store-tokens"])
     assert page.locator("#tokens .tok").count() > 10
+
+
+def test_search_box_finds_a_removed_document_and_its_tokens(page, ui_server) -> None:
+    steps = {s["step"].split("-")[0]: s for s in ui_server.json("/api/removed")["steps"]}
+    exact = ui_server.json(f"/api/removed?step={urllib.parse.quote(steps['exact_dedup']['step'])}&limit=1000")
+    fuzzy = ui_server.json(f"/api/removed?step={urllib.parse.quote(steps['fuzzy_dedup']['step'])}&limit=1000")
+    gone = {r["id"] for r in exact["rows"] + fuzzy["rows"]}
+    row = next(r for r in exact["rows"] if r["keeper"] not in gone)
+    page.goto(ui_server.base + "/stores")
+    page.fill("#find-box", row["id"])
+    page.press("#find-box", "Enter")
+    page.wait_for_selector("#find-removed")
+    assert "exact_duplicate" in page.locator("#find-removed").inner_text()
+    assert row["keeper"] in page.locator("#find-removed").inner_text()
+    page.screenshot(path=str(SHOTS / "find-removed.png"), full_page=True)
+    page.locator("#find-removed a", has_text=row["keeper"]).first.click()  # the document kept in its place
+    page.wait_for_selector("#find-tokens")
+    page.locator("#find-tokens a", has_text="document").first.click()
+    page.wait_for_selector("#tokens")
+    assert page.locator("#tokens .tok").count() > 0
+    page.screenshot(path=str(SHOTS / "find-tokens.png"), full_page=True)

@@ -396,3 +396,59 @@ def test_steps_from_markers_alone_old_and_new_format(tmp_path: Path) -> None:
         {"duplicates": 3},
     )
     assert steps["norm"]["version"] == "abcdefabcd" and steps["norm"]["removed_total"] == 0
+
+
+def _oracle_lineage(ui_root: Path, doc_id: str) -> list[tuple[str, str, str | None]]:
+    """(step folder, reason, keeper) of every lineage row naming `doc_id`, read with pyarrow directly."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for part in sorted(ui_root.glob("**/_removed/*.parquet")):
+        step = part.parent.parent.relative_to(ui_root).as_posix()
+        rows += [(step, r["reason"], r["keeper"]) for r in pq.read_table(part).to_pylist() if r["id"] == doc_id]
+    return sorted(rows, key=str)
+
+
+def test_find_a_document_by_id(ui_server, ui_root: Path) -> None:
+    """From an id alone: which step removed it, why, the document kept for it, and its tokens."""
+    from html import escape
+
+    from zephyr.tokenize.store import TokenStore
+
+    steps = {s["step"].split("-")[0]: s for s in ui_server.json("/api/removed")["steps"]}
+    exact = ui_server.json(f"/api/removed?step={q(steps['exact_dedup']['step'])}&reason=exact_duplicate&limit=1000")
+    import pyarrow.parquet as pq
+
+    dedup_parts = [*ui_root.glob("exact_dedup-*/_removed/*.parquet"), *ui_root.glob("fuzzy_dedup-*/_removed/*.parquet")]
+    removed_ids = {r["id"] for part in dedup_parts for r in pq.read_table(part, columns=["id"]).to_pylist()}
+    row = next(r for r in exact["rows"] if r["keeper"] not in removed_ids)  # a keeper that reached the stores
+
+    found = ui_server.json(f"/api/find?id={q(row['id'])}")
+    assert sorted(((r["step"], r["reason"], r["keeper"]) for r in found["removed"]), key=str) == _oracle_lineage(
+        ui_root, row["id"]
+    )
+    assert (exact["step"], "exact_duplicate", row["keeper"]) in _oracle_lineage(ui_root, row["id"])
+    assert found["document"]["id"] == row["id"] and found["tokens"] == []  # removed before tokenize
+
+    kept = ui_server.json(f"/api/find?id={q(row['keeper'])}")
+    assert [r for r in kept["removed"] if r["step"].startswith(("exact_dedup", "fuzzy_dedup"))] == []
+    oracle = []
+    for store in ui_server.json("/api/stores")["stores"]:
+        index = TokenStore(ui_root / store["path"]).document_index().to_pylist()
+        oracle += [(store["path"], d["document"]) for d in index if d["id"] == row["keeper"]]
+    assert [(t["store"], t["index"]) for t in kept["tokens"]] == oracle and len(oracle) == 1
+    tokens = ui_server.json(f"/api/stores/doc?path={q(oracle[0][0])}&index={oracle[0][1]}")
+    assert tokens["tokens"] == kept["tokens"][0]["tokens"] > 0
+
+    # the pair page no longer needs the step; an id nothing knows is a clear "not found"
+    pair = ui_server.json(f"/api/removed/pair?id={q(row['id'])}")
+    assert pair["step"] in {s for s, _, _ in _oracle_lineage(ui_root, row["id"])}
+    assert pair["keeper"]["id"] == row["keeper"]
+    missing = ui_server.json("/api/find?id=no-such-document")
+    assert missing == {"id": "no-such-document", "removed": [], "tokens": [], "document": None}
+    status, body, _ = ui_server.get("/api/find")
+    assert status == 400 and b"id" in body
+
+    html = ui_server.get(f"/find?id={q(row['id'])}")[1].decode()
+    assert 'id="find-removed"' in html and "exact_duplicate" in html and escape(row["keeper"]) in html
+    assert "id=find-box" in ui_server.get("/stores")[1].decode()  # the search box is on every page

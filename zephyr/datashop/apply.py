@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from zephyr.datashop.classifiers import is_loaded, load_classifier
 from zephyr.engine import counters
+from zephyr.errors import ZephyrError
 
 __all__ = [
     "ScoreBatch",
@@ -25,11 +26,14 @@ __all__ = [
     "ScoreHistogram",
     "score_histogram",
     "threshold_for_keep_fraction",
+    "keep_fraction_shortfall",
+    "KeepFractionError",
     "KeepAtLeast",
     "DROP_REASON",
 ]
 
 DROP_REASON = "below_threshold"
+counters.internal("datashop/classifier_loads")  # once per worker process: how the work ran
 HISTOGRAM_BINS = 16384
 
 
@@ -165,6 +169,43 @@ def threshold_for_keep_fraction(hist: ScoreHistogram, keep_fraction: float) -> f
         if kept >= target - 1e-9:
             return float(edges[i]) if i > 0 else float("-inf")
     return float("-inf")
+
+
+class KeepFractionError(ZephyrError, ValueError):
+    """A `keep_fraction` filter that would keep far more than asked, because too many documents share
+    the score at the threshold (a classifier that gives every document the same score keeps all)."""
+
+
+def keep_fraction_shortfall(hist: ScoreHistogram, keep_fraction: float, threshold: float) -> str | None:
+    """Why `threshold` cannot keep about `keep_fraction` of the documents, or None when it does.
+
+    A threshold keeps whole histogram bins, so it overshoots by the documents tied with the last one
+    kept. Keeping up to half again the fraction asked (at least 5 points more), and less than halfway
+    from it to everything, is within what was asked (0.3 keeps at most 0.45; 0.9 at most 0.95); beyond
+    that, the reason names how many documents share which score.
+    """
+    total = hist.total
+    if total == 0:
+        return None
+    edges = hist.edges()
+    first = 0 if threshold == float("-inf") else int(np.searchsorted(edges, threshold, side="left"))
+    kept = sum(hist.counts[first:])
+    if kept / total <= min(max(1.5 * keep_fraction, keep_fraction + 0.05), (1 + keep_fraction) / 2) + 1e-9:
+        return None
+    nonzero = [i for i, c in enumerate(hist.counts) if c]
+    tied = hist.counts[first]
+    width = (hist.hi - hist.lo) / len(hist.counts)
+    if len(nonzero) == 1:
+        return (
+            f"the classifier gave all {total:,} documents the same score ({edges[first]:.4g} to "
+            f"{edges[first] + width:.4g}), so no threshold keeps {keep_fraction:.0%} of them: it would keep "
+            f"{kept:,} ({kept / total:.0%})"
+        )
+    return (
+        f"{tied:,} documents ({tied / total:.0%}) share the score {edges[first]:.4g} to {edges[first] + width:.4g} "
+        f"at the threshold, so the best {keep_fraction:.0%} cannot be told apart from the rest: the threshold "
+        f"keeps {kept:,} of {total:,} ({kept / total:.0%})"
+    )
 
 
 @dataclass(frozen=True)

@@ -245,10 +245,17 @@ class ClassifierConfig:
 
 @dataclass(frozen=True)
 class FilterConfig:
-    """Keep documents whose score is >= `threshold`, or the best `keep_fraction` of them (give one)."""
+    """Keep documents whose score is >= `threshold`, or the best `keep_fraction` of them (give one).
+
+    A `keep_fraction` the scores cannot honour (too many documents tied at the threshold, e.g. a
+    classifier that scores every document alike and would keep them all) fails the stage with the
+    reason, unless `on_ties: keep`: then the tied documents are all kept and the stage's summary line
+    says how many, and why.
+    """
 
     threshold: float | None = None
     keep_fraction: float | None = None
+    on_ties: str = "fail"
 
     def __post_init__(self) -> None:
         if (self.threshold is None) == (self.keep_fraction is None):
@@ -259,6 +266,8 @@ class FilterConfig:
             )
         if self.keep_fraction is not None and not 0.0 < self.keep_fraction <= 1.0:
             fail("FilterConfig", f"keep_fraction must be in (0, 1], got {self.keep_fraction}")
+        if self.on_ties not in ("fail", "keep"):
+            fail("FilterConfig", f"on_ties must be 'fail' or 'keep', got {self.on_ties!r}")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from zephyr.datashop.apply import KeepAtLeast, score_dataset, score_histogram, threshold_for_keep_fraction
+from zephyr.datashop.apply import (
+    KeepAtLeast,
+    KeepFractionError,
+    keep_fraction_shortfall,
+    score_dataset,
+    score_histogram,
+    threshold_for_keep_fraction,
+)
 from zephyr.datashop.classifiers import nearest_bin, train_classifier
 from zephyr.datashop.config import DatashopConfig, StageConfig
 from zephyr.datashop.label_stage import label_on_engine, release_labelers
@@ -69,6 +76,7 @@ class StageReport:
     threshold: float
     kept_docs: int
     kept_fraction: float
+    filter_note: str | None  # why the filter kept more than keep_fraction asked (on_ties: keep), else None
     scored_files: tuple[str, ...]
     kept_files: tuple[str, ...]
     labels_path: str
@@ -110,6 +118,11 @@ class DatashopReport:
                 f"{_fmt(a.spearman, 6):>6} {s.threshold:>7.3f} {s.kept_docs:>8} {s.kept_fraction:>6.3f}"
             )
         for s in self.stages:
+            if s.filter_note:
+                lines.append(
+                    f"{s.name}: KEPT {s.kept_docs:,} of {s.input_docs:,} ({s.kept_fraction:.0%}), more than "
+                    f"keep_fraction asked, because {s.filter_note} (on_ties: keep)"
+                )
             lines.append(f"{s.name}: {s.label_quality.summary()}")
             v = s.vs_majority
             if v.get("gain") is not None:
@@ -213,11 +226,15 @@ def run_stage(
         )
         scored = Dataset.from_files(scored_files)
         hist = score_histogram(scored, field_name, lo=lo, hi=hi)
+        filter_note = None
         if stage.filter.threshold is not None:
             threshold = float(stage.filter.threshold)
         else:
             assert stage.filter.keep_fraction is not None
             threshold = threshold_for_keep_fraction(hist, stage.filter.keep_fraction)
+            filter_note = keep_fraction_shortfall(hist, stage.filter.keep_fraction, threshold)
+            if filter_note and stage.filter.on_ties == "fail":
+                raise KeepFractionError(_unmet_message(stage, filter_note, quality, vs_majority, stage_dir))
         keep = KeepAtLeast(field_name, threshold, counter_prefix=f"datashop/{stage.name}")
         kept_files = _write(scored.filter(keep), stage_dir / "kept", config.output_format)
         kept_docs = Dataset.from_files(kept_files).select(config.id_field).count() if kept_files else 0
@@ -248,6 +265,7 @@ def run_stage(
         threshold=threshold,
         kept_docs=kept_docs,
         kept_fraction=kept_docs / input_docs if input_docs else 0.0,
+        filter_note=filter_note,
         scored_files=tuple(scored_files),
         kept_files=tuple(kept_files),
         labels_path=str(labels_path),
@@ -255,6 +273,24 @@ def run_stage(
     )
     _write_atomic(stage_dir / "report.json", json.dumps(report.to_dict(), indent=2, default=str))
     return report
+
+
+def _unmet_message(
+    stage: StageConfig, note: str, quality: LabelQuality, vs_majority: dict[str, Any], stage_dir: Path
+) -> str:
+    """The error of a keep_fraction that cannot be honoured: what was asked, why not, what to change."""
+    causes = []
+    if quality.noisy:
+        causes.append(f"its LM labels look too noisy ({quality.advice})")
+    if vs_majority.get("beats_majority") is False:
+        causes.append("its classifier is not clearly better than always predicting the majority label")
+    cause = (" Likely cause: " + "; ".join(causes) + ".") if causes else ""
+    return (
+        f"Datashop stage {stage.name!r}: filter keep_fraction={stage.filter.keep_fraction} cannot be honoured: "
+        f"{note}.{cause} Fixes: a larger annotation pool (pool.size), a prompt or labeler the LM follows, or a "
+        f"threshold instead of keep_fraction; or set `on_ties: keep` in this stage's filter to keep the tied "
+        f"documents (the summary then says so). Labels and scores are kept in {stage_dir} for the rerun."
+    )
 
 
 def _label_pool(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from zephyr.engine import ops as O
 from zephyr.engine.absent_fields import fields_read
+from zephyr.engine.arguments import check_function, key_function
 from zephyr.engine.resources import Resources
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Dataset"]
 
-_FORMATS = ("jsonl", "parquet", "vortex")
+_FORMATS = ("jsonl", "parquet", "vortex", "arrow")
 _BATCH_FORMATS = ("pyarrow", "pandas", "polars")
 
 
@@ -82,6 +83,18 @@ class Dataset:
         cols = tuple(columns) if columns is not None else None
         return Dataset(O.FilesSource(patterns, format, cols, None, on_bad_record))
 
+    @staticmethod
+    def from_hf(path: str, *, split: str | None = None, columns: Sequence[str] | None = None) -> Dataset:
+        """A Hugging Face `save_to_disk` folder: one shard per `.arrow` data file, in `state.json` order.
+
+        For a DatasetDict folder (`dataset_dict.json`, one sub-folder per split) give `split`; for a
+        Dataset folder leave it None. `Dataset.from_files(path)` reads a Dataset folder the same way.
+        """
+        from zephyr.engine.io.hf import hf_split_folder
+
+        path = hf_split_folder(path, split)
+        return Dataset.from_files(path, format="arrow", columns=columns)
+
     # ---------------------------------------------------------------------------- narrow ops
     def _then(self, op: Any) -> Dataset:
         return replace(self, ops=(*self.ops, op))
@@ -89,15 +102,21 @@ class Dataset:
     def map(self, fn: Callable[[Any], Any], *, resources: Any = None) -> Dataset:
         """Apply `fn` to every record. `resources` (e.g. {"gpus": 1, "memory": "8GB", "my_res": 1}) is
         what a worker running this stage needs; see zephyr.engine.resources."""
+        check_function("map", "fn", fn, 1, "ds.map(lambda record: {**record, 'n': len(record['text'])})")
         return self._then(O.Map(fn, Resources.of(resources)))
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, resources: Any = None) -> Dataset:
         """Replace every record by the records `fn` returns or yields (zero or more)."""
+        check_function("flat_map", "fn", fn, 1, "ds.flat_map(lambda record: record['text'].split())")
         return self._then(O.FlatMap(fn, Resources.of(resources)))
 
     def filter(self, predicate: Any) -> Dataset:
         """Keep records for which `predicate` is true: a callable, or an expression like
         `col("lang") == "en"` (pushed down into parquet/vortex scans when it follows the source)."""
+        from zephyr.engine.expr import Expr
+
+        if not isinstance(predicate, Expr):
+            check_function("filter", "predicate", predicate, 1, "ds.filter(col('lang') == 'en') or a function")
         return self._then(O.Filter(predicate))
 
     def select(self, *columns: str) -> Dataset:
@@ -119,6 +138,7 @@ class Dataset:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if batch_format not in _BATCH_FORMATS:
             raise ValueError(f"batch_format must be one of {', '.join(_BATCH_FORMATS)}, got {batch_format!r}")
+        check_function("map_batches", "fn", fn, 1, "ds.map_batches(lambda batch: batch.filter(...))")
         if batch_format != "pyarrow":
             fn = _FormattedBatches(fn, batch_format)
         return self._then(O.MapBatches(fn, batch_size, Resources.of(resources)))
@@ -126,6 +146,7 @@ class Dataset:
     def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]], *, resources: Any = None) -> Dataset:
         """`fn(records)` gets a whole shard's iterator and yields its output: for per-shard state (a model
         loaded once per shard; `resources={"gpus": 1}` runs it on a worker holding a GPU)."""
+        check_function("map_shard", "fn", fn, 1, "def fn(records): model = load(); yield from map(model, records)")
         return self._then(O.MapShard(fn, Resources.of(resources)))
 
     def take_per_shard(self, n: int) -> Dataset:
@@ -182,7 +203,13 @@ class Dataset:
                 if isinstance(value, str)
                 else "",
             )
-        return self._then(O.GroupBy(_field_or_fn(key), reducer, _field_or_fn(sort_by), combiner, num_shards, batch))
+        key_fn = key_function("group_by", "key", key)
+        sort_fn = key_function("group_by", "sort_by", sort_by, optional=True)
+        example = "def reducer(key, items): return {'key': key, 'n': sum(1 for _ in items)}"
+        check_function("group_by", "reducer", reducer, 2, example)
+        if combiner is not None:
+            check_function("group_by", "combiner", combiner, 2, "def combiner(key, items): yield ...")
+        return self._then(O.GroupBy(key_fn, reducer, sort_fn, combiner, num_shards, batch))
 
     def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
         """Keep the first record (in input order) of every `key(record)` (or field `key`)."""
@@ -223,7 +250,7 @@ class Dataset:
             raise ValueError(f"samples_per_shard must be at least 1, got {samples_per_shard}")
         if isinstance(key, str):
             _refuse_minus_prefix("key", key, f"Sort descending with sort({key[1:]!r}, descending=True).")
-        sort_key = _SortKey(_field_or_fn(key), descending)
+        sort_key = _SortKey(key_function("sort", "key", key), descending)
         sampled = sorted(self.map_shard(_SampleKeys(sort_key, samples_per_shard)).collect())
         if num_shards is None:
             from zephyr.engine.context import current_config
@@ -239,23 +266,43 @@ class Dataset:
         self,
         right: Dataset,
         *,
-        left_key: Callable[[Any], Any],
-        right_key: Callable[[Any], Any],
+        left_key: Callable[[Any], Any] | str,
+        right_key: Callable[[Any], Any] | str,
         how: str = "inner",
         combine: Callable[[Any, Any], Any] | None = None,
         num_shards: int | None = None,
     ) -> Dataset:
         """Join with `right` on equal keys: both sides are shuffled by key and merged in key order.
 
+        `left_key`/`right_key` are field names (`"id"`, as in `group_by`) or functions of a record.
         `combine(left, right)` builds the output record (default `{**left, **right}`); with how="left",
         a left record without match is combined with None (default: the left record as is).
         Every pair of matching records is emitted (many-to-many joins multiply).
+
+        Example:
+            >>> from zephyr import Dataset, execution
+            >>> docs = Dataset.from_list([{"id": 1, "text": "a"}, {"id": 2, "text": "b"}])
+            >>> langs = Dataset.from_list([{"doc": 1, "lang": "en"}])
+            >>> with execution(backend="local"):
+            ...     docs.sorted_merge_join(langs, left_key="id", right_key="doc").collect()
+            [{'id': 1, 'text': 'a', 'doc': 1, 'lang': 'en'}]
         """
         if how not in ("inner", "left"):
-            raise ValueError(f"how must be 'inner' or 'left', got {how!r}")
+            raise ValueError(f"sorted_merge_join: how must be 'inner' or 'left', got {how!r}")
         if not isinstance(right, Dataset):
-            raise TypeError(f"sorted_merge_join expects a Dataset on the right, got {type(right).__name__}")
-        return self._then(O.Join(right, left_key, right_key, how, combine, num_shards))
+            raise TypeError(
+                f"sorted_merge_join expects a Dataset on the right, got {type(right).__name__}; "
+                "e.g. Dataset.from_files('other/*.parquet')"
+            )
+        for name, value in (("left_key", left_key), ("right_key", right_key)):
+            _refuse_minus_prefix(name, value, f"Join on the field itself: {name}={str(value)[1:]!r}.")
+        left = key_function("sorted_merge_join", "left_key", left_key)
+        right_fn = key_function("sorted_merge_join", "right_key", right_key)
+        if combine is not None:
+            check_function(
+                "sorted_merge_join", "combine", combine, 2, "combine=lambda left, right: {**left, **(right or {})}"
+            )
+        return self._then(O.Join(right, left, right_fn, how, combine, num_shards))
 
     # ----------------------------------------------------------------------------- terminals
     def execute(self) -> RunResult:
@@ -288,34 +335,19 @@ class Dataset:
             print(line if len(line) <= 400 else line[:397] + "...")
 
     def schema(self, *, sample: int = 1000) -> Any:
-        """The pyarrow schema of the records.
+        """The pyarrow schema of the records: every field seen, each with a type that holds all its values.
 
-        For parquet/vortex files read as they are, the files' own schema (no rows read); otherwise it is
-        inferred from the first `sample` records (fields that appear only later are not seen).
+        For parquet files read as they are, the files' own schemas (footers only, no rows),
+        unified across the files: a column that is int64 in some files and double in others is double.
+        Otherwise it is inferred from a sample of about `sample` records taken from every shard (the
+        first records of each, so a later file whose values are floats is seen), and a field's types
+        are unified across the sample the same way. The schema's metadata says what it was read from
+        (`schema.metadata[b"zephyr.schema_from"]`); fields or types that occur only outside the sample
+        are not seen.
         """
-        import pyarrow as pa
+        from zephyr.engine.sample_schema import dataset_schema
 
-        if not self.ops and isinstance(self.source, O.FilesSource):
-            from zephyr.fs import expand_glob
-
-            first = expand_glob(self.source.patterns[0])[0]
-            fmt = self.source.format or _infer_format(first)
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
-
-                from zephyr.fs import open_url
-
-                with open_url(first, "rb", compression=None) as handle:
-                    schema = pq.read_schema(handle)
-                if self.source.columns is not None:
-                    schema = pa.schema([schema.field(c) for c in self.source.columns if c in schema.names])
-                return schema
-        records = self.take(sample)
-        if not records:
-            return pa.schema([])
-        if not all(isinstance(r, dict) for r in records):
-            return pa.schema([pa.field("value", pa.array(records).type)])
-        return pa.Table.from_pylist(records).schema
+        return dataset_schema(self, sample)
 
     def count(self) -> int:
         """Run the pipeline and return the number of records."""
@@ -369,6 +401,11 @@ class Dataset:
                 raise ValueError(
                     "skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it"
                 )
+            if schema is not None:
+                raise ValueError(
+                    "schema= is not applied to partitioned writes (each partition file takes its records' schema); "
+                    "cast the records in a map_batches before the write, or drop partition_by"
+                )
         if format is None:
             from zephyr.engine.io import infer_format
 
@@ -386,17 +423,52 @@ class Dataset:
             raise TypeError(f"write_shards expects a callable writer, got {type(writer).__name__}")
         return self._then(O.ShardSink(writer, name))
 
-    def write_jsonl(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
-        """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst)."""
-        return self.write(pattern, format="jsonl", skip_existing=skip_existing).execute().outputs
+    def write_jsonl(self, pattern: str, *, skip_existing: bool = False, partition_by: str | None = None) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst); with
+        `partition_by`, one file per shard and value of that field (see `write`)."""
+        return (
+            self.write(pattern, format="jsonl", skip_existing=skip_existing, partition_by=partition_by)
+            .execute()
+            .outputs
+        )
 
-    def write_parquet(self, pattern: str, *, skip_existing: bool = False, schema: Any = None) -> list[str]:
-        """Write shard i to `pattern.format(shard=i, total=n)` as parquet (zstd); one schema for all files."""
-        return self.write(pattern, format="parquet", skip_existing=skip_existing, schema=schema).execute().outputs
+    def write_parquet(
+        self, pattern: str, *, skip_existing: bool = False, schema: Any = None, partition_by: str | None = None
+    ) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` as parquet (zstd); one schema for all files;
+        with `partition_by`, one file per shard and value of that field (see `write`)."""
+        return (
+            self.write(pattern, format="parquet", skip_existing=skip_existing, schema=schema, partition_by=partition_by)
+            .execute()
+            .outputs
+        )
 
-    def write_vortex(self, pattern: str, *, skip_existing: bool = False, schema: Any = None) -> list[str]:
-        """Write shard i to `pattern.format(shard=i, total=n)` as vortex; one schema for all files."""
-        return self.write(pattern, format="vortex", skip_existing=skip_existing, schema=schema).execute().outputs
+    def write_vortex(
+        self, pattern: str, *, skip_existing: bool = False, schema: Any = None, partition_by: str | None = None
+    ) -> list[str]:
+        """Write shard i to `pattern.format(shard=i, total=n)` as vortex; one schema for all files; with
+        `partition_by`, one file per shard and value of that field (see `write`)."""
+        return (
+            self.write(pattern, format="vortex", skip_existing=skip_existing, schema=schema, partition_by=partition_by)
+            .execute()
+            .outputs
+        )
+
+    def write_hf(self, folder: str, *, split: str | None = None) -> list[str]:
+        """Write a folder Hugging Face's `datasets.load_from_disk(folder)` reads: shard i as the Arrow IPC
+        stream `folder/data-{i:05d}-of-{n:05d}.arrow` (one schema across the files), then
+        `dataset_info.json` and `state.json`. With `split`, the records go to `folder/<split>/` and
+        `folder/dataset_dict.json` lists the split, so `folder` loads as a DatasetDict (write each split
+        in turn). Returns the data files' paths."""
+        from zephyr.engine.io.folder_schema import file_schema
+        from zephyr.engine.io.hf import write_hf_metadata
+        from zephyr.fs import join
+
+        target = join(folder, split) if split else folder
+        paths = self.write(join(target, "data-{shard:05d}-of-{total:05d}.arrow"), format="arrow").execute().outputs
+        if paths:  # none in a dry run, which writes nothing
+            write_hf_metadata(target, paths, file_schema(paths[0], "arrow"), split=split)
+        return paths
 
     def explain(self) -> str:
         """The physical plan: stages, the ops fused into each, shard counts."""
@@ -418,15 +490,6 @@ def _refuse_minus_prefix(name: str, value: Any, fix: str) -> None:
             f"{name}={value!r}: a '-' prefix (descending order) is not supported, and no field is named {value!r}. "
             + fix
         )
-
-
-def _field_or_fn(key: Any) -> Any:
-    """A field name becomes `col(name)`, an expression that is also a record -> value function."""
-    if isinstance(key, str):
-        from zephyr.engine.expr import col
-
-        return col(key)
-    return key
 
 
 def _first_of_group(key: Any, items: Iterable[Any]) -> Iterator[Any]:
@@ -467,15 +530,6 @@ class _ShardFold:
             for record in iterator:
                 accumulator = self.fn(accumulator, record)
         yield accumulator
-
-
-def _infer_format(path: str) -> str | None:
-    from zephyr.engine.io import infer_format
-
-    try:
-        return infer_format(path)
-    except Exception:  # noqa: BLE001 - unknown suffix: fall back to sampling records
-        return None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import cloudpickle
 from zephyr.engine import absent_fields
 from zephyr.engine.backends import Backend, Outcome, make_backend, release_backend
 from zephyr.engine.context import ExecutionConfig, current_config
-from zephyr.engine.counters import merge
+from zephyr.engine.counters import internal, merge
 from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
 from zephyr.engine.inputs import FileInput
 from zephyr.engine.outputs import FileSink, PartitionedSink, remove_stale_outputs
@@ -45,6 +45,8 @@ from zephyr.progress import log
 from zephyr.versioning import read_marker, write_marker
 
 __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
+
+internal("sink/")  # files rewritten to the folder schema, dead temporary files removed: mechanics, not data
 
 
 @dataclass

@@ -58,7 +58,7 @@ from zephyr.versioning import describe, digest
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
 
 _SCATTER_BATCH_ROWS = 65536  # Arrow batch size read for a group_by on fields straight from columnar files
-_COLUMNAR = ("parquet", "vortex")
+_COLUMNAR = ("parquet", "vortex", "arrow")
 
 
 @dataclass(frozen=True)

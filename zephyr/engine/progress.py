@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import time
 from typing import Any, Self
 
 from rich.console import Console
 from rich.table import Table
 
+from zephyr.counters import is_internal
 from zephyr.engine import run_record
 from zephyr.progress import (
     LiveView,
@@ -47,6 +49,7 @@ __all__ = [
     "live_view",
     "log",
     "print_run_summary",
+    "report_results",
     "set_verbosity",
     "task_progress",
     "verbosity",
@@ -354,18 +357,44 @@ def _append_log(recorder: run_record.RunRecorder, text: str) -> None:
 
 
 # --------------------------------------------------------------------------------- run end
-def print_run_summary(record: dict[str, Any]) -> None:
-    """The one table at the end of a run: its steps, or (without steps) its stages; then counters."""
-    if verbosity() < 0:
+def report_results(lines: list[str]) -> None:
+    """A program's own closing figures (a recipe's splits, tokens, losses): shown once, after the live view.
+
+    Under `zephyr run` (or a subcommand) they become part of the run's one final summary, printed below its
+    table (and kept in the run record as "results"); otherwise the live view is closed and they are printed
+    now. Results go to stdout and are printed with -q too; the table goes to stderr.
+    """
+    recorder = run_record.current_run()
+    if recorder is not None and recorder.summary_at_end:
+        recorder.record.setdefault("results", []).extend(lines)
+        recorder.write(force=True)
         return
+    _view.close()
+    print("\n".join(lines), flush=True)
+
+
+def print_run_summary(record: dict[str, Any]) -> None:
+    """The one summary at the end of a run, after the live view is closed: a table of its steps (or, without
+    steps, of its stages), the counters that describe the data (internal ones only with -v; all are in the
+    run record), then the program's own results (`report_results`)."""
+    _view.close()
+    if verbosity() >= 0:
+        _print_run_table(record)
+    results = record.get("results") or []
+    if results:
+        sys.stderr.flush()
+        print("\n".join(results), flush=True)
+
+
+def _print_run_table(record: dict[str, Any]) -> None:
     width = None if terminal() else 160
     console = Console(stderr=True, width=width)
     status = record.get("status", "?")
     command = record.get("command") or []
     what = " ".join(command[:2]) if len(command) >= 2 and command[0] == "zephyr" else "zephyr run"
     title = f"{what} {status} in {format_duration(record.get('seconds'))}"
+    table = Table(title=title, title_justify="left")
     if record.get("steps"):
-        table = Table(title=title, title_justify="left")
         for column in ("step", "status", "time", "docs in", "docs out", "removed", "tokens"):
             table.add_column(column, justify="left" if column in ("step", "status") else "right")
         for step in record["steps"]:
@@ -374,13 +403,12 @@ def print_run_summary(record: dict[str, Any]) -> None:
                 step["name"],
                 step["status"],
                 "-" if step["status"] == "cached" else format_duration(step.get("seconds")),
-                _opt_count(step.get("docs_in")),
-                _opt_count(step.get("docs_out")),
-                format_count(removed) if step.get("removed") else "",
-                _opt_count(step.get("tokens")),
+                _exact(step.get("docs_in")),
+                _exact(step.get("docs_out")),
+                f"{removed:,}" if step.get("removed") else "",
+                _exact(step.get("tokens")),
             )
     else:
-        table = Table(title=title, title_justify="left")
         for column in ("stage", "shards", "records in", "records out", "bytes in", "time", "retries"):
             table.add_column(column, justify="left" if column == "stage" else "right")
         for job in record.get("jobs", []):
@@ -401,17 +429,19 @@ def print_run_summary(record: dict[str, Any]) -> None:
         for name, value in job.get("counters", {}).items():
             counters[name] = counters.get(name, 0) + value
     retries = sum(len(s["retries"]) for j in record.get("jobs", []) for s in j.get("stages", []))
-    _view.close()
     if not table.row_count:  # failed before any stage finished (a cluster error): the error line says it all
         return
     console.print(table)
-    if counters:
+    shown = counters if verbosity() >= 1 else {k: v for k, v in counters.items() if not is_internal(k)}
+    if shown:
         console.print(
-            "counters: " + ", ".join(f"{k}={v:,}" for k, v in sorted(counters.items())), markup=False, highlight=False
+            "counters: " + ", ".join(f"{k}={v:,}" for k, v in sorted(shown.items())), markup=False, highlight=False
         )
     if retries:
         console.print(f"{retries} retried shard attempt(s); details in the run record", markup=False, highlight=False)
 
 
-def _opt_count(value: Any) -> str:
-    return format_count(value) if isinstance(value, int | float) else ""
+def _exact(value: Any) -> str:
+    """A count in the final summary, exact and with separators (3,234, not 3.23K): it is compared with the
+    program's own figures printed below it."""
+    return f"{value:,}" if isinstance(value, int | float) else ""

@@ -14,6 +14,13 @@ Which run a job belongs to:
 The record dir of a `zephyr run` is the recipe's output root (StepRunner), else the directory of the first
 sink, else `$ZEPHYR_RUNS`, else `./.zephyr` (the parent of an explicit local `--scratch`).
 Writes are atomic (temp file + rename) and happen at most once per second while running, and at the end.
+
+A record says "running" until its process says otherwise, so a process killed with `kill -9` (or a
+machine that died) would leave it "running" forever. While running, a heartbeat rewrites the record
+every `HEARTBEAT_S` even when nothing else changes, and readers (`observed_status`, used by
+`read_run_records` and `zephyr ui`) show a "running" record as "killed" when its process is gone
+(same host: the pid is not alive, or is now another process that started after the run), and as
+"lost" when it ran on another host and its heartbeat is older than `LOST_AFTER_S`.
 """
 
 from __future__ import annotations
@@ -33,10 +40,25 @@ from typing import Any
 
 from zephyr.fs import join, url_to_fs
 
-__all__ = ["FORMAT", "RunRecorder", "current_run", "open_run", "read_run_records", "run_id_now", "use_run"]
+__all__ = [
+    "FORMAT",
+    "HEARTBEAT_S",
+    "LOST_AFTER_S",
+    "RunRecorder",
+    "current_run",
+    "observed_status",
+    "open_run",
+    "read_run_records",
+    "run_id_now",
+    "use_run",
+]
 
 FORMAT = "zephyr.run/1"
 _WRITE_INTERVAL_S = 1.0
+HEARTBEAT_S = 30.0
+"""A running record is rewritten at least this often, even while nothing changes (a long shard, training)."""
+LOST_AFTER_S = 150.0
+"""A running record from another host whose last write is older than this (five heartbeats) reads as "lost"."""
 
 
 def _now() -> str:
@@ -57,7 +79,7 @@ def _version(package: str) -> str | None:
 
 def _versions() -> dict[str, str | None]:
     return {
-        "zephyr": _version("zephyr") or "0+unknown",
+        "zephyr": _version("zephyr") or "0+unknown",  # the installed distribution's (zephyr.__version__)
         "python": platform.python_version(),
         "pyarrow": _version("pyarrow"),
         "ray": _version("ray"),
@@ -90,6 +112,8 @@ class RunRecorder:
         self._last_write = 0.0
         self._lock = threading.Lock()
         self._write_failed = False
+        self._heartbeat: threading.Thread | None = None
+        self._stopped = threading.Event()
         self.record: dict[str, Any] = {
             "format": FORMAT,
             "run_id": self.run_id,
@@ -110,6 +134,7 @@ class RunRecorder:
             "jobs": [],
         }
         self.current_step: str | None = None
+        self.summary_at_end = False  # the command prints this run's final summary (`zephyr run`, subcommands)
 
     # ------------------------------------------------------------------------------- steps
     def begin_step(self, name: str, version: str, path: str) -> dict[str, Any]:
@@ -169,6 +194,7 @@ class RunRecorder:
     # ------------------------------------------------------------------------------ finish
     def finish(self, status: str, error: BaseException | None = None, *, fallback_dir: str | None = None) -> None:
         self.record["status"] = status
+        self._stopped.set()  # the heartbeat ends; a StepRunner that runs another step restarts it
         self.record["finished_at"] = _now()
         if error is not None:
             self.record["error"] = {"type": type(error).__name__, "message": one_line(error)}
@@ -204,6 +230,18 @@ class RunRecorder:
                 if not self._write_failed:
                     self._write_failed = True
                     print(f"zephyr: cannot write the run record under {self.record_dir}: {error}", file=sys.stderr)
+        if self.record["status"] == "running" and (self._heartbeat is None or not self._heartbeat.is_alive()):
+            self._stopped.clear()
+            self._heartbeat = threading.Thread(target=self._beat, name="zephyr-run-heartbeat", daemon=True)
+            self._heartbeat.start()
+
+    def _beat(self) -> None:
+        """Rewrite the record every HEARTBEAT_S while it says "running", so a reader on another host can
+        tell a quiet run from a dead one."""
+        while not self._stopped.wait(HEARTBEAT_S):
+            if self.record["status"] != "running":
+                return
+            self.write(force=True)
 
 
 def default_record_dir(scratch: str | None = None) -> str:
@@ -234,8 +272,12 @@ def step_figures(summary: dict[str, Any]) -> dict[str, Any]:
         if not removed and isinstance(docs_in, int) and isinstance(docs_out, int) and docs_in != docs_out:
             removed["dropped"] = docs_in - docs_out
     tokens = summary.get("tokens") if isinstance(summary.get("tokens"), int) else None
-    if tokens is None:
-        nested = [v["tokens"] for v in summary.values() if isinstance(v, dict) and isinstance(v.get("tokens"), int)]
+    if tokens is None:  # per split: its tokens and its held-out (validation) tokens, as tokenize/tokens counts them
+        nested = [
+            v["tokens"] + int(v.get("validation_tokens") or 0)
+            for v in summary.values()
+            if isinstance(v, dict) and isinstance(v.get("tokens"), int)
+        ]
         tokens = sum(nested) if nested else None
     return {
         "docs_in": docs_in if isinstance(docs_in, int) else None,
@@ -294,11 +336,75 @@ def use_run(recorder: RunRecorder) -> Iterator[RunRecorder]:
 
 
 # ------------------------------------------------------------------------------------ reader
+def _parse_time(text: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), from /proc on Linux; None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as handle:
+            boot = next(float(line.split()[1]) for line in handle if line.startswith(b"btime"))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _alive(pid: int, started_at: float | None) -> bool:
+    """Whether the run's own process is alive: the pid exists and (where /proc tells) did not start
+    after the run did (a pid reused by a later process is not the run)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    except OSError:
+        return True  # cannot tell: assume alive rather than call a live run killed
+    begun = _process_start(pid)
+    return begun is None or started_at is None or begun <= started_at + 2.0
+
+
+def observed_status(record: dict[str, Any], *, now: float | None = None) -> dict[str, Any]:
+    """`record` as a reader should show it: a "running" record whose process is gone reads "killed"
+    (same host, pid checked), one from another host whose heartbeat is older than LOST_AFTER_S reads
+    "lost"; its running steps and jobs take the same status and "status_note" says why. Other
+    records are returned as they are. The file on disk is not changed (its writer may be alive)."""
+    if record.get("status") != "running":
+        return record
+    now = time.time() if now is None else now
+    host, pid = record.get("host"), record.get("pid")
+    updated = _parse_time(record.get("updated_at"))
+    last = f"last written {record.get('updated_at')}"
+    if host == socket.gethostname() and isinstance(pid, int):
+        if _alive(pid, _parse_time(record.get("started_at"))):
+            return record
+        status, note = "killed", f"its process (pid {pid} on {host}) is gone without finishing the record; {last}"
+    elif updated is not None and now - updated > LOST_AFTER_S:
+        status = "lost"
+        note = (
+            f"ran on {host} (pid {pid}), whose heartbeat stopped: {last}, {now - updated:.0f} s ago "
+            f"(a running record is rewritten every {HEARTBEAT_S:.0f} s)"
+        )
+    else:
+        return record
+    shown = dict(record, status=status, status_note=note, recorded_status="running")
+    shown["steps"] = [dict(s, status=status) if s.get("status") == "running" else s for s in record.get("steps") or []]
+    shown["jobs"] = [dict(j, status=status) if j.get("status") == "running" else j for j in record.get("jobs") or []]
+    return shown
+
+
 def read_run_records(root: str) -> list[dict[str, Any]]:
     """Every run record under `root` (its `_runs/` and those of folders up to two levels down), newest first.
 
     Files that are not zephyr.run/1 JSON objects (or are being written: names starting with "." or
-    "_tmp") are skipped. Each record gets "record_path", where it was read from.
+    "_tmp") are skipped. Each record gets "record_path", where it was read from. A "running" record whose
+    process is gone reads "killed" or "lost" (`observed_status`).
     """
     fs, base = url_to_fs(root)
     candidates: list[str] = []
@@ -320,6 +426,6 @@ def read_run_records(root: str) -> list[dict[str, Any]]:
         if not isinstance(record, dict) or record.get("format") != FORMAT:
             continue
         record["record_path"] = path if "://" not in root else f"{root.split('://')[0]}://{path}"
-        records.append(record)
+        records.append(observed_status(record))
     records.sort(key=lambda r: (r.get("started_at") or "", r.get("run_id") or ""), reverse=True)
     return records

@@ -16,6 +16,8 @@ from zephyr.fs import join, url_to_fs
 from zephyr.operators.fuzzy_lsh import first, second
 from zephyr.versioning import read_marker, write_marker
 
+counters.internal("fuzzy_dedup/cc_unsettled")  # how far a round is from done, not a property of the data
+
 __all__ = [
     "DONE",
     "clear",

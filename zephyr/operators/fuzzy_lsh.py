@@ -18,6 +18,9 @@ import xxhash
 from zephyr.engine import counters
 from zephyr.operators.minhash import MinHashConfig, sketch_batch
 
+# before edges are deduplicated, and members of streamed hot buckets: how the work was done
+counters.internal("fuzzy_dedup/candidate_edges_emitted", "fuzzy_dedup/hot_bucket_members")
+
 __all__ = [
     "FLUSH_ITEMS",
     "BucketEdges",

@@ -1,4 +1,6 @@
-"""Token store exports that other trainers read: Megatron-LM's indexed dataset (`.bin` + `.idx`).
+"""Token store exports that other tools read: Megatron-LM's indexed dataset (`.bin` + `.idx`), and the
+tokenizer that made a store as Hugging Face files (`export_tokenizer_hf`), so a model trained on the store
+and exported with `zephyr export hf` loads with `AutoTokenizer.from_pretrained`.
 
 Megatron-LM (and NeMo, GPT-NeoX) read a tokenized corpus as a pair of files sharing a prefix:
 
@@ -14,14 +16,16 @@ One Zephyr document is one sequence and one Megatron document. The store's uint3
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MEGATRON_DTYPE_CODES", "MegatronExport", "export_megatron"]
+__all__ = ["MEGATRON_DTYPE_CODES", "MegatronExport", "export_megatron", "export_tokenizer_hf"]
 
 _MAGIC = b"MMIDIDX\x00\x00"
 _VERSION = 1
@@ -107,3 +111,56 @@ def export_megatron(
         bin_tmp.unlink(missing_ok=True)
         idx_tmp.unlink(missing_ok=True)
     return MegatronExport(str(bin_path), str(idx_path), dtype.name, len(lengths), int(lengths.sum()))
+
+
+def export_tokenizer_hf(stores: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> list[Path]:
+    """Write the tokenizer that made `stores` into `out` as `tokenizer.json`, `tokenizer_config.json` and
+    `special_tokens_map.json` (what `transformers.AutoTokenizer.from_pretrained(out)` reads).
+
+    Every store's manifest names its tokenizer (source and content hash); they must agree, and the
+    tokenizer loaded from that source today must have the same hash (the one that made the ids), else
+    ValueError says which store and what to do. Returns the paths written.
+    """
+    from zephyr.tokenize.loader import resolve_tokenizer_source
+    from zephyr.tokenize.store import open_store
+
+    if not stores:
+        raise ValueError("export_tokenizer_hf needs the token store(s) the model was trained on; got none")
+    named = {os.fspath(path): open_store(path).tokenizer for path in stores}
+    hashes = {tok.get("content_hash") for tok in named.values()}
+    if len(hashes) != 1:
+        listed = "; ".join(f"{path}: {tok.get('name')} ({tok.get('content_hash')})" for path, tok in named.items())
+        raise ValueError(f"the stores were made by different tokenizers, so no one tokenizer fits the model: {listed}")
+    store, tok = next(iter(named.items()))
+    source = resolve_tokenizer_source(str(tok.get("source") or tok.get("name")))
+    if source.content_hash != tok.get("content_hash"):
+        raise ValueError(
+            f"the tokenizer {tok.get('source')!r} that made {store} has changed since (hash {source.content_hash}, "
+            f"the store says {tok.get('content_hash')}); pass the original tokenizer.json's folder as the store's "
+            "tokenizer source, or retokenize"
+        )
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    special = {k: tok[k] for k in ("bos_token", "eos_token") if tok.get(k)}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **special,
+        "clean_up_tokenization_spaces": False,
+        # the stores' ids: special-token strings inside the text were encoded as text unless the store says so
+        "split_special_tokens": not tok.get("parse_special", False),
+        "add_bos_token": False,  # a store's documents already hold their BOS/EOS where the manifest says so
+        "add_eos_token": False,
+    }
+    files = {
+        "tokenizer.json": source.json_text,
+        "tokenizer_config.json": json.dumps(config, indent=2),
+        "special_tokens_map.json": json.dumps(special, indent=2),
+    }
+    written = []
+    for name, text in files.items():
+        path = out / name
+        temp = out / f".tmp-{name}"
+        temp.write_text(text, encoding="utf-8")
+        os.replace(temp, path)
+        written.append(path)
+    return written

@@ -67,7 +67,10 @@ def page(title: str, active: str, body: str, *, root: str = "") -> str:
         f"<title>{esc(title)} · Zephyr</title>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         '<link rel=stylesheet href="/static/ui.css"></head><body>'
-        f'<header><span class=brand>Zephyr</span>{nav}<span class=root title="root">{esc(root)}</span></header>'
+        f"<header><span class=brand>Zephyr</span>{nav}"
+        '<form class=find action="/find" method=get role=search><input name=id id=find-box '
+        'placeholder="find a document by id" aria-label="document id" required></form>'
+        f'<span class=root title="root">{esc(root)}</span></header>'
         f"<main><h1>{esc(title)}</h1>{body}</main>"
         '<script src="/static/ui.js"></script></body></html>'
     )

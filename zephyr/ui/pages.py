@@ -12,10 +12,12 @@ from typing import Any
 from zephyr.ui.pages_documents import (
     document_data,
     documents_data,
+    find_data,
     pair_data,
     removed_data,
     render_document,
     render_documents,
+    render_find,
     render_pair,
     render_removed,
 )
@@ -45,6 +47,7 @@ PAGES: tuple[tuple[str, Any, Any, str, str], ...] = (
     ("/documents/doc", document_data, render_document, "Document", "documents"),
     ("/removed", removed_data, render_removed, "Removed, and why", "removed"),
     ("/removed/pair", pair_data, render_pair, "Removed document and its keeper", "removed"),
+    ("/find", find_data, render_find, "Find a document by id", "find"),
     ("/stores", stores_data, render_stores, "Token stores and mixtures", "stores"),
     ("/stores/view", store_data, render_store, "Token store", "stores"),
     ("/stores/doc", store_doc_data, render_store_doc, "Token store document", "stores"),

@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from zephyr.ui import documents, removed, runs
+from zephyr.ui import documents, find, removed, runs
 from zephyr.ui.filters import parse_filter
 from zephyr.ui.html import esc, fmt, link, pre_json, table, url
 from zephyr.ui.params import query_int, query_param
@@ -23,6 +23,8 @@ __all__ = [
     "render_removed",
     "pair_data",
     "render_pair",
+    "find_data",
+    "render_find",
 ]
 
 _TEXT_PREVIEW = 240
@@ -248,7 +250,7 @@ def render_removed(root: Root, data: dict) -> str:
 
 def pair_data(root: Root, request: Request) -> dict:
     return removed.removed_pair(
-        root, query_param(request, "step", True), query_param(request, "id", True), _step_order(root)
+        root, query_param(request, "step") or None, query_param(request, "id", True), _step_order(root)
     )
 
 
@@ -288,3 +290,55 @@ def render_pair(root: Root, data: dict) -> str:
         + "</div>"
         + "<p class=muted>highlighted: passages only in one of the two documents (word-level difflib).</p>"
     )
+
+
+# ---------------------------------------------------------------------------------------------- find
+def find_data(root: Root, request: Request) -> dict:
+    return find.find_by_id(root, query_param(request, "id", True), _step_order(root))
+
+
+def render_find(root: Root, data: dict) -> str:
+    doc_id = data["id"]
+    removals = data["removed"]
+    if removals:
+        rows = [
+            [
+                link(url("/removed", step=r["step"]), r["step"]),
+                f"<b>{esc(r.get('reason'))}</b>",
+                link(url("/find", id=r["keeper"]), r["keeper"]) if r.get("keeper") else "<span class=muted>none</span>",
+                esc(r.get("split")),
+                link(
+                    url("/removed/pair", step=r["step"], id=doc_id),
+                    "removed beside kept" if r.get("keeper") else "open",
+                ),
+            ]
+            for r in removals
+        ]
+        gone = "<h2>Removed</h2>" + table(["step", "reason", "kept in its place", "split", ""], rows, id="find-removed")
+    else:
+        gone = "<h2>Removed</h2><p id=find-removed class=muted>no step removed it (no lineage lists this id)</p>"
+    if data["tokens"]:
+        rows = [
+            [
+                link(url("/stores/view", path=t["store"]), t["store"]),
+                esc(t.get("split")),
+                link(url("/stores/doc", path=t["store"], index=t["index"]), f"document {t['index']}"),
+                fmt(t["tokens"]),
+            ]
+            for t in data["tokens"]
+        ]
+        tokens = "<h2>Tokens</h2>" + table(["token store", "split", "document", "tokens"], rows, id="find-tokens")
+    else:
+        tokens = "<h2>Tokens</h2><p id=find-tokens class=muted>in no token store under this root</p>"
+    doc = data.get("document")
+    if doc is None:
+        found = "<h2>Document</h2><p id=find-doc class=muted>not found in any dataset folder under this root</p>"
+    else:
+        folder = doc["_file"].rsplit("/", 1)[0] if "/" in doc["_file"] else ""
+        opened = link(url("/documents", dataset=folder, filter=f"id == {json.dumps(str(doc_id))}"), doc["_file"])
+        text = str(doc.get("text") or "")
+        found = (
+            f"<h2>Document</h2><p id=find-doc>first found in {opened}</p>"
+            f"<div class=doctext>{esc(text[:2000])}{'…' if len(text) > 2000 else ''}</div>"
+        )
+    return f"<p>document <code id=find-id>{esc(doc_id)}</code></p>" + gone + tokens + found

@@ -114,11 +114,8 @@ def render_live(data: dict) -> str:
         f"{esc(run.get('host'))} pid {esc(run.get('pid'))}"
         f" · {fmt(run.get('seconds'), 1)} s · updated {esc(run.get('updated_at'))}</p>"
     )
-    if (run.get("stale_seconds") or 0) > 30:
-        head += (
-            f'<p class=error>no update for {run["stale_seconds"]:.0f} s while "running": '
-            "the process may have been killed (a live run rewrites its record about once a second)</p>"
-        )
+    if run.get("status_note"):  # "killed" / "lost": the record said running, its process is gone
+        head += f"<p class=error id=status-note>{esc(run['status'])}: {esc(run['status_note'])}</p>"
     if run.get("error"):
         head += f"<p class=error>{esc(run['error'].get('type'))}: {esc(run['error'].get('message'))}</p>"
     steps = [

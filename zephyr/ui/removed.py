@@ -24,7 +24,15 @@ from zephyr.fs import url_to_fs
 from zephyr.ui.documents import find_document
 from zephyr.ui.source import Root
 
-__all__ = ["lineage_dirs", "removed_counts", "removed_page", "removed_pair", "jaccard", "diff_html"]
+__all__ = [
+    "lineage_dirs",
+    "read_lineage",
+    "removed_counts",
+    "removed_page",
+    "removed_pair",
+    "jaccard",
+    "diff_html",
+]
 
 LINEAGE = "_removed"
 
@@ -49,7 +57,9 @@ def _files(root: Root, step: str) -> list[str]:
     return files
 
 
-def _read(root: Root, rel: str, *, columns: list[str] | None = None, where: pc.Expression | None = None) -> pa.Table:
+def read_lineage(
+    root: Root, rel: str, *, columns: list[str] | None = None, where: pc.Expression | None = None
+) -> pa.Table:
     """One lineage file (or the matching rows of it: the filter is pushed into the parquet scan)."""
     fs, path = url_to_fs(root.abs(rel))
     with fs.open(path, "rb") as handle:
@@ -61,7 +71,7 @@ def _file_counts(root: Root, rel: str) -> dict[str, int]:
     mtime = root.files().get(rel, {}).get("mtime")
 
     def build() -> dict[str, int]:
-        reasons = _read(root, rel, columns=["reason"]).column("reason").combine_chunks()
+        reasons = read_lineage(root, rel, columns=["reason"]).column("reason").combine_chunks()
         return {c["values"]: int(c["counts"]) for c in pc.value_counts(reasons).to_pylist()}
 
     return root.cached(f"lineage-counts:{rel}@{mtime}", build, ttl=3600.0)
@@ -93,7 +103,7 @@ def removed_page(root: Root, step: str, *, reason: str | None = None, offset: in
         if seen + n <= offset:
             seen += n
             continue
-        table = _read(root, rel, where=pc.field("reason") == reason if reason else None)
+        table = read_lineage(root, rel, where=pc.field("reason") == reason if reason else None)
         skip = max(0, offset - seen)
         rows.extend(table.slice(skip, limit - len(rows)).to_pylist())
         seen += n
@@ -114,7 +124,7 @@ def removed_page(root: Root, step: str, *, reason: str | None = None, offset: in
 
 def _lineage_row(root: Root, step: str, doc_id: str) -> dict | None:
     for rel in _files(root, step):
-        hit = _read(root, rel, where=pc.field("id") == doc_id)
+        hit = read_lineage(root, rel, where=pc.field("id") == doc_id)
         if hit.num_rows:
             return hit.slice(0, 1).to_pylist()[0]
     return None
@@ -145,8 +155,20 @@ def output_folders(root: Root, step: str) -> list[str]:
     ]
 
 
-def removed_pair(root: Root, step: str, doc_id: str, steps_in_order: list[str]) -> dict:
-    """A removed document, the document kept in its place, their Jaccard and a highlighted diff."""
+def removed_pair(root: Root, step: str | None, doc_id: str, steps_in_order: list[str]) -> dict:
+    """A removed document, the document kept in its place, their Jaccard and a highlighted diff.
+
+    Without `step`, the step whose lineage lists the id (the first in run order) is used."""
+    if not step:
+        listed = [s for s in lineage_dirs(root) if _lineage_row(root, s, doc_id) is not None]
+        order = {name: i for i, name in enumerate(steps_in_order)}
+        listed.sort(key=lambda s: order.get(s.split("/")[0], len(order)))
+        if not listed:
+            raise KeyError(
+                f"document {doc_id!r} is in no step's list of removed documents under {root.url}; "
+                f"/find?id={doc_id} says where it is"
+            )
+        step = listed[0]
     row = _lineage_row(root, step, doc_id)
     if row is None:
         raise KeyError(f"document {doc_id!r} is not in the lineage of step {step!r}")

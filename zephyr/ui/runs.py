@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-import time
 from typing import Any
 
+from zephyr.engine.run_record import observed_status
 from zephyr.ui.source import Root
 
 __all__ = ["RUN_FORMAT", "run_records", "latest_run", "steps_view", "runs_view"]
@@ -47,7 +47,7 @@ def run_records(root: Root) -> list[dict]:
         if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
             continue
         record["_path"] = rel
-        records.append(record)
+        records.append(observed_status(record))  # "running" with its process gone reads "killed" / "lost"
     records.sort(key=lambda r: str(r.get("run_id") or ""), reverse=True)
     return records
 
@@ -74,18 +74,7 @@ def _with_live_figures(record: dict) -> dict:
             totals["shards_done"] += int(stage.get("shards_done") or 0)
             totals["retries"] += len(stage.get("retries") or [])
     record["totals"] = totals
-    if record.get("status") == "running" and record.get("updated_at"):
-        record["stale_seconds"] = max(0.0, time.time() - _parse_time(record["updated_at"]))
     return record
-
-
-def _parse_time(text: str) -> float:
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return time.time()
 
 
 def _summary_counts(summary: dict) -> tuple[Any, Any, dict]:
@@ -198,6 +187,7 @@ def runs_view(root: Root, removed_counts: dict[str, dict[str, int]] | None = Non
                     "finished_at",
                     "seconds",
                     "error",
+                    "status_note",
                     "_path",
                 )
             }

@@ -19,7 +19,7 @@ from zephyr.fs import join, open_url, url_to_fs
 
 __all__ = ["Root", "DATA_SUFFIXES", "is_data_file"]
 
-DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".json.gz", ".parquet", ".vortex")
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".json.gz", ".parquet", ".vortex", ".arrow")
 _SKIP_PARTS = ("checkpoints", "shards", "scratch", ".zephyr")
 T = TypeVar("T")
 
@@ -139,6 +139,8 @@ def _kind(path: str) -> str:
         return "parquet"
     if name.endswith(".vortex"):
         return "vortex"
+    if name.endswith(".arrow"):
+        return "arrow"
     return "jsonl"
 
 

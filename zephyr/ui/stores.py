@@ -17,7 +17,15 @@ import numpy as np
 
 from zephyr.ui.source import Root
 
-__all__ = ["list_stores", "store_view", "store_document", "warm_tokenizer", "list_mixtures", "mixture_view"]
+__all__ = [
+    "list_stores",
+    "open_store",
+    "store_view",
+    "store_document",
+    "warm_tokenizer",
+    "list_mixtures",
+    "mixture_view",
+]
 
 
 def list_stores(root: Root) -> list[dict]:
@@ -45,7 +53,7 @@ def list_stores(root: Root) -> list[dict]:
     return out
 
 
-def _open(root: Root, path: str) -> Any:
+def open_store(root: Root, path: str) -> Any:
     from zephyr.tokenize.store import TokenStore
 
     known = {s["path"] for s in list_stores(root)}
@@ -64,7 +72,7 @@ def _histogram(lengths: np.ndarray, bins: int = 20) -> list[dict]:
 
 
 def store_view(root: Root, path: str, *, offset: int = 0, limit: int = 10) -> dict:
-    store = _open(root, path)
+    store = open_store(root, path)
     lengths = store.document_lengths()
     q = np.percentile(lengths, [50, 90, 99]).tolist() if len(lengths) else [0, 0, 0]
     docs = []
@@ -112,13 +120,13 @@ def _decoder(source: str, content_hash: str | None) -> Any:
 
 def warm_tokenizer(root: Root, path: str) -> bool:
     """Load the tokenizer store `path` names (cached), so its first token page does not wait; True if loaded."""
-    tok = _open(root, path).tokenizer
+    tok = open_store(root, path).tokenizer
     return _decoder(str(tok.get("source") or tok.get("name")), tok.get("content_hash")) is not None
 
 
 def store_document(root: Root, path: str, index: int, *, max_tokens: int = 2000) -> dict:
     """Document `index` of a store as pieces of text, one per token (ids kept), so boundaries show."""
-    store = _open(root, path)
+    store = open_store(root, path)
     if not 0 <= index < store.num_documents:
         raise KeyError(f"document {index} out of range: store {path} has {store.num_documents} documents")
     ids = np.asarray(store.document(index))[:max_tokens].tolist()

@@ -16,7 +16,7 @@ import zstandard
 
 from zephyr.engine.errors import BadInputError
 
-FORMATS = ("jsonl", "parquet", "vortex")
+FORMATS = ("jsonl", "parquet", "vortex", "arrow")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 # Bytes per read, and compressed bytes per decompressor call: decompressed chunks of a few hundred
@@ -35,10 +35,11 @@ def split_compression(path: str) -> tuple[str, str | None]:
 
 
 def infer_format(path: str) -> str:
-    """The format named by `path`'s extension: "jsonl", "parquet" or "vortex".
+    """The format named by `path`'s extension: "jsonl", "parquet", "vortex" or "arrow".
 
     `.jsonl`, `.json` and `.ndjson` (optionally followed by `.gz`, `.zst`, `.bz2` or `.xz`) are
-    JSON Lines; `.parquet` / `.pq` are Parquet; `.vortex` / `.vtx` are Vortex.
+    JSON Lines; `.parquet` / `.pq` are Parquet; `.vortex` / `.vtx` are Vortex; `.arrow` is Arrow IPC
+    (Hugging Face `save_to_disk` data files; `zephyr.engine.io.hf`).
     """
     stem, codec = split_compression(path)
     if stem.endswith(JSONL_SUFFIXES):
@@ -47,10 +48,12 @@ def infer_format(path: str) -> str:
         return "parquet"
     if codec is None and stem.endswith((".vortex", ".vtx")):
         return "vortex"
+    if codec is None and stem.endswith(".arrow"):
+        return "arrow"
     raise BadInputError(
         f"cannot tell the format of {path!r} from its name: expected a name ending in .jsonl/.json/.ndjson "
-        "(optionally + .gz/.zst/.bz2/.xz), .parquet or .vortex (parquet and vortex compress internally). "
-        "Rename the file or pass format='jsonl'|'parquet'|'vortex'"
+        "(optionally + .gz/.zst/.bz2/.xz), .parquet, .vortex or .arrow (these compress internally). "
+        "Rename the file or pass format='jsonl'|'parquet'|'vortex'|'arrow'"
     )
 
 

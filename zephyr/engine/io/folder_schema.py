@@ -1,4 +1,4 @@
-"""One schema per written parquet/vortex folder, so polars, pyarrow.dataset and HF datasets read it whole.
+"""One schema per written parquet/vortex/arrow folder, so polars, pyarrow.dataset and HF datasets read it whole.
 
 Each shard writes its file with the schema of its own records, so a field that only some shards have
 (`filter_reason`, `dup_cluster`), a column that is all null in one shard, or an empty shard gives files
@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from zephyr.engine.io.hf import arrow_schema, write_arrow
 from zephyr.engine.io.parquet import write_parquet
 from zephyr.engine.io.schema import SchemaMismatchError, conform, plain_schema
 from zephyr.engine.io.vortex import vortex_module, write_vortex
@@ -25,7 +26,9 @@ __all__ = ["file_schema", "unify_folder_schema"]
 
 
 def file_schema(url: str, format: str) -> pa.Schema:
-    """The schema in a parquet/vortex file's footer (view types made plain)."""
+    """The schema in a parquet/vortex file's footer, or an arrow file's header (view types made plain)."""
+    if format == "arrow":
+        return arrow_schema(url)
     if format == "parquet":
         with open_url(url, "rb", compression=None) as handle:
             return plain_schema(pq.read_schema(handle))
@@ -35,7 +38,7 @@ def file_schema(url: str, format: str) -> pa.Schema:
 
 def unify_folder_schema(paths: Sequence[str], format: str) -> int:
     """Rewrite the files of `paths` whose schema is not the union of all of them; returns how many."""
-    if format not in ("parquet", "vortex") or len(paths) < 2:
+    if format not in ("parquet", "vortex", "arrow") or len(paths) < 2:
         return 0
     schemas = [file_schema(p, format) for p in paths]
     try:
@@ -61,7 +64,7 @@ def _rewrite(url: str, format: str, schema: pa.Schema) -> None:
         if not count:
             yield pa.RecordBatch.from_pylist([], schema=schema)
 
-    (write_parquet if format == "parquet" else write_vortex)(batches(), url)
+    {"parquet": write_parquet, "vortex": write_vortex, "arrow": write_arrow}[format](batches(), url)
 
 
 def _conflict(paths: Sequence[str], schemas: Sequence[pa.Schema], exc: Exception) -> str:

@@ -6,6 +6,7 @@ import logging
 
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.io.compression import infer_format, split_compression
+from zephyr.engine.io.hf import HF_METADATA_FILES, hf_data_files, hf_folder_kind
 from zephyr.fs import expand_glob, url_to_fs
 
 _log = logging.getLogger("zephyr")
@@ -19,13 +20,32 @@ def data_files(pattern: str, format: str | None = None) -> list[str]:
     format the name tells (jsonl[.gz|.zst|...], parquet, vortex; every file when `format` is given)
     and logs which extensions it skipped, so a folder with a README or a `.crc` file still reads.
     Hidden (`.`) and `_`-prefixed files are never read (see `expand_glob`).
+
+    A Hugging Face `save_to_disk` folder reads the `.arrow` data files its `state.json` lists (a DatasetDict
+    folder is refused with its split names, see `zephyr.engine.io.hf`); inside a folder read recursively,
+    such a folder's JSON metadata (`dataset_info.json`, `state.json`, `dataset_dict.json`) is never read as
+    records, and what was set aside is logged.
     """
+    if hf_folder_kind(pattern) is not None:
+        return hf_data_files(pattern)
     files = expand_glob(pattern)
     if format is not None or not _open_ended(pattern):
         return files
     kept: list[str] = []
     skipped: dict[str, int] = {}  # extension -> files skipped
+    metadata = [f for f in files if f.rsplit("/", 1)[-1] in HF_METADATA_FILES and hf_folder_kind(f.rsplit("/", 1)[0])]
+    if metadata:
+        _log.warning(
+            "zephyr: %s: not reading %d Hugging Face metadata file(s) as records (e.g. %s); the .arrow files "
+            "beside them hold the records",
+            pattern,
+            len(metadata),
+            metadata[0],
+        )
+    set_aside = set(metadata)
     for path in files:
+        if path in set_aside:
+            continue
         try:
             infer_format(path)
         except BadInputError:
@@ -47,7 +67,7 @@ def data_files(pattern: str, format: str | None = None) -> list[str]:
         raise BadInputError(
             f"{pattern!r} has no data files: found {len(files)} file(s) with extensions "
             f"{', '.join(sorted(skipped))}; expected .jsonl/.json/.ndjson (optionally .gz/.zst/.bz2/.xz), "
-            ".parquet or .vortex. Pass format='jsonl'|'parquet'|'vortex' to read them anyway"
+            ".parquet, .vortex or .arrow. Pass format='jsonl'|'parquet'|'vortex'|'arrow' to read them anyway"
         )
     return kept
 

@@ -1,4 +1,4 @@
-"""Record files, read and written: JSON Lines (plain, .gz, .zst, .bz2, .xz), Parquet and Vortex.
+"""Record files, read and written: JSON Lines (plain, .gz, .zst, .bz2, .xz), Parquet, Vortex and Arrow IPC.
 
 Readers stream (a file is never held in memory whole) and push `columns` and `filter` into the
 parquet and vortex scans, so row groups or segments that cannot match are skipped and unread
@@ -33,6 +33,7 @@ from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import check_policy
 from zephyr.engine.io.compression import resolve_format
+from zephyr.engine.io.hf import arrow_batches, write_arrow
 from zephyr.engine.io.jsonl import jsonl_record_lists, project_filter_lists, write_jsonl
 from zephyr.engine.io.parquet import parquet_batches, write_parquet
 from zephyr.engine.io.schema import WRITE_BLOCK, batch_from_dicts, conformed_batches, item_blocks, plain_schema
@@ -53,7 +54,7 @@ def read_records(
 
     Args:
         path: local path or URL (memory://, gs://, s3://, ...).
-        format: "jsonl", "parquet" or "vortex"; None infers it from the name (`infer_format`).
+        format: "jsonl", "parquet", "vortex" or "arrow"; None infers it from the name (`infer_format`).
         columns: keep only these fields, in this order. For jsonl a record lacking a field gets None;
             for parquet/vortex a column the file lacks raises (a typo is likelier than intent).
         filter: keep records where the expression is True (SQL null semantics, see `expr`); pushed
@@ -70,7 +71,7 @@ def read_records(
         for records in project_filter_lists(lists, columns, filter, path):
             yield from records
         return
-    batches = parquet_batches if fmt == "parquet" else vortex_batches
+    batches = {"parquet": parquet_batches, "vortex": vortex_batches, "arrow": arrow_batches}[fmt]
     for batch in batches(path, columns, filter, 8192, skip):
         yield from batch.to_pylist()
 
@@ -101,6 +102,9 @@ def read_batches(
         return
     if fmt == "vortex":
         yield from vortex_batches(path, columns, filter, batch_size, skip)
+        return
+    if fmt == "arrow":
+        yield from arrow_batches(path, columns, filter, batch_size, skip)
         return
     buffer: list[dict] = []
     first_record = 0
@@ -154,15 +158,18 @@ def write_records(
     batches = conformed_batches(blocks, url, plain_schema(schema) if schema is not None else None)
     if fmt == "parquet":
         return write_parquet(batches, url)
+    if fmt == "arrow":
+        return write_arrow(batches, url)
     return write_vortex(batches, url)
 
 
 def write_empty(url: str, *, format: str | None = None, schema: pa.Schema | None = None) -> WriteStats:
     """Write a valid file with no records (atomically): an empty shard's output, so that a reader can
-    tell an empty shard from a lost file. jsonl: an empty (compressed) stream; parquet/vortex: `schema`
+    tell an empty shard from a lost file. jsonl: an empty (compressed) stream; parquet/vortex/arrow: `schema`
     (default: no columns; `unify_folder_schema` later gives it the folder's columns)."""
     fmt = resolve_format(url, format)
     if fmt == "jsonl":
         return write_jsonl(iter(()), url)
     empty = pa.RecordBatch.from_pylist([], schema=plain_schema(schema) if schema is not None else pa.schema([]))
-    return write_parquet(iter([empty]), url) if fmt == "parquet" else write_vortex(iter([empty]), url)
+    writer = {"parquet": write_parquet, "vortex": write_vortex, "arrow": write_arrow}[fmt]
+    return writer(iter([empty]), url)

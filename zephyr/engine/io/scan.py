@@ -39,8 +39,10 @@ def is_plain_local(fs: Any) -> bool:
     return type(fs) is LocalFileSystem
 
 
-def unreadable_columnar_file(url: str, fs: Any, path: str, skip: bool, kind: str, exc: BaseException) -> None:
-    """Report a parquet/vortex file whose footer cannot be read: empty (0 bytes) or corrupt."""
+def unreadable_columnar_file(
+    url: str, fs: Any, path: str, skip: bool, kind: str, exc: BaseException, fix: str | None = None
+) -> None:
+    """Report a parquet/vortex/arrow file whose footer (or header) cannot be read: empty (0 bytes) or corrupt."""
     empty = fs.size(path) == 0
     bad_file(
         url,
@@ -49,7 +51,7 @@ def unreadable_columnar_file(url: str, fs: Any, path: str, skip: bool, kind: str
         "the file is empty (0 bytes)"
         if empty
         else f"not a readable {kind} file: truncated, corrupt or not {kind} ({short_error(exc)})",
-        fix=f"re-create or re-download the file ({kind} needs its footer; a cut-off file has none)",
+        fix=fix or f"re-create or re-download the file ({kind} needs its footer; a cut-off file has none)",
         kept=0,
     )
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from zephyr.engine.errors import ZephyrError
+from zephyr.engine.errors import BadInputError, ZephyrError
 from zephyr.engine.io.bad_input import short_error
 
 WRITE_BLOCK = 8192  # records per orjson/Arrow conversion when writing
@@ -61,6 +61,19 @@ def batch_from_dicts(rows: list[dict], *, where: str, error: type[Exception]) ->
                     "or write jsonl, which keeps each record as it is"
                 ) from None
         raise error(f"{where}: the records cannot be converted to Arrow ({short_error(exc)})") from None
+
+
+def unified_schema(schemas: Sequence[pa.Schema], *, where: str) -> pa.Schema:
+    """One schema that holds every one of `schemas`: fields in first-seen order, a field's types widened
+    as a reader of all of them needs (int64 and double -> double, null -> the other type). Types that
+    do not widen into one (int and string) raise BadInputError naming the field and `where`."""
+    try:
+        return plain_schema(pa.unify_schemas([plain_schema(s) for s in schemas], promote_options="permissive"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise BadInputError(
+            f"{where}: a field holds types that do not widen into one ({short_error(exc)}); give it one type "
+            "in a map() (e.g. float(x) or str(x)) before asking for one schema"
+        ) from None
 
 
 def _field_conflict(schema: pa.Schema, batch_schema: pa.Schema) -> str | None:
