@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Dataset"]
 
-_FORMATS = ("jsonl", "parquet", "vortex")
 _BATCH_FORMATS = ("pyarrow", "pandas", "polars")
 
 
@@ -296,17 +295,13 @@ class Dataset:
         import pyarrow as pa
 
         if not self.ops and isinstance(self.source, O.FilesSource):
+            from zephyr.engine.io import FORMATS
             from zephyr.fs import expand_glob
 
             first = expand_glob(self.source.patterns[0])[0]
-            fmt = self.source.format or _infer_format(first)
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
-
-                from zephyr.fs import open_url
-
-                with open_url(first, "rb", compression=None) as handle:
-                    schema = pq.read_schema(handle)
+            fmt = FORMATS.get(self.source.format or _infer_format(first) or "")
+            if fmt is not None and fmt.schema is not None:  # the file's own schema, as it was written
+                schema = fmt.schema(first)
                 if self.source.columns is not None:
                     schema = pa.schema([schema.field(c) for c in self.source.columns if c in schema.names])
                 return schema
@@ -369,12 +364,12 @@ class Dataset:
                 raise ValueError(
                     "skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it"
                 )
-        if format is None:
-            from zephyr.engine.io import infer_format
+        from zephyr.engine.io import FORMATS, infer_format
 
+        if format is None:
             format = infer_format(pattern)
-        if format not in _FORMATS:
-            raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(_FORMATS)}")
+        if format not in FORMATS:
+            raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(FORMATS)}")
         return self._then(O.Sink(pattern, format, skip_existing, partition_by, schema))
 
     def write_shards(self, writer: Callable[..., list[str]], *, name: str = "write_shards") -> Dataset:

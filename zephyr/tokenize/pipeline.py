@@ -528,24 +528,17 @@ def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
 
 
 def _has_field(files: Sequence[str], field: str, format: str | None) -> bool:
-    """Whether the inputs can be read with `field` among their columns: jsonl always (a missing key reads
-    as None); parquet when the first file's schema has it; other formats are not asked for it."""
-    from zephyr.engine.io import infer_format
+    """Whether the inputs can be read with `field` among their columns: a row format always (a missing key
+    reads as None); a columnar one when the first file's schema has it."""
+    from zephyr.engine.io import format_named, infer_format
 
     if not files:
         return False
     first = files[0]
-    fmt = format or infer_format(first)
-    if fmt == "jsonl":
+    fmt = format_named(format or infer_format(first))
+    if fmt.schema is None:
         return True
-    if fmt != "parquet":
-        return False
-    import pyarrow.parquet as pq
-
-    from zephyr.fs import open_url
-
     try:
-        with open_url(first, "rb", compression=None) as handle:
-            return pq.read_schema(handle).get_field_index(field) >= 0
+        return fmt.schema(first).get_field_index(field) >= 0
     except Exception:  # noqa: BLE001 - unreadable here: the reader reports it properly
         return False
