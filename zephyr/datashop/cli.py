@@ -28,8 +28,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     from zephyr.engine.options import add_engine_options
 
     add_engine_options(parser, with_cluster=False)  # --backend/--workers override engine_backend/workers
+    from zephyr.engine.backend_registry import backend_names
+
     parser.add_argument(
-        "--engine-backend", dest="backend", choices=("local", "processes", "ray"), help=argparse.SUPPRESS
+        "--engine-backend", dest="backend", choices=backend_names(), help=argparse.SUPPRESS
     )  # the old name of --backend
     parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of the table")
     parser.set_defaults(func=run_cli)

@@ -3,7 +3,9 @@
 Sources (`FileInput`, `ListInput`, `IterableInput`) read shard i of their data; shuffle reads
 (`GroupInput`, `JoinInput`, `ReshardInput`) gather target i of the runs their upstream stages scattered.
 `open(task, result)` returns the shard's stream and counts what it reads into `result`. The planner
-builds these; the worker only calls `open`, so it never needs to know which kind it holds.
+builds these; the worker only calls `open`, so it never needs to know which kind it holds, and the
+executor reads only what every input says of itself: `upstream` (the stages it reads), `splittable` (a
+large shuffle target may be split into key-hash ranges) and `locations` (the URLs it reads).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import itertools
 import operator
 import pickle
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -70,10 +73,15 @@ class FileInput:
     shards: tuple[SourceShard, ...]
     batch_rows: int | None = None
     pending: str | None = None  # dry run only: who would write the patterns not there yet (engine.pending)
+    splittable: ClassVar[bool] = False
 
     @property
     def upstream(self) -> tuple[int, ...]:
         return ()
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return self.source.patterns
 
     @property
     def name(self) -> str:
@@ -130,6 +138,9 @@ class ListInput:
 
     shards: tuple[SourceShard, ...]
     total: int  # records in all shards, for the stage's name
+    splittable: ClassVar[bool] = False
+    locations: ClassVar[tuple[str, ...]] = ()
+    pending: ClassVar[str | None] = None  # only a file source can wait for a dry run's earlier step
 
     @property
     def upstream(self) -> tuple[int, ...]:
@@ -155,6 +166,9 @@ class IterableInput:
 
     shard_fn: Callable[[int], Iterable[Any]]
     num_shards: int
+    splittable: ClassVar[bool] = False
+    locations: ClassVar[tuple[str, ...]] = ()
+    pending: ClassVar[str | None] = None  # only a file source can wait for a dry run's earlier step
 
     @property
     def upstream(self) -> tuple[int, ...]:
@@ -180,6 +194,8 @@ class GroupInput:
     """Target i of a keyed shuffle, grouped by key: `reducer(key, items)`'s records, key after key."""
 
     splittable: ClassVar[bool] = True  # whole groups per key-hash range: a large target may be split
+    locations: ClassVar[tuple[str, ...]] = ()  # shuffle runs, in the scratch
+    pending: ClassVar[str | None] = None
 
     upstream: tuple[int, ...]
     reducer: Callable[[Any, Iterator[Any]], Any]
@@ -218,6 +234,8 @@ class JoinInput:
     """Target i of two shuffles keyed alike (left side tagged 0, right 1): matching pairs, combined."""
 
     splittable: ClassVar[bool] = True
+    locations: ClassVar[tuple[str, ...]] = ()
+    pending: ClassVar[str | None] = None  # only a file source can wait for a dry run's earlier step
 
     upstream: tuple[int, ...]  # (left stage, right stage)
     how: str
@@ -255,6 +273,9 @@ class ReshardInput:
     """Target i of a round-robin shuffle: the records, in run order."""
 
     upstream: tuple[int, ...]
+    splittable: ClassVar[bool] = False  # run order is kept: a target is read whole
+    locations: ClassVar[tuple[str, ...]] = ()
+    pending: ClassVar[str | None] = None  # only a file source can wait for a dry run's earlier step
 
     @property
     def name(self) -> str:
@@ -308,17 +329,18 @@ def _merge_records(left: Any, right: Any) -> Any:
     return {**left, **right}
 
 
-_LIVE_COUNTERS: list[itertools.count] = []  # this worker's task's input counters, for live progress
+_LIVE: list[_Counted] = []  # this worker's task's counted inputs, for live progress (read by its heartbeat)
+_UNLIMITED = sys.maxsize
 
 
 def records_read_so_far() -> int:
     """Records the current task has read so far (for the live view; read by a heartbeat thread)."""
-    # repr(count) is "count(N)": N is the next value, i.e. how many records went through (read-only peek)
-    return sum(int(repr(counter)[6:-1]) for counter in list(_LIVE_COUNTERS))
+    return sum(counted.read for counted in list(_LIVE))
 
 
 def reset_live_counts() -> None:
-    _LIVE_COUNTERS.clear()
+    """A new task starts in this worker: forget the previous task's inputs."""
+    _LIVE.clear()
 
 
 def _counted(records: Iterable[Any], result: ShardResult) -> Iterator[Any]:
@@ -328,16 +350,22 @@ def _counted(records: Iterable[Any], result: ShardResult) -> Iterator[Any]:
 class _Counted:
     """The records, counted into `result.records_in` when the worker closes the stream (as many as were read).
 
-    Counting happens in C (`zip` with `itertools.count`), not in a Python generator, so it costs no
-    frame switch per record; records come first in the zip, so the counter moves only for records read.
+    Counting happens in C, not in a Python generator, so it costs no frame switch per record: the records
+    are zipped with `itertools.repeat(None, N)`, records first (so the repeat moves only for records
+    read), and `operator.length_hint` of the repeat (what it has left) tells how many went through.
     """
 
     def __init__(self, records: Iterable[Any], result: ShardResult) -> None:
         self._records = records
         self._result: ShardResult | None = result
-        self._counter = itertools.count()
-        self._stream = map(operator.itemgetter(0), zip(records, self._counter, strict=False))
-        _LIVE_COUNTERS.append(self._counter)
+        self._ticks = itertools.repeat(None, _UNLIMITED)
+        self._stream = map(operator.itemgetter(0), zip(records, self._ticks, strict=False))
+        _LIVE.append(self)
+
+    @property
+    def read(self) -> int:
+        """Records read so far (safe to ask from another thread)."""
+        return _UNLIMITED - operator.length_hint(self._ticks)
 
     def __iter__(self) -> Iterator[Any]:
         return self._stream
@@ -347,7 +375,7 @@ class _Counted:
 
     def close(self) -> None:
         if self._result is not None:
-            self._result.records_in += next(self._counter)
+            self._result.records_in += self.read
             self._result = None  # counted once
         close = getattr(self._records, "close", None)
         if close is not None:

@@ -1,9 +1,15 @@
 """Where a stage's records go: one tagged type per kind of output, each writing one shard.
 
 `Scatter` routes records into a shuffle's sorted runs, `FileSink` writes one file per shard,
-`PartitionedSink` one file per shard and value of a field, `Collect` pickles the records for the driver.
-`write(stream, task, result)` consumes the stream the stage's pipeline produced and records what it wrote
-in `result`. Whether the stream holds records or Arrow batches is fixed at plan time (`batches`).
+`PartitionedSink` one file per shard and value of a field, `ShardWriterSink` hands each shard to a
+function (a token store's writer), `Collect` pickles the records for the driver.
+
+Every output answers the same questions, so neither the planner's callers nor the executor ask which kind
+it is: `write(stream, task, result)` consumes the stream the stage's pipeline produced and records what
+it wrote in `result`; `existing(task)` names a shard's output already there (skip_existing);
+`takes_batches` whether it takes Arrow batches as they come (fixed at plan time into `batches`);
+`folder` the folder it writes into (locked for the run), `locations` the URLs it writes; after the last
+shard, `outputs(results)` is what the run returns and `finish(outputs, counters)` settles the folder.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ from typing import Any, ClassVar
 
 from zephyr import counters
 from zephyr.engine import absent_fields
-from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec
+from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec, scatters_batches
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.fs import atomic_write, join, open_url, remove_dead_temps, url_to_fs
 from zephyr.fs.core import is_hidden
+from zephyr.progress import log
 
 __all__ = [
     "Scatter",
@@ -29,6 +36,7 @@ __all__ = [
     "ShardWriterSink",
     "Collect",
     "StageOutput",
+    "pattern_folder",
     "read_results",
     "remove_stale_outputs",
 ]
@@ -41,10 +49,23 @@ class Scatter:
     spec: ShuffleSpec
     batches: bool = False  # the stream holds Arrow batches (a scatter on fields of a columnar source)
     collects: ClassVar[bool] = False
+    folder: ClassVar[str | None] = None  # its runs go to the attempt's scratch directory
+    locations: ClassVar[tuple[str, ...]] = ()
 
     @property
     def name(self) -> str:
         return "scatter"
+
+    @property
+    def takes_batches(self) -> bool:
+        """A keyed scatter without combiner or join tag takes Arrow batches whole."""
+        return scatters_batches(self.spec)
+
+    def outputs(self, results: list[ShardResult]) -> list[Any]:
+        return _paths(results)
+
+    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
+        pass
 
     def describe(self) -> str:
         return f"scatter to {self.spec.num_targets} shard(s)"
@@ -85,6 +106,24 @@ class FileSink:
     def describe(self) -> str:
         return f"write {self.format} {self.pattern}"
 
+    @property
+    def takes_batches(self) -> bool:
+        return _columnar(self.format)
+
+    @property
+    def folder(self) -> str:
+        return pattern_folder(self.pattern)
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return (self.pattern,)
+
+    def outputs(self, results: list[ShardResult]) -> list[Any]:
+        return _paths(results)
+
+    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
+        _finish_files(self.pattern, self.format, self.schema, outputs, counters)
+
     def existing(self, task: ShardTask) -> list[str]:
         """With skip_existing, the shard's file when it is already there (the shard need not run)."""
         if not self.skip_existing:
@@ -124,6 +163,24 @@ class PartitionedSink:
     def describe(self) -> str:
         return f"write {self.format} {self.pattern} partitioned by {self.partition_by}"
 
+    @property
+    def takes_batches(self) -> bool:
+        return _columnar(self.format)
+
+    @property
+    def folder(self) -> str:
+        return pattern_folder(self.pattern)
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return (self.pattern,)
+
+    def outputs(self, results: list[ShardResult]) -> list[Any]:
+        return _paths(results)
+
+    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
+        _finish_files(self.pattern, self.format, None, outputs, counters)
+
     def existing(self, task: ShardTask) -> list[str]:
         return []
 
@@ -160,6 +217,9 @@ class ShardWriterSink:
     sources: tuple[str, ...] = ()
     batches: bool = False
     collects: ClassVar[bool] = False
+    takes_batches: ClassVar[bool] = False
+    folder: ClassVar[str | None] = None  # the writer's own business
+    locations: ClassVar[tuple[str, ...]] = ()
 
     @property
     def name(self) -> str:
@@ -167,6 +227,12 @@ class ShardWriterSink:
 
     def describe(self) -> str:
         return self.label
+
+    def outputs(self, results: list[ShardResult]) -> list[Any]:
+        return _paths(results)
+
+    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
+        pass
 
     def existing(self, task: ShardTask) -> list[str]:
         return []
@@ -183,7 +249,11 @@ class ShardWriterSink:
 class Collect:
     """Pickle the records, in chunks, into the attempt's directory; the driver reads them back."""
 
+    batches: bool = False  # always records: a collect takes no batches (`takes_batches`)
     collects: ClassVar[bool] = True
+    takes_batches: ClassVar[bool] = False
+    folder: ClassVar[str | None] = None
+    locations: ClassVar[tuple[str, ...]] = ()
 
     @property
     def name(self) -> str:
@@ -191,6 +261,13 @@ class Collect:
 
     def describe(self) -> str:
         return "collect"
+
+    def outputs(self, results: list[ShardResult]) -> list[Any]:
+        """The records every shard collected, shard after shard."""
+        return [record for result in results if result.result_url for record in read_results(result.result_url)]
+
+    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
+        pass
 
     def existing(self, task: ShardTask) -> list[str]:
         return []
@@ -215,6 +292,36 @@ class Collect:
 
 
 StageOutput = Scatter | FileSink | PartitionedSink | ShardWriterSink | Collect
+
+
+def pattern_folder(pattern: str) -> str:
+    """The folder an output pattern writes into: its fixed part, up to the last '/' ("." for none)."""
+    head = pattern.split("{", 1)[0]
+    return head.rsplit("/", 1)[0] or "/" if "/" in head else "."
+
+
+def _columnar(format: str) -> bool:
+    from zephyr.engine.io import format_named
+
+    return format_named(format).columnar
+
+
+def _paths(results: list[ShardResult]) -> list[str]:
+    return [path for result in results for path in result.paths]
+
+
+def _finish_files(pattern: str, format: str, schema: Any, written: list[str], counters: dict[str, int]) -> None:
+    """Once every shard of a run is committed: the files an earlier run wrote with `pattern` that this run
+    did not are removed, and (without a `schema` given) the folder's files get one schema."""
+    if stale := remove_stale_outputs(pattern, written):
+        counters["sink/stale_files_removed"] = len(stale)
+        log(f"removed {len(stale)} file(s) an earlier run wrote with {pattern} that this run did not (e.g. {stale[0]})")
+    if schema is None:
+        from zephyr.engine.io.folder_schema import unify_folder_schema
+
+        # one schema per written folder: files whose shards lacked a field get it (null)
+        if rewritten := unify_folder_schema(written, format):
+            counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
 
 
 def _counted_out(items: Iterable[Any], result: ShardResult, batches: bool) -> Iterator[Any]:

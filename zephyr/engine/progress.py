@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Mapping
 from typing import Any, Self
 
 from rich.console import Console
@@ -189,7 +190,7 @@ class ProgressDisplay:
         if self._recorder is not None:
             self._recorder.write()
 
-    def in_flight(self, stage: Any, live: dict[tuple[int, int], int] | None) -> None:
+    def in_flight(self, stage: Any, live: Mapping[tuple[int, int], int] | None) -> None:
         """Records the running shards of `stage` have read so far (worker heartbeats), shown live."""
         state = self._stages.get(stage.index)
         if state is None or not live:
