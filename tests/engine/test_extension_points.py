@@ -182,3 +182,14 @@ def test_live_counts_are_read_while_the_stream_runs():
     assert records_read_so_far() == 4
     stream.close()
     assert result.records_in == 4
+
+
+def _tag_with_shard(records, context):
+    for index, record in enumerate(records):
+        yield (context.shard, context.num_shards, index, record)
+
+
+def test_a_map_shard_function_gets_its_shard_as_an_argument(scratch):
+    with execution(backend="processes", workers=2, scratch=scratch, progress=False, summary=False):
+        tagged = Dataset.from_list(list("abcdef"), num_shards=3).map_shard(_tag_with_shard, with_context=True).collect()
+    assert tagged == [(0, 3, 0, "a"), (0, 3, 1, "b"), (1, 3, 0, "c"), (1, 3, 1, "d"), (2, 3, 0, "e"), (2, 3, 1, "f")]

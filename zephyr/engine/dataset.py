@@ -122,10 +122,17 @@ class Dataset:
             fn = _FormattedBatches(fn, batch_format)
         return self._then(O.MapBatches(fn, batch_size, Resources.of(resources)))
 
-    def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]], *, resources: Any = None) -> Dataset:
+    def map_shard(
+        self, fn: Callable[..., Iterable[Any]], *, resources: Any = None, with_context: bool = False
+    ) -> Dataset:
         """`fn(records)` gets a whole shard's iterator and yields its output: for per-shard state (a model
-        loaded once per shard; `resources={"gpus": 1}` runs it on a worker holding a GPU)."""
-        return self._then(O.MapShard(fn, Resources.of(resources)))
+        loaded once per shard; `resources={"gpus": 1}` runs it on a worker holding a GPU).
+
+        with_context=True calls `fn(records, context)` instead, `context` a `zephyr.engine.task.ShardContext`
+        saying which shard it is (`context.shard`, `context.num_shards`): with a record's index within the
+        shard it names the record's position, stable across two passes over the same input.
+        """
+        return self._then(O.MapShard(fn, Resources.of(resources), with_context))
 
     def take_per_shard(self, n: int) -> Dataset:
         """The first `n` records of every shard."""

@@ -136,8 +136,9 @@ class MapBatches:
 
 @dataclass(frozen=True)
 class MapShard:
-    fn: Callable[[Iterable[Any]], Iterable[Any]]
+    fn: Callable[..., Iterable[Any]]
     resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
+    with_context: bool = False  # fn(records, ShardContext) instead of fn(records)
 
     @property
     def name(self) -> str:

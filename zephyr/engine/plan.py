@@ -297,7 +297,7 @@ def _lower_map_batches(op: O.MapBatches, planner: _Planner) -> None:
 
 
 def _lower_map_shard(op: O.MapShard, planner: _Planner) -> None:
-    planner.add(ShardApply(op.fn, op.name))
+    planner.add(ShardApply(op.fn, op.name, op.with_context))
 
 
 def _lower_take_per_shard(op: O.TakePerShard, planner: _Planner) -> None:

@@ -10,7 +10,26 @@ from dataclasses import dataclass, field
 
 from zephyr.engine.shuffle import ReducePiece, RunFile
 
-__all__ = ["ShardTask", "ShardResult"]
+__all__ = ["ShardContext", "ShardTask", "ShardResult"]
+
+
+@dataclass(frozen=True)
+class ShardContext:
+    """Which shard a stage's narrow ops are running on: what `map_shard(fn, with_context=True)` passes to `fn`
+    as its second argument, and (as text) how errors name the place (`str(context)`).
+
+    With the record's index within the shard, `shard` names a record's position deterministically, so a
+    decision computed in one pass can be looked up in a second pass over the same dataset (exact dedup does).
+    """
+
+    shard: int  # the source shard, shuffle target or reduce task
+    num_shards: int  # the stage's shard (task) count
+    stage: int
+    attempt: int
+    where: str  # "stage 0 (read(...) -> ...), shard 3 (data/part-3.jsonl)"
+
+    def __str__(self) -> str:
+        return self.where
 
 
 @dataclass(frozen=True)

@@ -17,21 +17,13 @@ from zephyr.engine import absent_fields, counters
 from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.outputs import read_results
 from zephyr.engine.plan import Stage
-from zephyr.engine.task import ShardResult, ShardTask
+from zephyr.engine.task import ShardContext, ShardResult, ShardTask
 from zephyr.errors import StorageError, storage_error
 from zephyr.fs import open_url
 
-__all__ = ["ShardTask", "ShardResult", "run_task", "load_stage", "read_results"]
+__all__ = ["ShardContext", "ShardTask", "ShardResult", "run_task", "load_stage", "read_results"]
 
 _stage_cache: dict[str, Stage] = {}
-_running_shard = [0]  # the shard of the task this process runs (see current_shard)
-
-
-def current_shard() -> int:
-    """The shard (source shard, or shuffle target) whose task this process is running. With the record's
-    index within the shard it names a record's position deterministically, so a decision computed in one
-    pass can be looked up in a second pass over the same dataset (exact dedup does)."""
-    return _running_shard[0]
 
 
 def load_stage(url: str) -> Stage:
@@ -50,10 +42,15 @@ def run_task(task: ShardTask) -> ShardResult:
     started = time.perf_counter()
     counters.reset()
     _reset_peak_rss()
-    _running_shard[0] = task.shard
     stage = load_stage(task.stage_url)
     result = ShardResult(task.shard, task.attempt)
-    where = f"stage {stage.index} ({stage.name}), shard {task.shard} ({stage.input.shard_name(task.shard)})"
+    where = ShardContext(
+        task.shard,
+        task.num_tasks or stage.num_shards,
+        stage.index,
+        task.attempt,
+        f"stage {stage.index} ({stage.name}), shard {task.shard} ({stage.input.shard_name(task.shard)})",
+    )
     try:
         existing = stage.output.existing(task)
         if existing:  # skip_existing: the shard's output is already there
