@@ -44,13 +44,8 @@ def run_task(task: ShardTask) -> ShardResult:
     _reset_peak_rss()
     stage = load_stage(task.stage_url)
     result = ShardResult(task.shard, task.attempt)
-    where = ShardContext(
-        task.shard,
-        task.num_tasks or stage.num_shards,
-        stage.index,
-        task.attempt,
-        f"stage {stage.index} ({stage.name}), shard {task.shard} ({stage.input.shard_name(task.shard)})",
-    )
+    where = f"stage {stage.index} ({stage.name}), shard {task.shard} ({stage.input.shard_name(task.shard)})"
+    context = ShardContext(task.shard, task.num_tasks or stage.num_shards, stage.index, task.attempt, where)
     try:
         existing = stage.output.existing(task)
         if existing:  # skip_existing: the shard's output is already there
@@ -60,7 +55,7 @@ def run_task(task: ShardTask) -> ShardResult:
         stream = stage.input.open(task, result)
         try:
             with absent_fields.counted():  # fields a filter reads that a file or shard lacks: judged per stage
-                stage.output.write(stage.ops(stream, where), task, result)
+                stage.output.write(stage.ops(stream, context), task, result)
         finally:
             close = getattr(stream, "close", None)  # settles an input's counts when the pipeline stopped early
             if close is not None:
