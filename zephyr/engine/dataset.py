@@ -379,14 +379,24 @@ class Dataset:
             raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(FORMATS)}")
         return self._then(O.Sink(pattern, format, skip_existing, partition_by, schema))
 
-    def write_shards(self, writer: Callable[..., list[str]], *, name: str = "write_shards") -> Dataset:
+    def write_shards(
+        self,
+        writer: Callable[..., list[str]],
+        *,
+        name: str = "write_shards",
+        check: Callable[[list[str]], list[str]] | None = None,
+    ) -> Dataset:
         """Lazily end the pipeline in a custom writer: `writer(records, shard=i, total=n, source=s)` runs in
         the worker for every shard (`source` names the shard's input file, or None) and returns the URLs
         it wrote; `execute()` returns them all. The writer must be picklable and must write atomically
-        (a retried or resumed shard calls it again). Used by `zephyr.tokenize` for token stores."""
+        (a retried or resumed shard calls it again). Used by `zephyr.tokenize` for token stores.
+
+        A resumed run trusts a checkpointed shard while the URLs it returned exist; `check(urls)` (run in
+        the driver) may also name those that exist but no longer hold what the shard wrote (another run
+        rewrote them): their shards run again, in the same run."""
         if not callable(writer):
             raise TypeError(f"write_shards expects a callable writer, got {type(writer).__name__}")
-        return self._then(O.ShardSink(writer, name))
+        return self._then(O.ShardSink(writer, name, check))
 
     def write_jsonl(self, pattern: str, *, skip_existing: bool = False) -> list[str]:
         """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst)."""

@@ -41,7 +41,7 @@ from zephyr.engine.worker import ShardResult, ShardTask
 from zephyr.errors import RefusedError, StorageError, storage_error
 from zephyr.fs import atomic_write, join, missing_files, url_to_fs
 from zephyr.progress import log
-from zephyr.versioning import read_marker, write_marker
+from zephyr.staged import StagedWork
 
 __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
 
@@ -299,7 +299,7 @@ def _resume(job: _Job, stage: Stage, num_tasks: int) -> dict[int, ShardResult]:
         committed = _load_done(stage_url, shard, stage.fingerprint)
         if committed is not None:
             done[shard] = committed
-    for shard in _lost_shards(stage, done, lambda result: [*result.paths, *filter(None, [result.result_url])]):
+    for shard in _lost_shards(stage, done, _files_of, stage.output.stale):
         del done[shard]  # a checkpoint is only as good as the files it lists: rerun the shard
     job.resumed[stage.index] = set(done)
     return done
@@ -413,14 +413,14 @@ def _reduce_plan(job: _Job, stage: Stage, sizes: list[int]) -> list[tuple[Reduce
     """The stage's reduce tasks (`plan_tasks`), planned once per run and kept beside its checkpoints: the plan
     depends on the worker count, and a run resumed with another --workers must finish the tasks whose
     checkpoints it finds (task j's `.done` covers the pieces of the killed run's task j, not of a new plan's)."""
-    url = join(job.run_url, f"stage-{stage.index}.tasks")
-    marker = read_marker(url, _TASKS_MARKER, stage.fingerprint)
+    work = StagedWork(join(job.run_url, f"stage-{stage.index}.tasks"), _TASKS_MARKER, stage.fingerprint)
+    marker = work.done()
     if marker is not None:
         tasks = marker.payload["tasks"]
         return None if tasks is None else [tuple(ReducePiece(*piece) for piece in task) for task in tasks]
     planned = plan_tasks(sizes, job.config.num_workers)
     payload = None if planned is None else [[[p.target, p.lo, p.hi] for p in task] for task in planned]
-    write_marker(url, _TASKS_MARKER, stage.fingerprint, {"tasks": payload})
+    work.certify({"tasks": payload})
     return planned
 
 
@@ -429,13 +429,17 @@ def _done_url(stage_url: str, shard: int) -> str:
 
 
 def _lost_shards(
-    stage: Stage, results: dict[int, ShardResult], files_of: Callable[[ShardResult], list[str]]
+    stage: Stage,
+    results: dict[int, ShardResult],
+    files_of: Callable[[ShardResult], list[str]],
+    stale: Callable[[list[str]], list[str]] = missing_files,
 ) -> list[int]:
-    """The shards among `results` (taken from checkpoints) some of whose listed files are gone, with a line
-    saying so: a step that clears its unfinished output before a rerun, a user removing a file, or the
-    engine itself removing the shuffle runs of a stage whose readers had finished (before a kill)."""
+    """The shards among `results` (taken from checkpoints) some of whose listed files are gone (`stale`: or no
+    longer theirs), with a line saying so: a step that clears its unfinished output before a rerun, a user
+    removing a file, the engine itself removing the shuffle runs of a stage whose readers had finished
+    (before a kill), another run rewriting what a custom writer wrote."""
     owner = {url: shard for shard, result in results.items() for url in files_of(result)}
-    missing = missing_files(list(owner))
+    missing = stale(list(owner))
     lost = sorted({owner[url] for url in missing})
     if lost:
         log(
@@ -443,6 +447,11 @@ def _lost_shards(
             f"files are gone (e.g. {missing[0]})"
         )
     return lost
+
+
+def _files_of(result: ShardResult) -> list[str]:
+    """What a committed shard wrote: its output files, or its collected records' file."""
+    return [*result.paths, *filter(None, [result.result_url])]
 
 
 def _upstream_runs(job: _Job, stage: Stage) -> tuple[tuple[RunFile, ...], ...]:
@@ -465,13 +474,18 @@ def _restore_upstream_runs(job: _Job, stage: Stage) -> None:
         job.results[index] = _run_stage(job, upstream, StageStats(upstream.index, upstream.name, upstream.num_shards))
 
 
+def _shard_work(stage_url: str, shard: int, fingerprint: str) -> StagedWork:
+    """One shard of a stage as staged work: committed once, by the first attempt that succeeds."""
+    return StagedWork(_done_url(stage_url, shard), _SHARD_MARKER, fingerprint)
+
+
 def _load_done(stage_url: str, shard: int, fingerprint: str) -> ShardResult | None:
-    marker = read_marker(_done_url(stage_url, shard), _SHARD_MARKER, fingerprint)
+    marker = _shard_work(stage_url, shard, fingerprint).done()
     return None if marker is None else _result_from_json(marker.payload)
 
 
 def _commit(stage_url: str, fingerprint: str, result: ShardResult) -> None:
-    write_marker(_done_url(stage_url, result.shard), _SHARD_MARKER, fingerprint, _result_to_json(result))
+    _shard_work(stage_url, result.shard, fingerprint).certify(_result_to_json(result))
 
 
 def _result_to_json(result: ShardResult) -> dict[str, Any]:

@@ -232,10 +232,12 @@ class ShardSink:
     """Hand each shard's records to `writer(records, shard=i, total=n, source=name)`, which writes them
     where it likes and returns the URLs it wrote. For outputs that are not one file per shard (a token
     store); the engine's checkpoints, retries and fencing apply to it as to any sink. `name` says what
-    it writes in plans (e.g. `write_token_store(stores/web)`)."""
+    it writes in plans (e.g. `write_token_store(stores/web)`). `check(urls)`, when given, names the URLs
+    among those a checkpointed shard wrote that no longer hold its output (rewritten since by another run)."""
 
     writer: Callable[..., list[str]]
     name: str
+    check: Callable[[list[str]], list[str]] | None = None
 
 
 def op_name(op: Any) -> str:

@@ -8,6 +8,7 @@ Every output answers the same questions, so neither the planner's callers nor th
 it is: `write(stream, task, result)` consumes the stream the stage's pipeline produced and records what
 it wrote in `result`; `existing(task)` names a shard's output already there (skip_existing);
 `takes_batches` whether it takes Arrow batches as they come (fixed at plan time into `batches`);
+`stale(urls)` which of the files a checkpointed shard wrote no longer hold its output (a resume reruns it);
 `folder` the folder it writes into (locked for the run), `locations` the URLs it writes; after the last
 shard, `outputs(results)` is what the run returns and `finish(outputs, counters)` settles the folder.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import pickle
 import re
 import string
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -25,7 +26,7 @@ from zephyr import counters
 from zephyr.engine import absent_fields
 from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec, scatters_batches
 from zephyr.engine.task import ShardResult, ShardTask
-from zephyr.fs import atomic_write, join, open_url, remove_dead_temps, url_to_fs
+from zephyr.fs import atomic_write, join, missing_files, open_url, remove_dead_temps, url_to_fs
 from zephyr.fs.core import is_hidden
 from zephyr.progress import log
 
@@ -50,6 +51,7 @@ class Scatter:
     batches: bool = False  # the stream holds Arrow batches (a scatter on fields of a columnar source)
     collects: ClassVar[bool] = False
     folder: ClassVar[str | None] = None  # its runs go to the attempt's scratch directory
+    stale: ClassVar = staticmethod(missing_files)
     locations: ClassVar[tuple[str, ...]] = ()
 
     @property
@@ -98,6 +100,7 @@ class FileSink:
     batches: bool = False
     schema: Any = None  # pyarrow.Schema of every file; None: the driver unifies the files' schemas afterwards
     collects: ClassVar[bool] = False
+    stale: ClassVar = staticmethod(missing_files)  # a file is its shard's output while it is there
 
     @property
     def name(self) -> str:
@@ -155,6 +158,7 @@ class PartitionedSink:
     partition_by: str
     batches: bool = False
     collects: ClassVar[bool] = False
+    stale: ClassVar = staticmethod(missing_files)
 
     @property
     def name(self) -> str:
@@ -216,6 +220,7 @@ class ShardWriterSink:
     total: int
     sources: tuple[str, ...] = ()
     batches: bool = False
+    check: Callable[[list[str]], list[str]] | None = None  # see Dataset.write_shards
     collects: ClassVar[bool] = False
     takes_batches: ClassVar[bool] = False
     folder: ClassVar[str | None] = None  # the writer's own business
@@ -234,6 +239,14 @@ class ShardWriterSink:
     def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
         pass
 
+    def stale(self, urls: list[str]) -> list[str]:
+        """The URLs that are gone, and (with `check`) those there that no longer hold what the writer wrote."""
+        missing = missing_files(urls)
+        if self.check is None:
+            return missing
+        gone = set(missing)
+        return missing + self.check([url for url in urls if url not in gone])
+
     def existing(self, task: ShardTask) -> list[str]:
         return []
 
@@ -251,6 +264,7 @@ class Collect:
 
     batches: bool = False  # always records: a collect takes no batches (`takes_batches`)
     collects: ClassVar[bool] = True
+    stale: ClassVar = staticmethod(missing_files)
     takes_batches: ClassVar[bool] = False
     folder: ClassVar[str | None] = None
     locations: ClassVar[tuple[str, ...]] = ()

@@ -344,7 +344,7 @@ def _lower_sink(op: O.Sink, planner: _Planner) -> None:
 def _lower_shard_sink(op: O.ShardSink, planner: _Planner) -> None:
     stage = planner.stage
     sources = tuple(s.path or s.name for s in stage.input.shards) if isinstance(stage.input, FileInput) else ()
-    stage.sink = ShardWriterSink(op.writer, op.name, stage.num_shards, sources)
+    stage.sink = ShardWriterSink(op.writer, op.name, stage.num_shards, sources, check=op.check)
 
 
 _LOWERINGS: dict[type, Callable[[Any, _Planner], None]] = {
