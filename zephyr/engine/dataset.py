@@ -371,12 +371,12 @@ class Dataset:
                 raise ValueError(
                     "skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it"
                 )
-        from zephyr.engine.io import FORMATS, infer_format
+        from zephyr.engine.io import infer_format, written_formats
 
         if format is None:
             format = infer_format(pattern)
-        if format not in FORMATS:
-            raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(FORMATS)}")
+        if format not in written_formats():
+            raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(written_formats())}")
         return self._then(O.Sink(pattern, format, skip_existing, partition_by, schema))
 
     def write_shards(

@@ -3,12 +3,12 @@
 `read_records` / `read_batches` stream one file (dicts or Arrow batches), `write_records` writes one file
 atomically, `write_partitioned` one file per value of a field. The modules behind them, one concept each:
 `format` (what a format is), `formats` (the registry, and formats from names), `jsonl`, `parquet`,
-`vortex` (one format each), `compression` (damage-aware decompression), `bad_input` (raise or count),
+`vortex`, `paths` (one format each), `compression` (damage-aware decompression), `bad_input` (raise or count),
 `schema` (dicts -> Arrow, one schema per file), `scan` (what the columnar scans share), `sink` (byte
 counting, WriteStats), `partitioned`, `folder_schema` (one schema per written folder), `listing`.
 """
 
-from zephyr.engine.io.formats import FORMATS, format_named, infer_format
+from zephyr.engine.io.formats import FORMATS, format_named, infer_format, written_formats
 from zephyr.engine.io.partitioned import write_partitioned
 from zephyr.engine.io.records import read_batches, read_records, write_empty, write_records
 from zephyr.engine.io.schema import SchemaMismatchError, batch_from_dicts
@@ -26,4 +26,5 @@ __all__ = [
     "write_empty",
     "write_partitioned",
     "write_records",
+    "written_formats",
 ]

@@ -52,7 +52,7 @@ def _rewrite(url: str, fmt: Format, schema: pa.Schema) -> None:
         if not count:
             yield pa.RecordBatch.from_pylist([], schema=schema)
 
-    fmt.write(batches(), url)
+    fmt.writer()(batches(), url)
 
 
 def _conflict(paths: Sequence[str], schemas: Sequence[pa.Schema], exc: Exception) -> str:

@@ -10,7 +10,7 @@ and one line in the registry (`zephyr.engine.io.formats`). An entry gives:
   into the scan where the format can) or `record_lists` for a row format (lists of dicts, in file order);
   the other reading form is derived from it (`records.read_records` / `read_batches`);
 - `write`: one file, atomically, from blocks (dict lists for a row format) or from batches that share one
-  schema (a columnar format); an empty shard's file is the same writer given no rows;
+  schema (a columnar format); an empty shard's file is the same writer given no rows (None: read only);
 - `schema`: the schema in a file's footer (columnar formats), which one written folder is unified to.
 """
 
@@ -44,8 +44,8 @@ class Format:
     """One file format's entry in the registry (`zephyr.engine.io.formats.FORMATS`)."""
 
     name: str
-    suffixes: tuple[str, ...]  # lower-case name endings, e.g. (".parquet", ".pq")
-    write: Writer
+    suffixes: tuple[str, ...]  # lower-case name endings, e.g. (".parquet", ".pq"); () never inferred
+    write: Writer | None = None  # None: a format that is only read
     batches: BatchReader | None = None  # columnar formats read Arrow batches
     record_lists: RecordListReader | None = None  # row formats read lists of dicts
     schema: Callable[[str], pa.Schema] | None = None  # a file's own schema (footer), view types made plain
@@ -60,6 +60,12 @@ class Format:
     def columnar(self) -> bool:
         """Reads and writes Arrow batches: a map_batches or a scatter on fields takes them as they come."""
         return self.batches is not None
+
+    def writer(self) -> Writer:
+        """`write`, or a ValueError saying this format is only read."""
+        if self.write is None:
+            raise ValueError(f"the {self.name!r} format is only read: write jsonl, parquet or vortex")
+        return self.write
 
     def describe_names(self) -> str:
         """The file names it is read from, for messages: ".parquet/.pq", ".jsonl/... (optionally + .gz/...)"."""

@@ -13,11 +13,20 @@ from zephyr.engine.io.compression import split_compression
 from zephyr.engine.io.format import Format
 from zephyr.engine.io.jsonl import JSONL
 from zephyr.engine.io.parquet import PARQUET
+from zephyr.engine.io.paths import PATHS
 from zephyr.engine.io.vortex import VORTEX
 
-__all__ = ["FORMATS", "format_named", "infer_format", "resolve_format", "expected_names"]
+__all__ = [
+    "FORMATS",
+    "format_named",
+    "infer_format",
+    "resolve_format",
+    "expected_names",
+    "format_choices",
+    "written_formats",
+]
 
-FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (JSONL, PARQUET, VORTEX)}
+FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (JSONL, PARQUET, VORTEX, PATHS)}
 """Every registered format, by name, in the order messages list them."""
 
 
@@ -29,15 +38,21 @@ def format_named(name: str) -> Format:
     return fmt
 
 
+def written_formats() -> list[str]:
+    """The formats a pipeline can write (every registered one but those only read, such as "path")."""
+    return [name for name, fmt in FORMATS.items() if fmt.write is not None]
+
+
 def expected_names() -> str:
     """The file names formats are read from, for messages ("… .jsonl/.json/.ndjson (optionally …), .parquet/.pq
     or .vortex/.vtx")."""
-    names = [fmt.describe_names() for fmt in FORMATS.values()]
+    names = [fmt.describe_names() for fmt in FORMATS.values() if fmt.suffixes]
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
 
 
-def _format_choices() -> str:
-    return "|".join(f"'{name}'" for name in FORMATS)
+def format_choices() -> str:
+    """The formats told by file names, as a message offers them: 'jsonl'|'parquet'|'vortex'."""
+    return "|".join(f"'{name}'" for name, fmt in FORMATS.items() if fmt.suffixes)
 
 
 def infer_format(path: str) -> str:
@@ -50,10 +65,10 @@ def infer_format(path: str) -> str:
     for fmt in FORMATS.values():
         if stem.endswith(fmt.suffixes) and (codec is None or fmt.compressible):
             return fmt.name
-    uncompressed = [name for name, fmt in FORMATS.items() if not fmt.compressible]
+    uncompressed = [name for name, fmt in FORMATS.items() if fmt.suffixes and not fmt.compressible]
     raise BadInputError(
         f"cannot tell the format of {path!r} from its name: expected a name ending in {expected_names()} "
-        f"({' and '.join(uncompressed)} compress internally). Rename the file or pass format={_format_choices()}"
+        f"({' and '.join(uncompressed)} compress internally). Rename the file or pass format={format_choices()}"
     )
 
 

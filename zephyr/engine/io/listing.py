@@ -6,7 +6,7 @@ import logging
 
 from zephyr.engine.errors import BadInputError
 from zephyr.engine.io.compression import COMPRESSIONS, split_compression
-from zephyr.engine.io.formats import FORMATS, expected_names, infer_format
+from zephyr.engine.io.formats import expected_names, format_choices, infer_format
 from zephyr.fs import expand_glob, url_to_fs
 
 _log = logging.getLogger("zephyr")
@@ -47,8 +47,8 @@ def data_files(pattern: str, format: str | None = None) -> list[str]:
     if not kept:
         raise BadInputError(
             f"{pattern!r} has no data files: found {len(files)} file(s) with extensions "
-            f"{', '.join(sorted(skipped))}; expected {expected_names()}. Pass format="
-            f"{'|'.join(repr(name) for name in FORMATS)} to read them anyway"
+            f"{', '.join(sorted(skipped))}; expected {expected_names()}. Pass format={format_choices()} to read "
+            "them anyway"
         )
     return kept
 

@@ -134,14 +134,16 @@ def write_records(
     the caller's decision (`write_empty` writes a file with no records).
     """
     fmt = resolve_format(url, format)
+    fmt.writer()  # a format that is only read fails here, before any record is taken
     blocks = item_blocks(items, fmt.write_block)
     first = next(blocks, None)
     if first is None:
         return WriteStats(path=url, records=0, bytes=0)
     blocks = itertools.chain([first], blocks)
+    write = fmt.writer()
     if not fmt.columnar:
-        return fmt.write(blocks, url)
-    return fmt.write(conformed_batches(blocks, url, plain_schema(schema) if schema is not None else None), url)
+        return write(blocks, url)
+    return write(conformed_batches(blocks, url, plain_schema(schema) if schema is not None else None), url)
 
 
 def write_empty(url: str, *, format: str | None = None, schema: pa.Schema | None = None) -> WriteStats:
@@ -150,6 +152,6 @@ def write_empty(url: str, *, format: str | None = None, schema: pa.Schema | None
     (default: no columns; `unify_folder_schema` later gives it the folder's columns)."""
     fmt = resolve_format(url, format)
     if not fmt.columnar:
-        return fmt.write(iter(()), url)
+        return fmt.writer()(iter(()), url)
     empty = pa.RecordBatch.from_pylist([], schema=plain_schema(schema) if schema is not None else pa.schema([]))
-    return fmt.write(iter([empty]), url)
+    return fmt.writer()(iter([empty]), url)
