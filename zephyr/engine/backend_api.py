@@ -70,10 +70,12 @@ class Backend(Protocol):
 
     def new_run(self, config: Any) -> None:
         """A run with `config` starts on this backend (a reused pool takes the run's settings here)."""
+        return None
 
     def prepare(self, request: Any) -> None:
         """Fit the workers to a stage's resource request (`zephyr.engine.resources`, None: the defaults)
         before its tasks are submitted."""
+        return None
 
     def submit(self, task: ShardTask) -> None: ...
 

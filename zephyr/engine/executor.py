@@ -37,6 +37,7 @@ from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import ReducePiece, RunFile, plan_tasks, target_bytes, task_bytes
+from zephyr.engine.task import Figures
 from zephyr.engine.worker import ShardResult, ShardTask
 from zephyr.errors import RefusedError, StorageError, storage_error
 from zephyr.fs import atomic_write, join, missing_files, url_to_fs
@@ -47,20 +48,15 @@ __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
 
 
 @dataclass
-class StageStats:
-    """One stage's figures in a run: shards, records and bytes in and out, time, resumed shards, retries."""
+class StageStats(Figures):
+    """One stage's figures in a run: its shards' summed (peak memory: the largest; seconds: the stage's wall
+    time), the shards resumed from checkpoints, the retries."""
 
     index: int
     name: str
     shards: int
-    records_in: int = 0
-    records_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    seconds: float = 0.0
     resumed_shards: int = 0
     retries: list[str] = field(default_factory=list)
-    peak_rss: int = 0
 
     def add(self, result: ShardResult) -> None:
         """Count one shard's result in."""

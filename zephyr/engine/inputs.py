@@ -17,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 import xxhash
@@ -37,6 +37,7 @@ from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.fs import join
 
 __all__ = [
+    "Input",
     "SourceShard",
     "FileInput",
     "ListInput",
@@ -63,9 +64,36 @@ class SourceShard:
         return [self.name, self.path, self.size, _records_digest(self.records)]
 
 
+class Input(Protocol):
+    """What the worker, the planner and the executor ask of a stage input; the defaults suit most inputs.
+    Each input also has `upstream`, the stages whose shuffle output it reads (a field of shuffle reads, ()
+    for sources)."""
+
+    splittable: ClassVar[bool] = False  # a large shuffle target may be split into key-hash ranges (reduce tasks)
+
+    @property
+    def name(self) -> str: ...
+
+    def describe(self) -> str: ...
+
+    def shard_name(self, shard: int) -> str: ...
+
+    def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]: ...
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """The URLs (patterns) it reads, as given (shuffle runs live in the run's scratch: none)."""
+        return ()
+
+    @property
+    def pending(self) -> str | None:
+        """In a dry run, who would write what it reads, not written yet (only a file source can wait)."""
+        return None
+
+
 # ------------------------------------------------------------------------------------------ sources
 @dataclass(frozen=True)
-class FileInput:
+class FileInput(Input):
     """One shard per file; with `batch_rows`, columnar files are read as Arrow batches of that many rows
     (for a following map_batches, or a scatter on fields), else as records."""
 
@@ -73,7 +101,6 @@ class FileInput:
     shards: tuple[SourceShard, ...]
     batch_rows: int | None = None
     pending: str | None = None  # dry run only: who would write the patterns not there yet (engine.pending)
-    splittable: ClassVar[bool] = False
 
     @property
     def upstream(self) -> tuple[int, ...]:
@@ -133,14 +160,11 @@ class FileInput:
 
 
 @dataclass(frozen=True)
-class ListInput:
+class ListInput(Input):
     """In-memory records, one contiguous chunk per shard."""
 
     shards: tuple[SourceShard, ...]
     total: int  # records in all shards, for the stage's name
-    splittable: ClassVar[bool] = False
-    locations: ClassVar[tuple[str, ...]] = ()
-    pending: ClassVar[str | None] = None  # only a file source can wait for a dry run's earlier step
 
     @property
     def upstream(self) -> tuple[int, ...]:
@@ -161,14 +185,11 @@ class ListInput:
 
 
 @dataclass(frozen=True)
-class IterableInput:
+class IterableInput(Input):
     """`shard_fn(i)` yields shard i's records, inside the worker."""
 
     shard_fn: Callable[[int], Iterable[Any]]
     num_shards: int
-    splittable: ClassVar[bool] = False
-    locations: ClassVar[tuple[str, ...]] = ()
-    pending: ClassVar[str | None] = None  # only a file source can wait for a dry run's earlier step
 
     @property
     def upstream(self) -> tuple[int, ...]:
@@ -190,12 +211,10 @@ class IterableInput:
 
 # ------------------------------------------------------------------------------------ shuffle reads
 @dataclass(frozen=True)
-class GroupInput:
+class GroupInput(Input):
     """Target i of a keyed shuffle, grouped by key: `reducer(key, items)`'s records, key after key."""
 
     splittable: ClassVar[bool] = True  # whole groups per key-hash range: a large target may be split
-    locations: ClassVar[tuple[str, ...]] = ()  # shuffle runs, in the scratch
-    pending: ClassVar[str | None] = None
 
     upstream: tuple[int, ...]
     reducer: Callable[[Any, Iterator[Any]], Any]
@@ -230,12 +249,10 @@ class GroupInput:
 
 
 @dataclass(frozen=True)
-class JoinInput:
+class JoinInput(Input):
     """Target i of two shuffles keyed alike (left side tagged 0, right 1): matching pairs, combined."""
 
     splittable: ClassVar[bool] = True
-    locations: ClassVar[tuple[str, ...]] = ()
-    pending: ClassVar[str | None] = None  # only a file source can wait for a dry run's earlier step
 
     upstream: tuple[int, ...]  # (left stage, right stage)
     how: str
@@ -269,13 +286,10 @@ class JoinInput:
 
 
 @dataclass(frozen=True)
-class ReshardInput:
+class ReshardInput(Input):
     """Target i of a round-robin shuffle: the records, in run order."""
 
     upstream: tuple[int, ...]
-    splittable: ClassVar[bool] = False  # run order is kept: a target is read whole
-    locations: ClassVar[tuple[str, ...]] = ()
-    pending: ClassVar[str | None] = None  # only a file source can wait for a dry run's earlier step
 
     @property
     def name(self) -> str:

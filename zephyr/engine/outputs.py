@@ -1,26 +1,28 @@
 """Where a stage's records go: one tagged type per kind of output, each writing one shard.
 
 `Scatter` routes records into a shuffle's sorted runs, `FileSink` writes one file per shard,
-`PartitionedSink` one file per shard and value of a field, `ShardWriterSink` hands each shard to a
-function (a token store's writer), `Collect` pickles the records for the driver.
+`PartitionedSink` (a FileSink) one file per shard and value of a field, `ShardWriterSink` hands each shard
+to a function (a token store's writer), `Collect` pickles the records for the driver.
 
-Every output answers the same questions, so neither the planner's callers nor the executor ask which kind
-it is: `write(stream, task, result)` consumes the stream the stage's pipeline produced and records what
-it wrote in `result`; `existing(task)` names a shard's output already there (skip_existing);
-`takes_batches` whether it takes Arrow batches as they come (fixed at plan time into `batches`);
-`stale(urls)` which of the files a checkpointed shard wrote no longer hold its output (a resume reruns it);
-`folder` the folder it writes into (locked for the run), `locations` the URLs it writes; after the last
-shard, `outputs(results)` is what the run returns and `finish(outputs, counters)` settles the folder.
+Every output answers the same questions (the `Output` protocol, with defaults for outputs that write no
+files of their own), so neither the worker nor the executor asks which kind it is: `write(stream, task,
+result)` consumes the stream the stage's pipeline produced and records what it wrote in `result`;
+`existing(task)` names a shard's output already there (skip_existing); `takes_batches` says whether it
+takes Arrow batches as they come (fixed at plan time into `batches`); `stale(urls)` which of the files a
+checkpointed shard wrote no longer hold its output (a resume reruns it); `folder` is the folder it writes
+into (locked for the run), `locations` the URLs it writes; after the last shard, `outputs(results)` is
+what the run returns and `finish(outputs, counters)` settles the folder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import re
 import string
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from zephyr import counters
 from zephyr.engine import absent_fields
@@ -31,6 +33,7 @@ from zephyr.fs.core import is_hidden
 from zephyr.progress import log
 
 __all__ = [
+    "Output",
     "Scatter",
     "FileSink",
     "PartitionedSink",
@@ -43,16 +46,58 @@ __all__ = [
 ]
 
 
+class Output(Protocol):
+    """What the worker, the planner and the executor ask of a stage output. The defaults suit an output that
+    writes no files of its own (a scatter, a collect); each output subclasses this and overrides the rest."""
+
+    batches: bool  # the stream holds Arrow batches (fixed at plan time from `takes_batches`)
+    collects: ClassVar[bool] = False  # the run returns records rather than written paths
+
+    @property
+    def name(self) -> str: ...
+
+    def describe(self) -> str: ...
+
+    def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None: ...
+
+    @property
+    def takes_batches(self) -> bool:
+        """Takes Arrow batches as they come (a columnar file, a keyed scatter), so the pipeline hands them over."""
+        return False
+
+    @property
+    def folder(self) -> str | None:
+        """The folder it writes into, locked for the run (None: only the run's scratch)."""
+        return None
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """The URLs (patterns) it writes, as given."""
+        return ()
+
+    def existing(self, task: ShardTask) -> list[str]:
+        """The shard's output when it is already there and the shard need not run (skip_existing)."""
+        return []
+
+    def stale(self, urls: list[str]) -> list[str]:
+        """Those of the files a checkpointed shard wrote that no longer hold its output: here, the gone ones."""
+        return missing_files(urls)
+
+    def outputs(self, results: list[ShardResult]) -> list[Any]:
+        """What a run ending in this output returns: the written paths, shard after shard."""
+        return [path for result in results for path in result.paths]
+
+    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
+        """After every shard of the run is committed (as the last stage's output)."""
+        return None
+
+
 @dataclass(frozen=True)
-class Scatter:
+class Scatter(Output):
     """Hash-partition (or, without key, deal round-robin) the records into `spec.num_targets` targets."""
 
     spec: ShuffleSpec
     batches: bool = False  # the stream holds Arrow batches (a scatter on fields of a columnar source)
-    collects: ClassVar[bool] = False
-    folder: ClassVar[str | None] = None  # its runs go to the attempt's scratch directory
-    stale: ClassVar = staticmethod(missing_files)
-    locations: ClassVar[tuple[str, ...]] = ()
 
     @property
     def name(self) -> str:
@@ -63,17 +108,8 @@ class Scatter:
         """A keyed scatter without combiner or join tag takes Arrow batches whole."""
         return scatters_batches(self.spec)
 
-    def outputs(self, results: list[ShardResult]) -> list[Any]:
-        return _paths(results)
-
-    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
-        pass
-
     def describe(self) -> str:
         return f"scatter to {self.spec.num_targets} shard(s)"
-
-    def existing(self, task: ShardTask) -> list[str]:
-        return []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         writer = ScatterWriter(
@@ -90,8 +126,8 @@ class Scatter:
 
 
 @dataclass(frozen=True)
-class FileSink:
-    """Shard i goes to `pattern.format(shard=i, total=n)`, written atomically (jsonl, parquet, vortex)."""
+class FileSink(Output):
+    """Shard i goes to `pattern.format(shard=i, total=n)`, written atomically (in any written format)."""
 
     pattern: str
     format: str
@@ -99,8 +135,6 @@ class FileSink:
     skip_existing: bool = False
     batches: bool = False
     schema: Any = None  # pyarrow.Schema of every file; None: the driver unifies the files' schemas afterwards
-    collects: ClassVar[bool] = False
-    stale: ClassVar = staticmethod(missing_files)  # a file is its shard's output while it is there
 
     @property
     def name(self) -> str:
@@ -111,7 +145,9 @@ class FileSink:
 
     @property
     def takes_batches(self) -> bool:
-        return _columnar(self.format)
+        from zephyr.engine.io import format_named
+
+        return format_named(self.format).columnar
 
     @property
     def folder(self) -> str:
@@ -121,11 +157,21 @@ class FileSink:
     def locations(self) -> tuple[str, ...]:
         return (self.pattern,)
 
-    def outputs(self, results: list[ShardResult]) -> list[Any]:
-        return _paths(results)
-
     def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
-        _finish_files(self.pattern, self.format, self.schema, outputs, counters)
+        """The files an earlier run wrote with the pattern that this run did not are removed, and (without a
+        `schema` given) the folder's files get one schema."""
+        if stale := remove_stale_outputs(self.pattern, outputs):
+            counters["sink/stale_files_removed"] = len(stale)
+            log(
+                f"removed {len(stale)} file(s) an earlier run wrote with {self.pattern} that this run did not "
+                f"(e.g. {stale[0]})"
+            )
+        if self.schema is None:
+            from zephyr.engine.io.folder_schema import unify_folder_schema
+
+            # one schema per written folder: files whose shards lacked a field get it (null)
+            if rewritten := unify_folder_schema(outputs, self.format):
+                counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
 
     def existing(self, task: ShardTask) -> list[str]:
         """With skip_existing, the shard's file when it is already there (the shard need not run)."""
@@ -149,44 +195,14 @@ class FileSink:
 
 
 @dataclass(frozen=True)
-class PartitionedSink:
-    """Shard i and value v of field `partition_by` go to `pattern.format(shard=i, total=n, <field>=v)`."""
+class PartitionedSink(FileSink):
+    """A FileSink split by a field: shard i and value v of `partition_by` go to
+    `pattern.format(shard=i, total=n, <field>=v)`, each shard's files listed in a manifest written after them."""
 
-    pattern: str
-    format: str
-    total: int
-    partition_by: str
-    batches: bool = False
-    collects: ClassVar[bool] = False
-    stale: ClassVar = staticmethod(missing_files)
-
-    @property
-    def name(self) -> str:
-        return f"write_{self.format}({self.pattern})"
+    partition_by: str = dataclasses.field(kw_only=True)
 
     def describe(self) -> str:
         return f"write {self.format} {self.pattern} partitioned by {self.partition_by}"
-
-    @property
-    def takes_batches(self) -> bool:
-        return _columnar(self.format)
-
-    @property
-    def folder(self) -> str:
-        return pattern_folder(self.pattern)
-
-    @property
-    def locations(self) -> tuple[str, ...]:
-        return (self.pattern,)
-
-    def outputs(self, results: list[ShardResult]) -> list[Any]:
-        return _paths(results)
-
-    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
-        _finish_files(self.pattern, self.format, None, outputs, counters)
-
-    def existing(self, task: ShardTask) -> list[str]:
-        return []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         from zephyr.engine.io import write_partitioned
@@ -211,7 +227,7 @@ class PartitionedSink:
 
 
 @dataclass(frozen=True)
-class ShardWriterSink:
+class ShardWriterSink(Output):
     """`writer(records, shard=i, total=n, source=file)` writes shard i wherever it likes (a token store's
     shard directory) and returns the URLs it wrote; `sources` are the stage's input files, by shard."""
 
@@ -221,10 +237,6 @@ class ShardWriterSink:
     sources: tuple[str, ...] = ()
     batches: bool = False
     check: Callable[[list[str]], list[str]] | None = None  # see Dataset.write_shards
-    collects: ClassVar[bool] = False
-    takes_batches: ClassVar[bool] = False
-    folder: ClassVar[str | None] = None  # the writer's own business
-    locations: ClassVar[tuple[str, ...]] = ()
 
     @property
     def name(self) -> str:
@@ -233,12 +245,6 @@ class ShardWriterSink:
     def describe(self) -> str:
         return self.label
 
-    def outputs(self, results: list[ShardResult]) -> list[Any]:
-        return _paths(results)
-
-    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
-        pass
-
     def stale(self, urls: list[str]) -> list[str]:
         """The URLs that are gone, and (with `check`) those there that no longer hold what the writer wrote."""
         missing = missing_files(urls)
@@ -246,9 +252,6 @@ class ShardWriterSink:
             return missing
         gone = set(missing)
         return missing + self.check([url for url in urls if url not in gone])
-
-    def existing(self, task: ShardTask) -> list[str]:
-        return []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         source = self.sources[task.shard] if task.shard < len(self.sources) else None
@@ -259,15 +262,11 @@ class ShardWriterSink:
 
 
 @dataclass(frozen=True)
-class Collect:
+class Collect(Output):
     """Pickle the records, in chunks, into the attempt's directory; the driver reads them back."""
 
-    batches: bool = False  # always records: a collect takes no batches (`takes_batches`)
+    batches: bool = False  # always records: a collect takes no batches
     collects: ClassVar[bool] = True
-    stale: ClassVar = staticmethod(missing_files)
-    takes_batches: ClassVar[bool] = False
-    folder: ClassVar[str | None] = None
-    locations: ClassVar[tuple[str, ...]] = ()
 
     @property
     def name(self) -> str:
@@ -279,12 +278,6 @@ class Collect:
     def outputs(self, results: list[ShardResult]) -> list[Any]:
         """The records every shard collected, shard after shard."""
         return [record for result in results if result.result_url for record in read_results(result.result_url)]
-
-    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
-        pass
-
-    def existing(self, task: ShardTask) -> list[str]:
-        return []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         url = join(task.out_dir, "result.pkl")
@@ -312,30 +305,6 @@ def pattern_folder(pattern: str) -> str:
     """The folder an output pattern writes into: its fixed part, up to the last '/' ("." for none)."""
     head = pattern.split("{", 1)[0]
     return head.rsplit("/", 1)[0] or "/" if "/" in head else "."
-
-
-def _columnar(format: str) -> bool:
-    from zephyr.engine.io import format_named
-
-    return format_named(format).columnar
-
-
-def _paths(results: list[ShardResult]) -> list[str]:
-    return [path for result in results for path in result.paths]
-
-
-def _finish_files(pattern: str, format: str, schema: Any, written: list[str], counters: dict[str, int]) -> None:
-    """Once every shard of a run is committed: the files an earlier run wrote with `pattern` that this run
-    did not are removed, and (without a `schema` given) the folder's files get one schema."""
-    if stale := remove_stale_outputs(pattern, written):
-        counters["sink/stale_files_removed"] = len(stale)
-        log(f"removed {len(stale)} file(s) an earlier run wrote with {pattern} that this run did not (e.g. {stale[0]})")
-    if schema is None:
-        from zephyr.engine.io.folder_schema import unify_folder_schema
-
-        # one schema per written folder: files whose shards lacked a field get it (null)
-        if rewritten := unify_folder_schema(written, format):
-            counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
 
 
 def _counted_out(items: Iterable[Any], result: ShardResult, batches: bool) -> Iterator[Any]:

@@ -31,14 +31,7 @@ from zephyr.engine.inputs import (
     SourceShard,
     StageInput,
 )
-from zephyr.engine.outputs import (
-    Collect,
-    FileSink,
-    PartitionedSink,
-    Scatter,
-    ShardWriterSink,
-    StageOutput,
-)
+from zephyr.engine.outputs import Collect, FileSink, PartitionedSink, Scatter, ShardWriterSink, StageOutput
 from zephyr.engine.pending import pending_producer
 from zephyr.engine.pipeline import (
     Apply,
@@ -335,8 +328,8 @@ def _lower_join(op: O.Join, planner: _Planner) -> None:
 
 def _lower_sink(op: O.Sink, planner: _Planner) -> None:
     stage = planner.stage
-    if op.partition_by is not None:
-        stage.sink = PartitionedSink(op.pattern, op.format, stage.num_shards, op.partition_by)
+    if op.partition_by is not None:  # partitions unify their folder's schema
+        stage.sink = PartitionedSink(op.pattern, op.format, stage.num_shards, partition_by=op.partition_by)
     else:
         stage.sink = FileSink(op.pattern, op.format, stage.num_shards, op.skip_existing, schema=op.schema)
 

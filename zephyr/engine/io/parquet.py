@@ -13,14 +13,7 @@ from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import short_error
 from zephyr.engine.io.format import Format
-from zephyr.engine.io.scan import (
-    check_columns,
-    check_filter_columns,
-    is_plain_local,
-    scan_columns,
-    scanned_batches,
-    unreadable_columnar_file,
-)
+from zephyr.engine.io.scan import check_scan, is_plain_local, scan_columns, scanned_batches, unreadable_columnar_file
 from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
 from zephyr.fs import atomic_write, open_url, url_to_fs
@@ -50,8 +43,7 @@ def parquet_batches(
         return
     if not len(schema):
         return  # no columns: an empty shard's file (see write_empty); it holds no records
-    check_columns(url, columns, schema)
-    check_filter_columns(url, filter, schema)
+    check_scan(url, columns, filter, schema)
     pushdown = filter is not None and filter.columns() <= set(schema.names)
     read_columns = columns if filter is None or pushdown else scan_columns(columns, filter, schema)
     try:

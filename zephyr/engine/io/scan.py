@@ -76,6 +76,8 @@ def scan_columns(columns: Sequence[str] | None, filter: Expr | None, schema: pa.
 def is_plain_local(fs: Any) -> bool:
     # Only the plain local filesystem is swapped for Arrow's native one; wrappers (guards, mirrors)
     # are subclasses or other classes and keep going through fsspec.
+    """Whether `fs` is the plain local filesystem, which Arrow and Vortex read natively; wrappers (the region
+    guard, mirrors) keep going through fsspec."""
     return type(fs) is LocalFileSystem
 
 
@@ -94,9 +96,11 @@ def unreadable_columnar_file(url: str, fs: Any, path: str, skip: bool, kind: str
     )
 
 
-def check_filter_columns(url: str, filter: Expr | None, schema: pa.Schema) -> None:
-    """A filter over a field the file does not have at all: noted (`zephyr.engine.absent_fields`), an error
-    when no file read has it. Fields only tested with is_null()/is_not_null() may be absent."""
+def check_scan(url: str, columns: Sequence[str] | None, filter: Expr | None, schema: pa.Schema) -> None:
+    """Before a scan: a column asked for that the file lacks is an error (`check_columns`); a filter over a
+    field the file does not have at all is noted (`zephyr.engine.absent_fields`), an error when no file read
+    has it. Fields only tested with is_null()/is_not_null() may be absent."""
+    check_columns(url, columns, schema)
     if filter is None or not len(schema):
         return
     fields = filter.value_columns()

@@ -15,14 +15,7 @@ from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.expr_vortex import to_vortex
 from zephyr.engine.io.format import Format
-from zephyr.engine.io.scan import (
-    check_columns,
-    check_filter_columns,
-    is_plain_local,
-    scan_columns,
-    scanned_batches,
-    unreadable_columnar_file,
-)
+from zephyr.engine.io.scan import check_scan, is_plain_local, scan_columns, scanned_batches, unreadable_columnar_file
 from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
 from zephyr.fs import atomic_write, open_url, url_to_fs
@@ -67,8 +60,7 @@ def vortex_batches(
             return
         if not len(schema):
             return  # no columns: an empty shard's file (see write_empty); it holds no records
-        check_columns(url, columns, schema)
-        check_filter_columns(url, filter, schema)
+        check_scan(url, columns, filter, schema)
         vx_filter = to_vortex(filter, schema) if filter is not None else None
         pushdown = filter is None or vx_filter is not None
         read_columns = list(columns) if columns is not None and pushdown else scan_columns(columns, filter, schema)
