@@ -251,6 +251,8 @@ def _add_verbosity(parser: argparse.ArgumentParser, *, top: bool = False) -> Non
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `zephyr` command line: the top-level options and one subcommand per package (run, tokenize, datashop,
+    train, ablate, export, ui, ...)."""
     parser = ZephyrArgumentParser(
         prog="zephyr",
         description="Raw web data to pretraining token mixtures, tested with small training runs.",
@@ -325,6 +327,8 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`zephyr ...`: parse the command line, set the verbosity and run the subcommand; returns the exit code (1: an
+    error Zephyr raised on purpose, printed as one line; 2: a wrong command line)."""
     from zephyr.engine.progress import set_verbosity, verbosity
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

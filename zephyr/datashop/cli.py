@@ -15,6 +15,7 @@ __all__ = ["add_cli", "run_cli"]
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Register `zephyr datashop CONFIG.yaml` and its options (the engine's --backend/--workers among them)."""
     parser = subparsers.add_parser(
         "datashop",
         help="prompt -> LM labels -> classifier -> filtered dataset (see zephyr.datashop.config)",
@@ -38,6 +39,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    """Run `zephyr datashop`: load the config, run its stages, print the report (or its JSON)."""
     from zephyr.datashop.config import load_config
     from zephyr.datashop.pipeline import run_datashop
 

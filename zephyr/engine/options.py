@@ -45,6 +45,7 @@ class ZephyrArgumentParser(argparse.ArgumentParser):
 
 
 def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1, else an error saying so."""
     try:
         value = int(text)
     except ValueError:

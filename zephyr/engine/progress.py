@@ -312,6 +312,8 @@ def _stage_detail(state: _StageState, elapsed: float) -> str:
 
 
 def job_table(run: Any) -> Table:
+    """One engine job's summary table: per stage its shards (resumed), records and bytes in and out, time and peak
+    memory."""
     table = Table(title=f"zephyr job summary ({run.seconds:.1f} s)", title_justify="left")
     for column in ("stage", "shards", "records in", "records out", "bytes in", "bytes out", "time", "peak RSS"):
         table.add_column(column, justify="right" if column != "stage" else "left")

@@ -101,6 +101,8 @@ def set_run_ledger(ledger: RunLedger | None) -> None:
 
 
 def run_ledger() -> RunLedger | None:
+    """The cross-region ledger of the run this process works for, or None outside a run (then the budget is this
+    process's own)."""
     return _run_ledger
 
 

@@ -48,6 +48,7 @@ def write_stage(ds: Dataset, out_dir: str) -> tuple[list[str], dict[str, int]]:
 
 
 def both_directions(edge: dict) -> Iterator[tuple[Any, Any]]:
+    """An undirected edge as two directed ones, so each endpoint's group sees the other."""
     yield (edge["a"], edge["b"])
     yield (edge["b"], edge["a"])
 
@@ -150,6 +151,8 @@ _COMPONENT, _NEIGHBOUR = 0, 1
 
 
 def route_to_components(record: dict) -> Iterator[tuple]:
+    """Stage 5's input, keyed by node: a similarity edge to both endpoints (as neighbours), a converged component
+    edge to its member (naming its component)."""
     if "jaccard" in record:  # an edge of the similarity graph (verified, or a raw candidate)
         yield (record["a"], _NEIGHBOUR, record["b"])
         yield (record["b"], _NEIGHBOUR, record["a"])
@@ -171,6 +174,7 @@ def node_summary(node: Any, items: Iterable[tuple]) -> tuple:
 
 
 def priority(item: tuple) -> tuple:
+    """Stage 5's sort key: highest degree first, ties to the smallest id."""
     return (item[1], item[2])  # highest degree first, ties to the smallest id
 
 

@@ -64,6 +64,7 @@ def _histogram(lengths: np.ndarray, bins: int = 20) -> list[dict]:
 
 
 def store_view(root: Root, path: str, *, offset: int = 0, limit: int = 10) -> dict:
+    """A store's figures, document length percentiles and histogram, and a page of documents."""
     store = _open(root, path)
     lengths = store.document_lengths()
     q = np.percentile(lengths, [50, 90, 99]).tolist() if len(lengths) else [0, 0, 0]
@@ -160,6 +161,7 @@ def _token_pieces(decode: Any, ids: list[int], context: int = 8) -> list[dict]:
 
 
 def list_mixtures(root: Root) -> list[str]:
+    """The folders under the root holding a `mixture.json`."""
     return [posixpath.dirname(rel) or "." for rel in root.json_files("mixture.json")]
 
 

@@ -160,6 +160,8 @@ def project_filter_lists(
 
 
 def write_jsonl(blocks: Iterator[list[dict] | pa.RecordBatch], url: str) -> WriteStats:
+    """Write blocks of records as JSON Lines, compressed as the name's suffix says, atomically; numpy values are
+    allowed and a record that is not JSON-serialisable raises naming it."""
     codec = split_compression(url)[1]
     records = 0
     dumps = orjson.dumps

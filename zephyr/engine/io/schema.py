@@ -36,6 +36,7 @@ def plain_type(t: pa.DataType) -> pa.DataType:
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with view types made plain (`plain_type`), its metadata kept."""
     return pa.schema([f.with_type(plain_type(f.type)) for f in schema], metadata=schema.metadata)
 
 
