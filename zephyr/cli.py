@@ -382,8 +382,7 @@ class _CommandFailed(Exception):
 
 def _report(prog: str, error: Exception, *, verbose: bool) -> int:
     """Errors Zephyr raises on purpose: their message, no internal traceback (unless -v). Others: as Python does."""
-    from zephyr.engine.errors import ZephyrError
-    from zephyr.errors import storage_error
+    from zephyr.errors import ZephyrError, storage_error
 
     # read-only, full or forbidden storage met by a script's own code (a recipe building its sample) is the
     # machine's, not a bug: one line naming the path, as the engine reports it for its own reads and writes

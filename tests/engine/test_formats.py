@@ -14,8 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from zephyr.engine import counters
-from zephyr.engine.errors import BadInputError
+from zephyr import counters
 from zephyr.engine.expr import col
 from zephyr.engine.io import (
     SchemaMismatchError,
@@ -25,6 +24,7 @@ from zephyr.engine.io import (
     read_records,
     write_records,
 )
+from zephyr.errors import BadInputError
 
 RECORDS = [
     {

@@ -10,7 +10,7 @@ import pytest
 import zstandard
 
 from zephyr import execution
-from zephyr.engine.errors import BadInputError
+from zephyr.errors import BadInputError
 from zephyr.tokenize import open_store, tokenize_dataset, verify_store
 from zephyr.tokenize.cli import add_cli
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import cloudpickle
 
-from zephyr.engine.errors import UserCodeError, ZephyrError
 from zephyr.engine.worker import ShardResult, ShardTask
+from zephyr.errors import UserCodeError, ZephyrError
 
 __all__ = ["Backend", "ClusterError", "Outcome", "WorkerPool", "portable_error"]
 

@@ -26,12 +26,11 @@ from typing import Any
 
 import cloudpickle
 
+from zephyr.counters import merge
 from zephyr.engine import absent_fields
 from zephyr.engine.backend_registry import backend_spec
 from zephyr.engine.backends import Backend, Outcome, make_backend, release_backend
 from zephyr.engine.context import ExecutionConfig, current_config
-from zephyr.engine.counters import merge
-from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.resources import stage_request
@@ -39,7 +38,15 @@ from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import ReducePiece, RunFile, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.task import Figures
 from zephyr.engine.worker import ShardResult, ShardTask
-from zephyr.errors import RefusedError, StorageError, storage_error
+from zephyr.errors import (
+    BadInputError,
+    PlanError,
+    RefusedError,
+    StorageError,
+    UserCodeError,
+    ZephyrError,
+    storage_error,
+)
 from zephyr.fs import atomic_write, join, missing_files, url_to_fs
 from zephyr.progress import log
 from zephyr.staged import StagedWork

@@ -23,7 +23,6 @@ import pyarrow as pa
 import xxhash
 
 from zephyr.engine import ops as O
-from zephyr.engine.errors import UserCodeError
 from zephyr.engine.ops import callable_name, preview
 from zephyr.engine.shuffle import (
     ReducePiece,
@@ -34,6 +33,7 @@ from zephyr.engine.shuffle import (
     merged_blocks,
 )
 from zephyr.engine.task import ShardResult, ShardTask
+from zephyr.errors import UserCodeError
 from zephyr.fs import join
 
 __all__ = [

@@ -22,10 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from zephyr.engine.absent_fields import FieldPresence
-from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.expr import Expr
 from zephyr.engine.ops import preview
-from zephyr.errors import StorageError, storage_error
+from zephyr.errors import BadInputError, StorageError, UserCodeError, ZephyrError, storage_error
 
 __all__ = ["Apply", "Keep", "Expand", "Limit", "Project", "BatchApply", "ShardApply", "Step", "Pipeline"]
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
-from zephyr.engine.errors import PlanError
 from zephyr.engine.expr import Expr
 from zephyr.engine.inputs import (
     FileInput,
@@ -45,6 +44,7 @@ from zephyr.engine.pipeline import (
     Step,
 )
 from zephyr.engine.shuffle import ShuffleSpec
+from zephyr.errors import PlanError
 from zephyr.fs import url_to_fs
 from zephyr.versioning import describe, digest
 

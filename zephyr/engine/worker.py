@@ -13,12 +13,12 @@ import traceback
 
 import cloudpickle
 
-from zephyr.engine import absent_fields, counters
-from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
+from zephyr import counters
+from zephyr.engine import absent_fields
 from zephyr.engine.outputs import read_results
 from zephyr.engine.plan import Stage
 from zephyr.engine.task import ShardContext, ShardResult, ShardTask
-from zephyr.errors import StorageError, storage_error
+from zephyr.errors import BadInputError, StorageError, UserCodeError, ZephyrError, storage_error
 from zephyr.fs import open_url
 
 __all__ = ["ShardContext", "ShardTask", "ShardResult", "run_task", "load_stage", "read_results"]

@@ -64,7 +64,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.fs import atomic_write, join, open_url, url_to_fs

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.engine.dataset import Dataset
 from zephyr.fs import join
 from zephyr.operators.fuzzy_lsh import first, second

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.operators.minhash import MinHashConfig, sketch_batch
 
 __all__ = [

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from zephyr.engine import counters
+from zephyr import counters
 
 __all__ = [
     "quality_signals",

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.fs import open_url
 from zephyr.operators.charset import decode_html
 

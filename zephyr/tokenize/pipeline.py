@@ -35,7 +35,7 @@ from typing import Any
 import xxhash
 
 from zephyr.engine import absent_fields
-from zephyr.engine.errors import BadInputError
+from zephyr.errors import BadInputError
 from zephyr.staged import StagedWork
 
 from .store_format import SHARD_MARKER_KIND, is_remote, token_dtype
@@ -132,7 +132,7 @@ def write_store_shard(
     lack the text field is a :class:`BadInputError` naming the fields they have: a wrong ``text_field``
     must fail, not produce an empty store.
     """
-    from zephyr.engine import counters
+    from zephyr import counters
     from zephyr.fs import join
 
     tokenizer = load_tokenizer(config.tokenizer)

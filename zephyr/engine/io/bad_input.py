@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from zephyr.engine import counters
-from zephyr.engine.errors import BadInputError
+from zephyr import counters
+from zephyr.errors import BadInputError
 
 logger = logging.getLogger(__name__)
 

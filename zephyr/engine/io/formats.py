@@ -8,13 +8,13 @@ one line here.
 
 from __future__ import annotations
 
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.io.compression import split_compression
 from zephyr.engine.io.format import Format
 from zephyr.engine.io.jsonl import JSONL
 from zephyr.engine.io.parquet import PARQUET
 from zephyr.engine.io.paths import PATHS
 from zephyr.engine.io.vortex import VORTEX
+from zephyr.errors import BadInputError
 
 __all__ = [
     "FORMATS",

@@ -13,12 +13,12 @@ import pyarrow as pa
 import zstandard
 
 from zephyr.engine.absent_fields import FieldPresence
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import bad_file, bad_record
 from zephyr.engine.io.compression import StreamDamage, decoded_chunks, split_compression
 from zephyr.engine.io.format import Format
 from zephyr.engine.io.sink import CountingSink, WriteStats
+from zephyr.errors import BadInputError
 from zephyr.fs import atomic_write, open_url
 
 JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY

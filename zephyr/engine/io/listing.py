@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.io.compression import COMPRESSIONS, split_compression
 from zephyr.engine.io.formats import expected_names, format_choices, infer_format
+from zephyr.errors import BadInputError
 from zephyr.fs import expand_glob, url_to_fs
 
 _log = logging.getLogger("zephyr")

@@ -30,12 +30,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import check_policy
 from zephyr.engine.io.formats import resolve_format
 from zephyr.engine.io.schema import batch_from_dicts, conformed_batches, item_blocks, plain_schema
 from zephyr.engine.io.sink import WriteStats
+from zephyr.errors import BadInputError
 
 
 def read_records(

@@ -9,9 +9,9 @@ import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
 from zephyr.engine.absent_fields import note
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import bad_file, short_error
+from zephyr.errors import BadInputError
 
 
 def scanned_batches(

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
-from zephyr.engine.errors import ZephyrError
 from zephyr.engine.io.bad_input import short_error
+from zephyr.errors import ZephyrError
 
 WRITE_BLOCK = 8192  # records per orjson/Arrow conversion when writing
 

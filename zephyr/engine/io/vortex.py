@@ -11,13 +11,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.expr_vortex import to_vortex
 from zephyr.engine.io.format import Format
 from zephyr.engine.io.scan import check_scan, is_plain_local, scan_columns, scanned_batches, unreadable_columnar_file
 from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
+from zephyr.errors import BadInputError
 from zephyr.fs import atomic_write, open_url, url_to_fs
 
 
