@@ -95,7 +95,7 @@ class ReversedBackend(Backend):
         self.queued: deque[ShardTask] = deque()
 
     @classmethod
-    def open(cls, config: Any) -> ReversedBackend:
+    def create(cls, config: Any) -> ReversedBackend:
         return cls()
 
     def submit(self, task: ShardTask) -> None:

@@ -3,7 +3,7 @@ and `portable_error`, which every backend applies to a task's exception before s
 
 Its own module so that `backends` (local and process pools, `make_backend`) and `ray_backend` both
 import it without importing each other. A backend class subclasses `Backend`, implements `submit`,
-`wait`, `close` and `open`, and inherits no-op defaults for the rest; it is registered by name in
+`wait`, `close` and `create`, and inherits no-op defaults for the rest; it is registered by name in
 `zephyr.engine.backend_registry`. A backend whose workers outlive a run also implements `WorkerPool`.
 """
 
@@ -59,7 +59,7 @@ class Backend(Protocol):
         ...
 
     @classmethod
-    def open(cls, config: Any) -> Backend:
+    def create(cls, config: Any) -> Backend:
         """A new backend for a run with `config` (an `ExecutionConfig`)."""
         raise NotImplementedError
 

@@ -68,7 +68,7 @@ class RayOptions:
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One registered backend: `module.cls` implements the Backend protocol (and its classmethods `open`
+    """One registered backend: `module.cls` implements the Backend protocol (and its classmethods `create`
     and `reuse_key_for`, see `zephyr.engine.backend_api`)."""
 
     name: str

@@ -52,7 +52,7 @@ class LocalBackend(Backend):
         self._done: deque[Outcome] = deque()
 
     @classmethod
-    def open(cls, config: Any) -> LocalBackend:
+    def create(cls, config: Any) -> LocalBackend:
         return cls()
 
     def submit(self, task: ShardTask) -> None:
@@ -202,7 +202,7 @@ class ProcessBackend(Backend):
         return _Worker(process, parent)
 
     @classmethod
-    def open(cls, config: Any) -> ProcessBackend:
+    def create(cls, config: Any) -> ProcessBackend:
         return cls(config.num_workers)
 
     @classmethod
@@ -368,7 +368,7 @@ def make_backend(config: Any) -> Backend:
     else:
         if warm is not None:
             warm.close()
-        backend = cls.open(config)
+        backend = cls.create(config)
     backend.new_run(config)
     return backend
 

@@ -163,7 +163,7 @@ class RayBackend(Backend):
         self.prepare(None)
 
     @classmethod
-    def open(cls, config: Any) -> RayBackend:
+    def create(cls, config: Any) -> RayBackend:
         return cls(config, mode=config.options(RayOptions).mode)
 
     @classmethod
