@@ -617,7 +617,7 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
         upstream: StepOutput | str | list[str] = warcs
         for name, fn, step_config, input_name in chain:
             upstream = steps[name] = runner.run(name, fn, config=step_config, inputs={input_name: upstream})
-            if not upstream.planned and upstream.summary["documents_out"] == 0:  # planned: a dry run's
+            if upstream.summary.get("documents_out") == 0:  # a dry run's planned step has no figures yet
                 raise EmptyCorpusError(
                     f"no documents left after step {name!r} ({upstream.summary['documents_in']:,} in; dropped: "
                     f"{_counts(upstream.summary['dropped'])}; see {upstream.path}). Nothing to tokenize: check "

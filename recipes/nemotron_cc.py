@@ -306,8 +306,8 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
             config={"threshold": 0.8, "num_shards": config.num_shards},
             inputs={"docs": exact},
         )
-        # a dry run's planned normalize has no summary: it plans every split (the real run, those it found)
-        found = SPLITS if docs.planned else docs.summary["splits"]
+        # the splits normalize found; a dry run's planned normalize has no figures yet: every split is planned
+        found = docs.summary.get("splits") or SPLITS
         splits = sorted(found, key=lambda s: SPLIT_RANK.get(s, len(SPLIT_RANK)))
         tokens = steps.run(
             "tokenize",
