@@ -13,7 +13,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VUL
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
 
 PEERS := .venv-peers
-.PHONY: run test lint test-slow test-ui test-vllm bench peers install clean
+.PHONY: run test lint test-slow test-ui test-vllm bench peers install clean docs
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ test-ui: $(STAMP)
 # served on 127.0.0.1; about 5 GB and several minutes.
 test-vllm: $(STAMP)
 	bash tests/datashop/vllm_venv.sh
+
+# The API reference, built by pdoc from the docstrings into docs/api/ (every module of the package; a test
+# keeps every public name documented).
+docs: $(STAMP)
+	$(PY) -m pdoc -o docs/api zephyr $$($(PY) -c "import pkgutil, zephyr; print(*(m.name for m in pkgutil.walk_packages(zephyr.__path__, 'zephyr.')))")
 
 # Peer tools the benchmarks compare against, in their own virtualenv: datatrove pins versions that
 # conflict with ours (xxhash<4, an older trafilatura). Benchmarks skip a peer whose venv is missing.

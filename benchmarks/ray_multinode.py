@@ -38,7 +38,9 @@ import ray  # noqa: E402
 from zephyr import Dataset, execution  # noqa: E402
 from zephyr.engine.context import ExecutionConfig  # noqa: E402
 from zephyr.engine.ray_backend import RayBackend  # noqa: E402
-from zephyr.engine.ray_local import LocalNodes, free_port  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests"))  # the local multi-node cluster the Ray tests use
+from ray_local import LocalNodes, free_port  # noqa: E402
 
 
 def _no_records(shard: int) -> list:

@@ -53,7 +53,7 @@ from typing import Any
 from urllib.parse import quote
 
 from zephyr import Dataset, counters
-from zephyr.engine.options import add_on_bad_record_option, engine_overrides
+from zephyr.engine.options import engine_overrides
 from zephyr.fs import atomic_write, join, url_to_fs
 from zephyr.operators import (
     ExtractText,
@@ -66,6 +66,7 @@ from zephyr.operators import (
     warc_dataset,
 )
 from zephyr.operators.fuzzy_dedup import FuzzyDedupConfig, annotate_clusters, find_duplicate_clusters
+from zephyr.recipe_cli import add_recipe_engine_options, recipe_main
 from zephyr.steps import StepOutput, StepRunner
 
 __all__ = [
@@ -616,7 +617,7 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
         upstream: StepOutput | str | list[str] = warcs
         for name, fn, step_config, input_name in chain:
             upstream = steps[name] = runner.run(name, fn, config=step_config, inputs={input_name: upstream})
-            if not upstream.planned and upstream.summary["documents_out"] == 0:  # planned: a dry run's
+            if upstream.summary.get("documents_out") == 0:  # a dry run's planned step has no figures yet
                 raise EmptyCorpusError(
                     f"no documents left after step {name!r} ({upstream.summary['documents_in']:,} in; dropped: "
                     f"{_counts(upstream.summary['dropped'])}; see {upstream.path}). Nothing to tokenize: check "
@@ -731,10 +732,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
     parser.add_argument(
         "--force", action="append", default=[], help="rerun this step even if it completed (repeatable)"
     )
-    # Under `zephyr run` the engine takes these; they are here for `python recipes/common_crawl.py`.
-    add_on_bad_record_option(parser)
-    parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
+    add_recipe_engine_options(parser)
     args = parser.parse_args(argv)
     codes = tuple(code.strip() for code in args.languages.split(",") if code.strip())
     languages = None if codes in ((), ("all",)) else codes
@@ -755,17 +753,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from zephyr import execution
-
-    config, engine = parse_args(argv)
-    try:
-        with execution(**engine):
-            result = run_recipe(config)
-    except EmptyCorpusError as exc:
-        print(f"zephyr run recipes/common_crawl.py: {exc}", file=sys.stderr)
-        return 1
-    print(format_summary(result))
-    return 0
+    return recipe_main(
+        "zephyr run recipes/common_crawl.py", parse_args, run_recipe, format_summary, argv, expected=(EmptyCorpusError,)
+    )
 
 
 if __name__ == "__main__":

@@ -72,8 +72,9 @@ import xxhash
 
 from zephyr import Dataset, counters
 from zephyr.datashop.config import ClassifierConfig, LabelerConfig, PromptConfig
-from zephyr.engine.options import add_on_bad_record_option, engine_overrides
+from zephyr.engine.options import engine_overrides
 from zephyr.fs import join
+from zephyr.recipe_cli import add_recipe_engine_options, recipe_main
 from zephyr.steps import StepOutput, StepRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -910,10 +911,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
     parser.add_argument(
         "--force", action="append", default=[], help="rerun this step even if it completed (repeatable)"
     )
-    # Under `zephyr run` the engine takes these; they are here for `python recipes/datashop_edu.py`.
-    add_on_bad_record_option(parser)
-    parser.add_argument("--backend", choices=("local", "processes", "ray"), default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
+    add_recipe_engine_options(parser)
     args = parser.parse_args(argv)
     if args.levels < 2:
         parser.error(f"--levels must be >= 2, got {args.levels}")
@@ -959,18 +957,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[RecipeConfig, dict[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from zephyr import execution
-
-    config, engine = parse_args(argv)
-    try:
-        config.prompt_config()
-    except ValueError as exc:
-        print(f"zephyr run recipes/datashop_edu.py: {exc}", file=sys.stderr)
-        return 2
-    with execution(**engine):
-        result = run_recipe(config)
-    print(format_summary(result))
-    return 0
+    return recipe_main(
+        "zephyr run recipes/datashop_edu.py",
+        parse_args,
+        run_recipe,
+        format_summary,
+        argv,
+        check=lambda config: config.prompt_config(),
+    )
 
 
 if __name__ == "__main__":

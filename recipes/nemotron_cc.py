@@ -307,8 +307,8 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
             config={"threshold": 0.8, "num_shards": config.num_shards},
             inputs={"docs": exact},
         )
-        # a dry run's planned normalize has no summary: it plans every split (the real run, those it found)
-        found = SPLITS if docs.planned else docs.summary["splits"]
+        # the splits normalize found; a dry run's planned normalize has no figures yet: every split is planned
+        found = docs.summary.get("splits") or SPLITS
         splits = sorted(found, key=lambda s: SPLIT_RANK.get(s, len(SPLIT_RANK)))
         tokens = steps.run(
             "tokenize",
@@ -319,13 +319,10 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
         mix = steps.run("mixture", mixture, config={"weights": config.weights}, inputs={"stores": tokens.summary})
         outputs = {"normalize": docs, "exact_dedup": exact, "fuzzy_dedup": fuzzy, "tokenize": tokens, "mixture": mix}
         if config.train:
-            from zephyr.tokenize import load_tokenizer, open_store
+            from zephyr.tokenize import load_tokenizer
 
-            if tokens.planned:  # a dry run: no store yet, the tokenizer tells the vocabulary's size
-                vocab_size = int(load_tokenizer(config.tokenizer).info.vocab_size)
-            else:
-                any_store = next(iter(tokens.summary.values()))["store"]
-                vocab_size = int(open_store(any_store).manifest["vocab_size"])
+            # the stores' vocabulary is the tokenizer's (their manifests copy it), known before they exist
+            vocab_size = int(load_tokenizer(config.tokenizer).info.vocab_size)
             outputs["train"] = steps.run(
                 "train",
                 train,

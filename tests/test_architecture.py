@@ -1,10 +1,11 @@
-"""ARCHITECTURE.md's import rules, checked on the source (ast), so a regression fails here, not in review.
+"""docs/architecture.md's import rules, checked on the source (ast), so a regression fails here, not in review.
 
 - no import circles inside zephyr/ (module-level and function-local imports alike: a lazy import
   that closes a circle still ties the two modules together);
 - no module imports another module's private name;
-- dependencies point one way: errors/counters <- config <- fs <- versioning <- engine <- the feature
-  packages; `train` reads only the token store and mixture modules of `tokenize`;
+- dependencies point one way: errors/counters <- config <- fs <- versioning <- staged <- engine <- the
+  feature packages; `train` reads only the token store and mixture modules of `tokenize`;
+- done markers are written only through the staged-work helper (`zephyr.staged`);
 - only training code imports JAX, and `zephyr --help` / `zephyr SUBCOMMAND --help` import none of
   JAX, pyarrow or Ray.
 """
@@ -26,9 +27,9 @@ PACKAGE = ROOT / "zephyr"
 
 # Area (first component under zephyr) -> the areas it may import besides itself. "base" modules sit
 # below everything; the engine builds on them only; feature packages build on the engine.
-BASE = {"errors", "counters", "config", "lazy", "cache", "progress", "fs", "versioning"}
+BASE = {"errors", "counters", "config", "lazy", "cache", "progress", "fs", "versioning", "staged"}
 # The command line: the top layer, it may import anything.
-CLI_AREAS = {"cli", "export_cli", "install_models"}
+CLI_AREAS = {"cli", "export_cli", "install_models", "recipe_cli"}
 EVERYTHING = BASE | {"engine", "__init__", "operators", "tokenize", "datashop", "ui", "steps", "train", "ablate"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -39,6 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"errors"},
     "fs": {"errors", "counters"},
     "versioning": {"errors", "fs"},
+    "staged": {"errors", "fs", "versioning"},
     "engine": BASE,
     "operators": BASE | {"engine", "__init__"},
     "tokenize": BASE | {"engine", "__init__"},
@@ -215,7 +217,25 @@ def test_dependencies_point_down():
                 bad.append(f"{module}: new top-level area {area!r}: say in ALLOWED what it may import")
             elif other != area and other not in ALLOWED[area]:
                 bad.append(f"{module}:{line} ({area}) imports {resolved} ({other})")
-    assert bad == [], "see ARCHITECTURE.md, 'Dependencies point one way'"
+    assert bad == [], "see docs/architecture.md, 'Imports point one way'"
+
+
+# Done markers are written by the one staged-work helper (zephyr/staged.py); the exceptions say why.
+MARKER_WRITERS = {
+    "zephyr.staged": "the staged-work helper itself",
+    "zephyr.operators.fuzzy_dedup": "a work_dir's settings record, compared by value, not a piece of work",
+    "zephyr.ablate.runner": "ablation runs: not moved onto zephyr.staged yet",
+}
+
+
+def test_done_markers_are_written_only_through_the_staged_work_helper():
+    writers = {
+        module
+        for module, found in imports().items()
+        for target, names, _, _ in found
+        if target == "zephyr.versioning" and {"write_marker", "remove_marker"} & set(names)
+    }
+    assert writers <= set(MARKER_WRITERS), sorted(writers - set(MARKER_WRITERS))
 
 
 def test_train_reads_only_the_token_store_and_mixtures():

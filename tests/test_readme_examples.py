@@ -1,4 +1,5 @@
-"""The README's Python code runs as it is pasted: every ```python block is written to a file and run.
+"""The user documentation's Python code runs as it is pasted: every ```python block of README.md and of
+docs/*.md is written to a file and run.
 
 A new user's first pipeline came from the README and failed (`NameError: reduce_host`, then a field
 nothing made). Each ```python block is run on its own, in a fresh folder, as `python block.py` would be
@@ -40,7 +41,14 @@ def python_blocks(markdown: str) -> list[tuple[int, str, bool]]:
     return blocks
 
 
-README_BLOCKS = python_blocks((REPO / "README.md").read_text(encoding="utf-8"))
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+README_BLOCKS = python_blocks(PAGES[0].read_text(encoding="utf-8"))
+BLOCKS = [
+    (f"{page.relative_to(REPO)} line {line}", code)
+    for page in PAGES
+    for line, code, run in python_blocks(page.read_text(encoding="utf-8"))
+    if run
+]
 
 
 def test_the_readme_has_a_runnable_pipeline_with_a_reducer_and_a_join():
@@ -59,12 +67,8 @@ def test_the_marker_is_honoured():
     ]
 
 
-@pytest.mark.parametrize(
-    "line, code",
-    [(line, code) for line, code, run in README_BLOCKS if run],
-    ids=lambda v: f"README line {v}" if isinstance(v, int) else "",
-)
-def test_readme_block_runs_as_pasted(tmp_path, line, code):
+@pytest.mark.parametrize("where, code", BLOCKS, ids=[where for where, _ in BLOCKS])
+def test_readme_block_runs_as_pasted(tmp_path, where, code):
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO), "ZEPHYR_RUNS": str(tmp_path / "runs")}
@@ -73,4 +77,4 @@ def test_readme_block_runs_as_pasted(tmp_path, line, code):
         done = subprocess.run(
             [sys.executable, *command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
         )
-        assert done.returncode == 0, f"README block at line {line} failed:\n{done.stdout}\n{done.stderr}"
+        assert done.returncode == 0, f"the block at {where} failed:\n{done.stdout}\n{done.stderr}"

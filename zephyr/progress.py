@@ -53,6 +53,7 @@ def format_count(n: float) -> str:
 
 
 def format_duration(seconds: float | None) -> str:
+    """Seconds as people read them: `45s`, `3m05s`, `2h14m`; `?` when unknown."""
     if seconds is None:
         return "?"
     seconds = max(0, round(seconds))
@@ -153,10 +154,12 @@ _view = LiveView()
 
 
 def live_view() -> LiveView:
+    """The process's one live view (steps and stages on a terminal, log lines otherwise)."""
     return _view
 
 
 def log(line: str, *, level: int = 0) -> None:
+    """A line for the live view or the log, shown at `level` and above (`-v` is 1)."""
     _view.log(line, level=level)
 
 

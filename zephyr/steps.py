@@ -43,7 +43,8 @@ from zephyr.engine.progress import format_duration, live_view, log
 from zephyr.engine.run_lock import hold_folder
 from zephyr.engine.run_record import RunRecorder, current_run, use_run
 from zephyr.fs import join, url_to_fs
-from zephyr.versioning import describe, digest, read_marker, remove_marker, write_marker
+from zephyr.staged import StagedWork, clear
+from zephyr.versioning import describe, digest
 
 __all__ = ["DryRunStop", "StepOutput", "StepRunner"]
 
@@ -143,8 +144,8 @@ class StepRunner:
         inputs = dict(inputs or {})
         version = _version(name, fn, config, inputs)
         path = join(self.root, f"{name}-{version[:10]}")
-        marker_url = join(path, MARKER)
-        marker = read_marker(marker_url, _KIND, version)
+        work = StagedWork(join(path, MARKER), _KIND, version)
+        marker = work.done()
         args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
         if self.is_dry_run:  # reported, never recorded: a dry run leaves no run record
             if marker is not None and name not in self.force:
@@ -165,9 +166,9 @@ class StepRunner:
             def produce() -> StepOutput:
                 log(f"step {name}: running -> {path}")
                 summary, seconds = _run_replacing(
-                    path, marker is not None, name, version, lambda target: fn(target, config=config, **args)
+                    path, work if marker is not None else None, name, lambda target: fn(target, config=config, **args)
                 )
-                write_marker(marker_url, _KIND, version, {"name": name, "summary": summary, "seconds": seconds})
+                work.certify({"name": name, "summary": summary, "seconds": seconds})
                 return StepOutput(name, path, version, summary, False, seconds)
 
             output = self._recorded(name, version, path, produce)
@@ -282,31 +283,32 @@ class StepRunner:
 
 
 def _run_replacing(
-    path: str, completed: bool, name: str, version: str, call: Callable[[str], Mapping[str, Any] | None]
+    path: str, completed: StagedWork | None, name: str, call: Callable[[str], Mapping[str, Any] | None]
 ) -> tuple[dict[str, Any], float]:
     """Run `call(target)` so that a completed output at `path` is only replaced by a completed one.
 
     With nothing completed at `path`, the step writes there (after clearing what a failed attempt
-    left); with a completed output there (a forced rerun), it writes beside it and the new output
-    is moved into place once `call` returned, the old marker removed first (so the step reads as not
-    done until the new marker is written). Returns (summary, seconds); strings in the summary naming
+    left); with a completed output there (`completed`: a forced rerun), it writes beside it and the new
+    output is moved into place once `call` returned, the old marker removed first (so the step reads as
+    not done until the new marker is written). Returns (summary, seconds); strings in the summary naming
     the temporary place are renamed to `path`.
     """
     root = path.rsplit("/", 1)[0]
-    target = path if not completed else join(root, f".{name}-{version[:10]}.rerun-{uuid.uuid4().hex[:8]}")
-    _clear(target)  # leftovers of a failed attempt belong to no completed run
+    target = path if completed is None else join(root, f".{name}-{completed.version[:10]}.rerun-{uuid.uuid4().hex[:8]}")
+    clear(target)  # leftovers of a failed attempt belong to no completed run
     started = time.perf_counter()
     try:
         summary = dict(call(target) or {})
     except BaseException:
         if target != path:
-            _clear(target)
+            clear(target)
         raise
     seconds = time.perf_counter() - started
     if target != path:
         summary = _moved(summary, target, path)
-        remove_marker(join(path, MARKER))
-        _clear(path)
+        assert completed is not None  # only a completed output is written beside
+        completed.forget()
+        clear(path)
         fs, target_path = url_to_fs(target)
         if fs.exists(target_path):
             fs.mv(target_path, url_to_fs(path)[1], recursive=True)
@@ -330,12 +332,6 @@ def _version(name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str
         value = inputs[key]
         parts.append([key, value.version if isinstance(value, StepOutput) else describe(value)])
     return digest(parts)
-
-
-def _clear(url: str) -> None:
-    fs, path = url_to_fs(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
 
 
 def _moved(value: Any, old: str, new: str) -> Any:

@@ -18,11 +18,12 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("transformers")
 
+from ray_local import LocalNodes  # noqa: E402
+
 from zephyr import execution  # noqa: E402
 from zephyr.datashop.config import LabelerConfig, PromptConfig  # noqa: E402
 from zephyr.datashop.label_stage import label_on_engine, label_resources  # noqa: E402
 from zephyr.datashop.labeling import label_documents, make_backend  # noqa: E402
-from zephyr.engine.ray_local import LocalNodes  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zephyr import Dataset, col, execution
-from zephyr.engine.errors import BadInputError
+from zephyr.errors import BadInputError
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from zephyr.engine import counters
-from zephyr.engine.errors import BadInputError
+from zephyr import counters
 from zephyr.engine.expr import col
 from zephyr.engine.io import (
     SchemaMismatchError,
@@ -25,6 +24,7 @@ from zephyr.engine.io import (
     read_records,
     write_records,
 )
+from zephyr.errors import BadInputError
 
 RECORDS = [
     {
@@ -484,3 +484,20 @@ def test_every_format_through_a_real_s3_server(s3_env, monkeypatch) -> None:
         handle.write(zstandard.ZstdCompressor().compress(_jsonl_bytes(RECORDS))[:5000])
     with pytest.raises(BadInputError, match=rf"^{cut}: the zstd stream ends without its end marker"):
         list(read_records(cut))
+
+
+# ------------------------------------------------------------------------------- the path format
+def test_the_path_format_reads_each_file_as_a_record_naming_it(tmp_path, scratch) -> None:
+    from zephyr import Dataset, execution
+
+    for name in ("a.warc.gz", "b.pdf", "sub/c.bin"):
+        (tmp_path / "in" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "in" / name).write_bytes(b"x" * 10)
+    with execution(backend="local", scratch=scratch, progress=False, summary=False):
+        run = Dataset.from_files(str(tmp_path / "in"), format="path").execute()
+    assert run.outputs == [{"path": str(tmp_path / "in" / n)} for n in ("a.warc.gz", "b.pdf", "sub/c.bin")]
+    assert run.stages[0].shards == 3 and run.stages[0].bytes_in == 30
+    with pytest.raises(ValueError, match="the 'path' format is only read"):
+        write_records([{"path": "x"}], str(tmp_path / "out.txt"), format="path")
+    with pytest.raises(ValueError, match="choose one of jsonl, parquet, vortex$"):
+        Dataset.from_list([{"a": 1}]).write(str(tmp_path / "part-{shard}.txt"), format="path")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.fs import expand_glob, open_url, url_to_fs
 from zephyr.fs.copy_once import LockRecord, read_lock, write_lock_record
 from zephyr.fs.mirror import COPY_COUNTER, MirrorFileSystem, parse_mirror_buckets
@@ -213,7 +213,7 @@ def test_reader_waits_for_a_live_holder_and_serves_its_copy(s3_mirror: Mirror) -
 _WORKER = r"""
 import hashlib, json, os, sys, time
 from pathlib import Path
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.fs import url_to_fs
 from zephyr.fs.mirror import MirrorFileSystem
 from zephyr.fs.transfer_budget import cross_region_bytes

@@ -14,11 +14,11 @@ import pytest
 from zephyr import Dataset
 from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
-from zephyr.engine.errors import PlanError
 from zephyr.engine.inputs import FileInput, GroupInput, JoinInput, ListInput, ReshardInput
 from zephyr.engine.outputs import Collect, FileSink, PartitionedSink, Scatter
 from zephyr.engine.pipeline import Apply, BatchApply, Keep
 from zephyr.engine.plan import _LOWERINGS, plan
+from zephyr.errors import PlanError
 
 CONFIG = ExecutionConfig(backend="local")
 

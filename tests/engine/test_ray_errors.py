@@ -157,7 +157,7 @@ def main():
 def test_dead_gcs_of_a_joined_cluster_is_one_line_in_seconds(tmp_path):
     """Without the GCS probe the run went on (actors do not need the GCS) and Ray ended the driver process
     60 s later with a log line, not a Zephyr error."""
-    from zephyr.engine.ray_local import LocalNodes
+    from ray_local import LocalNodes
 
     started = str(tmp_path / "started")
     nodes = LocalNodes(env={"PYTHONPATH": str(REPO), "STARTED": started})  # the workers' environment

@@ -15,8 +15,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from ray_local import LocalNodes  # noqa: E402
+
 from zephyr import Dataset, UserCodeError, counters, execution  # noqa: E402
-from zephyr.engine.ray_local import LocalNodes  # noqa: E402
 from zephyr.fs import url_to_fs  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]

@@ -37,7 +37,7 @@ def test_mixed_int_and_float_files_give_double(tmp_path: Path, fmt: str):
     assert schema.field("id").type == pa.int64()
     assert schema.field("lang").type in (pa.string(), pa.large_string())  # a field of the second file only
     said = schema.metadata[SCHEMA_FROM.encode()].decode()
-    assert ("2 parquet file(s)" in said) if fmt == "parquet" else ("of each of 2 shard(s)" in said), said
+    assert (f"2 {fmt} file(s)" in said) if fmt != "jsonl" else ("of each of 2 shard(s)" in said), said
 
 
 def test_the_sample_is_spread_over_shards_and_reported():

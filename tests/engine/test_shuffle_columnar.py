@@ -143,7 +143,7 @@ def test_batch_reducer_returning_a_table_emits_its_rows(tmp_path):
 
 
 def test_batch_reducer_over_non_dict_records_says_what_to_do(tmp_path):
-    from zephyr.engine.errors import UserCodeError
+    from zephyr.errors import UserCodeError
 
     with (
         execution(backend="local", scratch=str(tmp_path / "scratch"), summary=False),

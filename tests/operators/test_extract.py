@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.operators.charset import decode_html
 from zephyr.operators.extract import ExtractConfig, ExtractText, extract_page, html_to_markdown, html_to_text
 

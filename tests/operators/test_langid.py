@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.operators.extract import html_to_text
 from zephyr.operators.langid import LanguageId, detect_language, fasttext_lid_model_path
 

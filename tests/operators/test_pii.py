@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.operators.extract import html_to_text
 from zephyr.operators.pii import PiiRedactor, redact_pii
 

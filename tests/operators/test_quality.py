@@ -8,7 +8,7 @@ import json
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.operators.extract import html_to_text
 from zephyr.operators.quality import (
     C4Quality,

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.operators.warc import ReadWarc, WarcReadConfig, read_warc
 
 

@@ -10,7 +10,7 @@ import pytest
 import zstandard
 
 from zephyr import execution
-from zephyr.engine.errors import BadInputError
+from zephyr.errors import BadInputError
 from zephyr.tokenize import open_store, tokenize_dataset, verify_store
 from zephyr.tokenize.cli import add_cli
 
@@ -123,3 +123,21 @@ def test_a_failed_tokenize_is_reported_as_failed_not_succeeded(inputs, scratch, 
     assert main(["tokenize", glob, str(inputs / "store"), "--backend", "local", "--text-field", "body"]) == 2
     err = capsys.readouterr().err
     assert "zephyr tokenize failed in" in err and "succeeded" not in err
+
+
+def test_checkpoints_of_a_store_another_run_rewrote_are_redone_in_one_run(inputs, tmp_path):
+    """A killed run's checkpoints name shards that a later run with other settings rewrote: the resumed run
+    reruns them. The second pass it used to take planned the same shards again, resumed the same checkpoints,
+    and failed saying that another run was writing the store."""
+    store, glob = inputs / "store", str(inputs / "in" / "*.jsonl.zst")
+    scratch = str(tmp_path / "kept-scratch")
+    with execution(backend="local", scratch=scratch, summary=False, progress=False, keep_scratch=True):
+        first = tokenize_dataset(glob, store)  # its checkpoints stay, as a killed run's do
+        (store / "manifest.json").unlink()  # killed before its manifest: the next run writes in place
+        tokenize_dataset(glob, store, add_bos=True)  # every shard.json now certifies other settings
+        (store / "manifest.json").unlink()
+        again = tokenize_dataset(glob, store)
+    assert again.manifest["documents"] == first.manifest["documents"] and again.shards_reused == 0
+    assert verify_store(store).ok
+    reopened = open_store(store)
+    assert all(int(reopened.document(i)[0]) != reopened.tokenizer["bos_id"] for i in range(reopened.num_documents))

@@ -79,6 +79,9 @@ def _run_ray(
 
 @dataclass(frozen=True)
 class AblationOutcome:
+    """What an ablation produced: its plan, every run's result, the report (None when not asked for) and the files
+    written."""
+
     plan: AblationPlan
     results: tuple[RunResult, ...]
     report: Report | None

@@ -53,6 +53,8 @@ def add_cli(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run `zephyr ablate CONFIG.yaml`: plan, train the runs not finished, report (or with --plan / --report-only
+    just print the plan or rebuild the report)."""
     from zephyr.config import ConfigError
 
     from .config import load_ablation_config

@@ -41,6 +41,9 @@ class ReportRow:
 
 @dataclass(frozen=True)
 class CandidateVerdict:
+    """One candidate mixture against the baseline: its paired difference on the decision eval sets, the verdict
+    there and per eval set, and the line the report prints."""
+
     mixture: str
     derivation: str
     metric: str
@@ -52,6 +55,9 @@ class CandidateVerdict:
 
 @dataclass(frozen=True)
 class Report:
+    """An ablation's report: every mixture's figures per eval set over the seeds, and each candidate's verdict
+    against the baseline."""
+
     baseline: str
     mixtures: dict[str, str]  # name -> description
     metric: str

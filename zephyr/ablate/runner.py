@@ -110,6 +110,9 @@ class RunResult:
 
 @dataclass(frozen=True)
 class AblationPlan:
+    """Every run an ablation needs (mixtures x seeds), with the shared training shape: steps, tokens per run,
+    tokenizer and vocabulary."""
+
     config: AblationConfig
     mixtures: tuple[ResolvedMixture, ...]
     runs: tuple[RunSpec, ...]

@@ -51,6 +51,7 @@ class Spread:
 
 
 def spread(values: Sequence[float]) -> Spread:
+    """Mean, sample standard deviation (nan below two values), min and max of `values`; all nan when empty."""
     vals = [float(v) for v in values]
     if not vals:
         nan = math.nan

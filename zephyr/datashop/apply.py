@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from zephyr import counters
 from zephyr.datashop.classifiers import is_loaded, load_classifier
-from zephyr.engine import counters
 from zephyr.errors import ZephyrError
 
 __all__ = [

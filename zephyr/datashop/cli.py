@@ -15,6 +15,7 @@ __all__ = ["add_cli", "run_cli"]
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Register `zephyr datashop CONFIG.yaml` and its options (the engine's --backend/--workers among them)."""
     parser = subparsers.add_parser(
         "datashop",
         help="prompt -> LM labels -> classifier -> filtered dataset (see zephyr.datashop.config)",
@@ -28,14 +29,17 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     from zephyr.engine.options import add_engine_options
 
     add_engine_options(parser, with_cluster=False)  # --backend/--workers override engine_backend/workers
+    from zephyr.engine.backend_registry import backend_names
+
     parser.add_argument(
-        "--engine-backend", dest="backend", choices=("local", "processes", "ray"), help=argparse.SUPPRESS
+        "--engine-backend", dest="backend", choices=backend_names(), help=argparse.SUPPRESS
     )  # the old name of --backend
     parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of the table")
     parser.set_defaults(func=run_cli)
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    """Run `zephyr datashop`: load the config, run its stages, print the report (or its JSON)."""
     from zephyr.datashop.config import load_config
     from zephyr.datashop.pipeline import run_datashop
 

@@ -326,11 +326,13 @@ class DatashopConfig:
             fail(owner, f"stage names must be unique, got {names}")
         if self.output_format not in ("jsonl", "parquet"):
             fail(owner, f"output_format must be 'jsonl' or 'parquet', got {self.output_format!r}")
-        if self.engine_backend not in (None, "local", "processes", "ray"):
+        from zephyr.engine.backend_registry import backend_names
+
+        if self.engine_backend is not None and self.engine_backend not in backend_names():
             fail(
                 owner,
-                "engine_backend must be local, processes or ray (or unset: the current execution's), "
-                f"got {self.engine_backend!r}",
+                f"engine_backend must be {', '.join(backend_names()[:-1])} or {backend_names()[-1]} (or unset: the "
+                f"current execution's), got {self.engine_backend!r}",
             )
 
 

@@ -324,6 +324,14 @@ def _label_pending(
 ) -> int:
     """Label `pending` (indexes into docs) batch by batch, appending each batch to the cache; returns the count."""
     done = 0
+
+    def labeled(i: int, score: Any, label: Any, error: Any, **answer: Any) -> LabelResult:
+        """Document i's result: its id, cache key and truncation, and the backend's `answer` (probs or text)."""
+        truncated = rendered[i].truncated
+        return LabelResult(
+            id=str(docs[i][id_field]), key=keys[i], score=score, label=label, error=error, truncated=truncated, **answer
+        )
+
     for b in range(0, len(pending), config.batch_size):
         batch = pending[b : b + config.batch_size]
         texts = [rendered[i].text for i in batch]
@@ -331,32 +339,11 @@ def _label_pending(
         if config.mode == "logprobs":
             for i, probs in zip(batch, backend.label_probs(texts, prompt.labels), strict=True):
                 score, label, mass, norm, error = score_from_probs(probs, prompt)
-                new.append(
-                    LabelResult(
-                        id=str(docs[i][id_field]),
-                        key=keys[i],
-                        score=score,
-                        label=label,
-                        label_mass=mass,
-                        probs=norm or None,
-                        error=error,
-                        truncated=rendered[i].truncated,
-                    )
-                )
+                new.append(labeled(i, score, label, error, label_mass=mass, probs=norm or None))
         else:
             for i, text in zip(batch, backend.generate(texts, config.max_new_tokens), strict=True):
                 score, label, error = score_from_text(text, prompt)
-                new.append(
-                    LabelResult(
-                        id=str(docs[i][id_field]),
-                        key=keys[i],
-                        score=score,
-                        label=label,
-                        generated=text,
-                        error=error,
-                        truncated=rendered[i].truncated,
-                    )
-                )
+                new.append(labeled(i, score, label, error, generated=text))
         if cache is not None:
             cache.append(new)
         by_key.update((r.key, r) for r in new)

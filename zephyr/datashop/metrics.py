@@ -20,6 +20,9 @@ __all__ = ["Agreement", "agreement", "macro_f1", "spearman", "average_ranks"]
 
 @dataclass(frozen=True)
 class Agreement:
+    """How well predicted scores agree with held-out labels: accuracy, macro F1, Spearman correlation, mean
+    absolute error, beside the accuracy of always answering the majority label (None where undefined)."""
+
     n: int
     accuracy: float | None
     macro_f1: float | None

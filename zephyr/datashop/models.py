@@ -82,6 +82,8 @@ def minilm_model_dir() -> Path:
 
 
 def smollm2_export_dir() -> Path:
+    """Where the packaged SmolLM2 GGUF is exported for transformers / vLLM: a cache folder named after the GGUF's
+    name and size, so a new package version gets a new export."""
     gguf = smollm2_gguf_path()
     stat = gguf.stat()
     tag = hashlib.sha256(f"{gguf.name}:{stat.st_size}".encode()).hexdigest()[:12]

@@ -75,6 +75,9 @@ def _plain_format(user: str, system: str | None, answer_prefix: str) -> str:
 
 @dataclass(frozen=True)
 class RenderedPrompt:
+    """A prompt with its example filled in: the text sent to the model, the example's tokens, and whether the
+    example was cut to fit."""
+
     text: str
     example_tokens: int
     truncated: bool

@@ -144,6 +144,8 @@ def start_server(model: str = "smollm2-135m-instruct", *, host: str = "127.0.0.1
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve a local transformers model on an OpenAI-compatible completions API (for testing the `openai` labeling
+    backend without a remote server)."""
     parser = argparse.ArgumentParser(
         description="Serve a local transformers model on an OpenAI-compatible completions API"
     )

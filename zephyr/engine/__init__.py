@@ -1,4 +1,9 @@
-"""The dataflow engine: lazy Dataset, planner, shuffle, executor and backends."""
+"""The dataflow engine: lazy Dataset, planner, shuffle, executor and backends.
+
+Its errors and counters are defined below every package, in `zephyr.errors` and `zephyr.counters`, and
+spelled only there; `zephyr` exports them with the engine's front door (`from zephyr import Dataset,
+counters, BadInputError`).
+"""
 
 from __future__ import annotations
 
@@ -7,26 +12,10 @@ from typing import TYPE_CHECKING
 from zephyr.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from zephyr.engine import counters
     from zephyr.engine.context import ExecutionConfig, execution
     from zephyr.engine.dataset import Dataset
-    from zephyr.engine.errors import (
-        BadInputError,
-        PlanError,
-        UserCodeError,
-        ZephyrError,
-    )
 
-__all__ = [
-    "Dataset",
-    "ExecutionConfig",
-    "execution",
-    "counters",
-    "ZephyrError",
-    "BadInputError",
-    "UserCodeError",
-    "PlanError",
-]
+__all__ = ["Dataset", "ExecutionConfig", "execution"]
 
 # Imported on first use (zephyr.lazy): importing one engine module never imports the others.
 __getattr__, __dir__ = lazy_exports(
@@ -35,10 +24,5 @@ __getattr__, __dir__ = lazy_exports(
         "Dataset": "zephyr.engine.dataset",
         "ExecutionConfig": "zephyr.engine.context",
         "execution": "zephyr.engine.context",
-        "counters": "zephyr.engine.counters",
-        "ZephyrError": "zephyr.errors",
-        "BadInputError": "zephyr.errors",
-        "UserCodeError": "zephyr.errors",
-        "PlanError": "zephyr.errors",
     },
 )

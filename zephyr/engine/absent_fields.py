@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from zephyr import counters
-from zephyr.engine.errors import BadInputError
+from zephyr.errors import BadInputError
 
 __all__ = ["ABSENT", "FieldPresence", "check_stage", "counted", "fields_read", "note", "noting_fields"]
 

@@ -2,19 +2,23 @@
 and `portable_error`, which every backend applies to a task's exception before shipping it back.
 
 Its own module so that `backends` (local and process pools, `make_backend`) and `ray_backend` both
-import it without importing each other.
+import it without importing each other. A backend class subclasses `Backend`, implements `submit`,
+`wait`, `close` and `create`, and inherits no-op defaults for the rest; it is registered by name in
+`zephyr.engine.backend_registry`. A backend whose workers outlive a run also implements `WorkerPool`.
 """
 
 from __future__ import annotations
 
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
 
 import cloudpickle
 
-from zephyr.engine.errors import UserCodeError, ZephyrError
 from zephyr.engine.worker import ShardResult, ShardTask
+from zephyr.errors import UserCodeError, ZephyrError
 
 __all__ = ["Backend", "ClusterError", "Outcome", "WorkerPool", "portable_error"]
 
@@ -28,6 +32,8 @@ class ClusterError(ZephyrError):
 
 @dataclass
 class Outcome:
+    """What became of one submitted task: its result, the error it raised, or the loss of its worker."""
+
     task: ShardTask
     result: ShardResult | None = None
     error: BaseException | None = None
@@ -38,8 +44,38 @@ class Outcome:
 
 
 class Backend(Protocol):
+    """Runs shard tasks and reports their outcomes; retries, fencing and checkpoints are the executor's.
+
+    The executor asks a backend for nothing outside this protocol: a backend without a use for `prepare`,
+    `new_run` or `live` keeps the defaults below (by subclassing `Backend`).
+    """
+
+    # records read so far by each running task, by (stage, shard), for the live view (heartbeats)
+    live: Mapping[tuple[int, int], int] = MappingProxyType({})
+
     @property
-    def capacity(self) -> int: ...  # tasks it can hold in flight at once
+    def capacity(self) -> int:
+        """Tasks it can hold in flight at once (a stage's `prepare` may change it)."""
+        ...
+
+    @classmethod
+    def create(cls, config: Any) -> Backend:
+        """A new backend for a run with `config` (an `ExecutionConfig`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def reuse_key_for(cls, config: Any) -> tuple | None:
+        """What must match for a run with `config` to reuse a warm pool of this class (None: never reused)."""
+        return None
+
+    def new_run(self, config: Any) -> None:
+        """A run with `config` starts on this backend (a reused pool takes the run's settings here)."""
+        return None
+
+    def prepare(self, request: Any) -> None:
+        """Fit the workers to a stage's resource request (`zephyr.engine.resources`, None: the defaults)
+        before its tasks are submitted."""
+        return None
 
     def submit(self, task: ShardTask) -> None: ...
 
@@ -57,8 +93,6 @@ class WorkerPool(Backend, Protocol):
     keep_warm_s: float | None  # after a run: stay up this long (None: until the next run or exit; 0: close)
 
     def healthy(self) -> bool: ...  # every worker still alive and usable
-
-    def new_run(self) -> None: ...  # a run starts on this pool
 
     def end_run(self) -> None: ...  # the run ended: drop its per-run state (ledger, placement, ...)
 

@@ -26,20 +26,34 @@ from typing import Any
 import cloudpickle
 
 from zephyr.engine.backend_api import Backend, ClusterError, Outcome, WorkerPool, portable_error
+from zephyr.engine.backend_registry import backend_spec
 from zephyr.engine.ledger import SharedLedger, run_limit
 from zephyr.engine.worker import ShardTask, run_task
 from zephyr.fs.transfer_budget import set_run_ledger
 
-__all__ = ["ClusterError", "Outcome", "Backend", "LocalBackend", "ProcessBackend", "make_backend"]
+__all__ = [
+    "ClusterError",
+    "Outcome",
+    "Backend",
+    "LocalBackend",
+    "ProcessBackend",
+    "make_backend",
+    "release_backend",
+    "visible_gpus",
+]
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Runs each task in this process as it is submitted: for debugging (breakpoints, profilers)."""
 
     capacity = 1
 
     def __init__(self) -> None:
         self._done: deque[Outcome] = deque()
+
+    @classmethod
+    def create(cls, config: Any) -> LocalBackend:
+        return cls()
 
     def submit(self, task: ShardTask) -> None:
         try:
@@ -159,13 +173,15 @@ class _Worker:
     task: ShardTask | None = None
 
 
-class ProcessBackend:
+class ProcessBackend(Backend):
     """A pool of `workers` processes (forkserver), one task each at a time."""
+
+    capacity: int = 0  # set per stage by `prepare`
 
     def __init__(self, workers: int) -> None:
         self.capacity = workers
         self.workers = workers
-        self.reuse_key = self.reuse_key_for(workers)
+        self.reuse_key: tuple = ("processes", workers)
         self.keep_warm_s: float | None = None  # a machine's own pool stays up until the next run or exit
         self._devices: list[list[str]] = []  # per worker slot: the GPU ids it sees (a GPU stage)
         self.live: dict[tuple[int, int], int] = {}  # (stage, shard) of a running task -> records read so far
@@ -185,7 +201,16 @@ class ProcessBackend:
         child.close()
         return _Worker(process, parent)
 
-    def new_run(self) -> None:
+    @classmethod
+    def create(cls, config: Any) -> ProcessBackend:
+        return cls(config.num_workers)
+
+    @classmethod
+    def reuse_key_for(cls, config: Any) -> tuple:
+        """What must match for the next run to reuse this pool (see `make_backend`)."""
+        return ("processes", config.num_workers)
+
+    def new_run(self, config: Any) -> None:
         """A run starts: its cross-region budget (the driver's setting) is shared by every worker and
         by this process, from zero."""
         self.ledger.start_run(run_limit())
@@ -284,11 +309,6 @@ class ProcessBackend:
             )
         return outcomes
 
-    @staticmethod
-    def reuse_key_for(workers: int) -> tuple:
-        """What must match for the next run to reuse this pool (see `make_backend`)."""
-        return ("processes", workers)
-
     def healthy(self) -> bool:
         """Every worker alive and idle."""
         return all(w.task is None and w.process.is_alive() for w in self._workers)
@@ -334,37 +354,23 @@ _warm_lock = threading.Lock()
 
 
 def make_backend(config: Any) -> Backend:
-    """The backend `config` asks for, reusing the last run's worker pool when it was built the same way."""
+    """The backend `config` asks for (by its registered name), reusing the last run's worker pool when it
+    was built the same way (`reuse_key_for`)."""
     global _warm_pool
-    if config.backend == "local":
-        return LocalBackend()
-    if config.backend == "processes":
-        key = ProcessBackend.reuse_key_for(config.num_workers)
-    elif config.backend == "ray":
-        try:
-            from zephyr.engine.ray_backend import RayBackend
-        except ImportError as error:
-            raise ImportError(f"the ray backend needs Ray: pip install 'zephyr[ray]' ({error})") from error
-        key = RayBackend.reuse_key_for(config, mode=config.ray_mode)
-    else:
-        raise ValueError(f"unknown backend {config.backend!r}")
+    cls = backend_spec(config.backend).load()
+    key = cls.reuse_key_for(config)
     with _warm_lock:
         _cancel_timer()
         warm, _warm_pool = _warm_pool, None
-    pool: WorkerPool
-    if warm is not None and warm.reuse_key == key and warm.healthy():
-        pool = warm
+    backend: Backend
+    if warm is not None and key is not None and warm.reuse_key == key and warm.healthy():
+        backend = warm
     else:
         if warm is not None:
             warm.close()
-        if config.backend == "processes":
-            pool = ProcessBackend(config.num_workers)
-        else:
-            pool = RayBackend(config, mode=config.ray_mode)
-    if config.backend == "ray":
-        pool.keep_warm_s = float(config.ray_pool_idle_s)  # this run's setting, also for a reused pool
-    pool.new_run()
-    return pool
+        backend = cls.create(config)
+    backend.new_run(config)
+    return backend
 
 
 def release_backend(backend: Backend, *, idle: bool) -> None:

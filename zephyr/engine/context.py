@@ -8,11 +8,14 @@ import dataclasses
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
+from typing import Any, TypeVar
+
+from zephyr.engine.backend_registry import backend_spec, options_keywords, with_keywords
 
 __all__ = ["ExecutionConfig", "execution", "current_config", "parse_size"]
 
-BACKENDS = ("local", "processes", "ray")
+_Options = TypeVar("_Options")
 
 
 def parse_size(text: str | int) -> int:
@@ -32,6 +35,13 @@ class ExecutionConfig:
 
     memory_per_worker bounds the shuffle: the scatter buffer flushes at a quarter of it and the gather
     merges at most as many run files at once as fit in half of it (an external merge does the rest).
+
+    backend names a registered backend (`zephyr.engine.backend_registry`: local, processes, ray);
+    backend_options holds the backends' own options, one instance per options class (e.g.
+    `RayOptions(address="auto")`; a single instance is accepted too), read with `options(RayOptions)`.
+    The Ray options may also be given by their keyword spellings (`ray_address=`, `ray_dashboard=`,
+    `ray_pool_idle_s=`, `ray_mode=`), here and in `execution(...)`; they are folded into `RayOptions` and
+    are not attributes of the config.
     """
 
     backend: str = "processes"
@@ -45,45 +55,56 @@ class ExecutionConfig:
     retry_backoff_s: float = 0.5
     progress: bool | None = None  # None: when stderr is a terminal
     keep_scratch: bool = False
-    ray_address: str | None = None
     summary: bool = True
     on_bad_record: str = "raise"  # for file sources that do not set it: "raise" or "skip" (count and skip)
     # what one worker asks for by default (a stage may ask for more: `map(fn, resources={...})`)
     worker_cpus: float = 1.0
     worker_gpus: float = 0.0
-    ray_dashboard: bool = False  # a local Ray cluster serves its dashboard on http://127.0.0.1:8265
-    # seconds the Ray actor pool stays up after a run for the next run to reuse; 0 (the default) gives
-    # its CPUs back to the cluster the moment the run ends, as a job sharing a cluster must
-    ray_pool_idle_s: float = 0.0
-    # how the Ray backend runs shards: "actors" (a warm pool, each stage's functions loaded once per worker)
-    # or "tasks" (one plain Ray task per shard: nothing held between shards, more start-up per shard)
-    ray_mode: str = "actors"
+    backend_options: Any = ()  # the backends' own options (RayOptions, ...), one per options class
+    # keyword spellings of RayOptions' fields (see the class docstring): folded into backend_options
+    ray_address: InitVar[str | None] = None
+    ray_dashboard: InitVar[bool | None] = None
+    ray_pool_idle_s: InitVar[float | None] = None
+    ray_mode: InitVar[str | None] = None
 
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+    def __post_init__(
+        self,
+        ray_address: str | None,
+        ray_dashboard: bool | None,
+        ray_pool_idle_s: float | None,
+        ray_mode: str | None,
+    ) -> None:
+        backend_spec(self.backend)  # a registered name, or a ValueError naming them
+        keywords = {
+            "ray_address": ray_address,
+            "ray_dashboard": ray_dashboard,
+            "ray_pool_idle_s": ray_pool_idle_s,
+            "ray_mode": ray_mode,
+        }
+        object.__setattr__(self, "backend_options", with_keywords(self.backend_options, keywords))
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         if self.on_bad_record not in ("raise", "skip"):
             raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {self.on_bad_record!r}")
         if self.memory_per_worker < 16 << 20:
             raise ValueError(f"memory_per_worker must be at least 16MB, got {self.memory_per_worker} bytes")
-        if self.ray_mode not in ("actors", "tasks"):
-            raise ValueError(f"ray_mode must be 'actors' or 'tasks', got {self.ray_mode!r}")
-        if self.worker_cpus < 0 or self.worker_gpus < 0 or self.ray_pool_idle_s < 0:
-            raise ValueError(
-                f"worker_cpus, worker_gpus and ray_pool_idle_s must be >= 0, got {self.worker_cpus}, "
-                f"{self.worker_gpus} and {self.ray_pool_idle_s}"
-            )
+        if self.worker_cpus < 0 or self.worker_gpus < 0:
+            raise ValueError(f"worker_cpus and worker_gpus must be >= 0, got {self.worker_cpus} and {self.worker_gpus}")
+
+    def options(self, cls: type[_Options]) -> _Options:
+        """The options of class `cls` (e.g. RayOptions) this config holds, or its defaults."""
+        return next((option for option in self.backend_options if isinstance(option, cls)), None) or cls()
 
     @property
     def num_workers(self) -> int:
-        if self.backend == "local":
+        """Shards run at once: 1 for a backend that runs them in this process, else `workers` or all cores."""
+        if backend_spec(self.backend).in_process:
             return 1
         return self.workers or os.cpu_count() or 1
 
     @property
     def scratch_url(self) -> str:
+        """Where shuffle files and checkpoints go: `scratch`, else $ZEPHYR_SCRATCH, else ./.zephyr/scratch."""
         return self.scratch or os.environ.get("ZEPHYR_SCRATCH") or os.path.abspath(".zephyr/scratch")
 
 
@@ -110,6 +131,9 @@ def execution(config: ExecutionConfig | None = None, **overrides) -> Iterator[Ex
     if isinstance(overrides.get("memory_per_worker"), str):
         overrides["memory_per_worker"] = parse_size(overrides["memory_per_worker"])
     base = config or current_config()
+    keywords = {key: overrides.pop(key) for key in list(overrides) if key in options_keywords()}
+    if keywords:  # backend options by their keyword spellings (ray_address=...): merged into base's options
+        overrides["backend_options"] = with_keywords(overrides.get("backend_options", base.backend_options), keywords)
     token = _config.set(dataclasses.replace(base, **overrides))
     try:
         yield _config.get()

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Dataset"]
 
-_FORMATS = ("jsonl", "parquet", "vortex", "arrow")
 _BATCH_FORMATS = ("pyarrow", "pandas", "polars")
 
 
@@ -72,7 +71,7 @@ class Dataset:
         columns: Sequence[str] | None = None,
         on_bad_record: str | None = None,
     ) -> Dataset:
-        """One shard per file matching the glob(s): jsonl(.gz/.zst/.bz2), parquet or vortex.
+        """One shard per file matching the glob(s): jsonl(.gz/.zst/.bz2), parquet, vortex or arrow.
 
         on_bad_record="skip" counts and skips invalid records and unreadable files instead of failing;
         None (the default) takes the current `execution(on_bad_record=...)` setting, itself "raise" by default.
@@ -143,11 +142,22 @@ class Dataset:
             fn = _FormattedBatches(fn, batch_format)
         return self._then(O.MapBatches(fn, batch_size, Resources.of(resources)))
 
-    def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]], *, resources: Any = None) -> Dataset:
+    def map_shard(
+        self, fn: Callable[..., Iterable[Any]], *, resources: Any = None, with_context: bool = False
+    ) -> Dataset:
         """`fn(records)` gets a whole shard's iterator and yields its output: for per-shard state (a model
-        loaded once per shard; `resources={"gpus": 1}` runs it on a worker holding a GPU)."""
-        check_function("map_shard", "fn", fn, 1, "def fn(records): model = load(); yield from map(model, records)")
-        return self._then(O.MapShard(fn, Resources.of(resources)))
+        loaded once per shard; `resources={"gpus": 1}` runs it on a worker holding a GPU).
+
+        with_context=True calls `fn(records, context)` instead, `context` a `zephyr.engine.task.ShardContext`
+        saying which shard it is (`context.shard`, `context.num_shards`): with a record's index within the
+        shard it names the record's position, stable across two passes over the same input.
+        """
+        if with_context:
+            example = "def fn(records, context): yield from ({**r, 'shard': context.shard} for r in records)"
+            check_function("map_shard", "fn", fn, 2, example)
+        else:
+            check_function("map_shard", "fn", fn, 1, "def fn(records): model = load(); yield from map(model, records)")
+        return self._then(O.MapShard(fn, Resources.of(resources), with_context))
 
     def take_per_shard(self, n: int) -> Dataset:
         """The first `n` records of every shard."""
@@ -337,8 +347,8 @@ class Dataset:
     def schema(self, *, sample: int = 1000) -> Any:
         """The pyarrow schema of the records: every field seen, each with a type that holds all its values.
 
-        For parquet files read as they are, the files' own schemas (footers only, no rows),
-        unified across the files: a column that is int64 in some files and double in others is double.
+        For parquet, vortex or arrow files read as they are, the files' own schemas (footers only, no
+        rows), unified across the files: a column that is int64 in some files and double in others is double.
         Otherwise it is inferred from a sample of about `sample` records taken from every shard (the
         first records of each, so a later file whose values are floats is seen), and a field's types
         are unified across the sample the same way. The schema's metadata says what it was read from
@@ -406,22 +416,32 @@ class Dataset:
                     "schema= is not applied to partitioned writes (each partition file takes its records' schema); "
                     "cast the records in a map_batches before the write, or drop partition_by"
                 )
-        if format is None:
-            from zephyr.engine.io import infer_format
+        from zephyr.engine.io import infer_format, written_formats
 
+        if format is None:
             format = infer_format(pattern)
-        if format not in _FORMATS:
-            raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(_FORMATS)}")
+        if format not in written_formats():
+            raise ValueError(f"unknown output format {format!r}: choose one of {', '.join(written_formats())}")
         return self._then(O.Sink(pattern, format, skip_existing, partition_by, schema))
 
-    def write_shards(self, writer: Callable[..., list[str]], *, name: str = "write_shards") -> Dataset:
+    def write_shards(
+        self,
+        writer: Callable[..., list[str]],
+        *,
+        name: str = "write_shards",
+        check: Callable[[list[str]], list[str]] | None = None,
+    ) -> Dataset:
         """Lazily end the pipeline in a custom writer: `writer(records, shard=i, total=n, source=s)` runs in
         the worker for every shard (`source` names the shard's input file, or None) and returns the URLs
         it wrote; `execute()` returns them all. The writer must be picklable and must write atomically
-        (a retried or resumed shard calls it again). Used by `zephyr.tokenize` for token stores."""
+        (a retried or resumed shard calls it again). Used by `zephyr.tokenize` for token stores.
+
+        A resumed run trusts a checkpointed shard while the URLs it returned exist; `check(urls)` (run in
+        the driver) may also name those that exist but no longer hold what the shard wrote (another run
+        rewrote them): their shards run again, in the same run."""
         if not callable(writer):
             raise TypeError(f"write_shards expects a callable writer, got {type(writer).__name__}")
-        return self._then(O.ShardSink(writer, name))
+        return self._then(O.ShardSink(writer, name, check))
 
     def write_jsonl(self, pattern: str, *, skip_existing: bool = False, partition_by: str | None = None) -> list[str]:
         """Write shard i to `pattern.format(shard=i, total=n)` (.jsonl, .jsonl.gz or .jsonl.zst); with
@@ -460,14 +480,13 @@ class Dataset:
         `dataset_info.json` and `state.json`. With `split`, the records go to `folder/<split>/` and
         `folder/dataset_dict.json` lists the split, so `folder` loads as a DatasetDict (write each split
         in turn). Returns the data files' paths."""
-        from zephyr.engine.io.folder_schema import file_schema
-        from zephyr.engine.io.hf import write_hf_metadata
+        from zephyr.engine.io.hf import arrow_schema, write_hf_metadata
         from zephyr.fs import join
 
         target = join(folder, split) if split else folder
         paths = self.write(join(target, "data-{shard:05d}-of-{total:05d}.arrow"), format="arrow").execute().outputs
         if paths:  # none in a dry run, which writes nothing
-            write_hf_metadata(target, paths, file_schema(paths[0], "arrow"), split=split)
+            write_hf_metadata(target, paths, arrow_schema(paths[0]), split=split)
         return paths
 
     def explain(self) -> str:

@@ -28,6 +28,9 @@ __all__ = ["StageEstimate", "estimate_plan", "format_estimate"]
 
 @dataclass(frozen=True)
 class StageEstimate:
+    """One stage's figures at full size, scaled from a run on a sample of the input shards (`--dry-run
+    --estimate`)."""
+
     index: int
     name: str
     records_in: int
@@ -104,6 +107,7 @@ def estimate_plan(
 
 
 def format_estimate(estimates: list[StageEstimate], workers: int) -> str:
+    """The estimates as the table `zephyr run --dry-run --estimate` prints."""
     lines = [
         f"estimate at full size on {workers} worker(s), from a run on a sample of the input shards:",
         f"  {'stage':<6}{'records in':>14}{'records out':>14}{'MB in':>10}{'MB out':>10}"

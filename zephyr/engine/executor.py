@@ -26,23 +26,30 @@ from typing import Any
 
 import cloudpickle
 
+from zephyr.counters import internal, merge
 from zephyr.engine import absent_fields
+from zephyr.engine.backend_registry import backend_spec
 from zephyr.engine.backends import Backend, Outcome, make_backend, release_backend
 from zephyr.engine.context import ExecutionConfig, current_config
-from zephyr.engine.counters import internal, merge
-from zephyr.engine.errors import BadInputError, PlanError, UserCodeError, ZephyrError
-from zephyr.engine.inputs import FileInput
-from zephyr.engine.outputs import FileSink, PartitionedSink, remove_stale_outputs
 from zephyr.engine.plan import Plan, Stage, plan
 from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.resources import stage_request
 from zephyr.engine.run_lock import run_locks
 from zephyr.engine.shuffle import ReducePiece, RunFile, plan_tasks, target_bytes, task_bytes
-from zephyr.engine.worker import ShardResult, ShardTask, read_results
-from zephyr.errors import RefusedError, StorageError, storage_error
+from zephyr.engine.task import Figures
+from zephyr.engine.worker import ShardResult, ShardTask
+from zephyr.errors import (
+    BadInputError,
+    PlanError,
+    RefusedError,
+    StorageError,
+    UserCodeError,
+    ZephyrError,
+    storage_error,
+)
 from zephyr.fs import atomic_write, join, missing_files, url_to_fs
 from zephyr.progress import log
-from zephyr.versioning import read_marker, write_marker
+from zephyr.staged import StagedWork
 
 __all__ = ["RunResult", "StageStats", "execute", "execute_plan"]
 
@@ -50,20 +57,18 @@ internal("sink/")  # files rewritten to the folder schema, dead temporary files 
 
 
 @dataclass
-class StageStats:
+class StageStats(Figures):
+    """One stage's figures in a run: its shards' summed (peak memory: the largest; seconds: the stage's wall
+    time), the shards resumed from checkpoints, the retries."""
+
     index: int
     name: str
     shards: int
-    records_in: int = 0
-    records_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    seconds: float = 0.0
     resumed_shards: int = 0
     retries: list[str] = field(default_factory=list)
-    peak_rss: int = 0
 
     def add(self, result: ShardResult) -> None:
+        """Count one shard's result in."""
         self.records_in += result.records_in
         self.records_out += result.records_out
         self.bytes_in += result.bytes_in
@@ -83,16 +88,18 @@ class RunResult:
 
 
 def execute(dataset: Any, config: ExecutionConfig | None = None) -> RunResult:
+    """Plan `dataset` and run it under `config` (default: the current `execution(...)` settings)."""
     config = config or current_config()
     physical = plan(dataset, config)
     return execute_plan(physical, config)
 
 
 def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
+    """Run a plan's stages in order, resuming from checkpoints; with `config.dry_run`, print it instead."""
     _check_process_local_urls(physical, config)
     if config.dry_run:
         print(physical.describe())
-        pending = [s.input.pending for s in physical.stages if isinstance(s.input, FileInput) and s.input.pending]
+        pending = physical.pending
         if config.estimate and pending:  # nothing to sample: an earlier step of the dry run would write it
             print(f"no estimate: the plan reads the output of {pending[0]}, which a dry run does not write")
         elif config.estimate:
@@ -110,12 +117,7 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
 
 def _output_dirs(physical: Plan) -> list[str]:
     """The folders the sinks write into: the fixed part of each output pattern."""
-    dirs = []
-    for stage in physical.stages:
-        pattern = getattr(stage.output, "pattern", None)
-        if isinstance(pattern, str):
-            dirs.append(pattern.split("{", 1)[0].rsplit("/", 1)[0] or ".")
-    return sorted(set(dirs))
+    return sorted({stage.output.folder for stage in physical.stages if stage.output.folder is not None})
 
 
 @dataclass
@@ -159,26 +161,9 @@ def _execute(physical: Plan, config: ExecutionConfig, run_url: str, started: flo
         raise
     finally:
         release_backend(job.backend, idle=idle)
-    final = physical.stages[-1]
-    results = job.results[final.index]
-    if final.output.collects:
-        outputs: list[Any] = [record for r in results if r.result_url for record in read_results(r.result_url)]
-    else:
-        outputs = [path for r in results for path in r.paths]
-        sink = final.output
-        if isinstance(sink, FileSink | PartitionedSink):
-            if stale := remove_stale_outputs(sink.pattern, outputs):
-                counters["sink/stale_files_removed"] = len(stale)
-                log(
-                    f"removed {len(stale)} file(s) an earlier run wrote with {sink.pattern} that this run did not "
-                    f"(e.g. {stale[0]})"
-                )
-            if getattr(sink, "schema", None) is None:
-                from zephyr.engine.io.folder_schema import unify_folder_schema
-
-                # one schema per written folder: files whose shards lacked a field get it (null)
-                if rewritten := unify_folder_schema(outputs, sink.format):
-                    counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
+    final = physical.stages[-1].output
+    outputs = final.outputs(job.results[physical.stages[-1].index])
+    final.finish(outputs, counters)  # e.g. a sink's stale files removed, its folder given one schema
     if not config.keep_scratch:
         _remove(run_url)
     run = RunResult(outputs, counters, stats, time.perf_counter() - started, physical)
@@ -195,15 +180,12 @@ def _check_process_local_urls(physical: Plan, config: ExecutionConfig) -> None:
     """memory:// is one process's memory: under a backend whose workers are other processes, files a worker
     writes there vanish with it and files the driver wrote are not there for the workers. Refuse it up
     front instead of returning paths nobody can read."""
-    if config.backend == "local":
+    if backend_spec(config.backend).in_process:
         return
     urls = [("scratch", config.scratch_url)]
     for stage in physical.stages:
-        source = getattr(stage.input, "source", None)
-        urls += [("input", p) for p in getattr(source, "patterns", ())]
-        pattern = getattr(stage.output, "pattern", None)
-        if isinstance(pattern, str):
-            urls.append(("output", pattern))
+        urls += [("input", url) for url in stage.input.locations]
+        urls += [("output", url) for url in stage.output.locations]
     for role, url in urls:
         if str(url).startswith(_PROCESS_LOCAL):
             raise PlanError(
@@ -251,9 +233,40 @@ class _Pending:
     not_before: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Tasks:
+    """What a stage runs in this run: one task per shard, or per reduce task of a split or packed plan."""
+
+    count: int
+    reduce_plan: list[tuple[ReducePiece, ...]] | None  # each task's pieces; None: task i is target i, whole
+    expected_bytes: list[int]  # what each task is expected to read (larger ones start first)
+    shown: Stage  # the stage as progress shows it: its shard count is the task count
+
+
 def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
-    config, backend, progress = job.config, job.backend, job.progress
-    stage_url = join(job.run_url, f"stage-{stage.index}")
+    """Run one stage: plan its tasks, take what checkpoints already hold, schedule the rest."""
+    stage_pickle = _ship(job, stage)
+    tasks = _plan_tasks(job, stage)
+    stats.shards = tasks.count
+    done = _resume(job, stage, tasks.count)
+    stats.resumed_shards = len(done)
+    if len(done) < tasks.count:
+        _restore_upstream_runs(job, stage)
+        job.backend.prepare(stage_request(stage))  # workers of the shape this stage's ops ask for
+    job.progress.start_stage(tasks.shown, resumed=len(done))
+    started = time.perf_counter()
+    try:
+        _schedule(job, stage, tasks, done, stage_pickle, stats)
+    except BaseException:
+        job.progress.stop_stage(tasks.shown, failed=True)
+        raise
+    stats.seconds = time.perf_counter() - started
+    job.progress.stop_stage(tasks.shown, failed=False)
+    return [done[shard] for shard in range(tasks.count)]
+
+
+def _ship(job: _Job, stage: Stage) -> str:
+    """Pickle the stage once into the run's scratch, where every worker loads it; returns its URL."""
     stage_pickle = join(job.run_url, f"stage-{stage.index}.pkl")
     with atomic_write(stage_pickle, "wb", compression=None) as handle:
         try:
@@ -266,90 +279,99 @@ def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
                 f"{error}. Functions and the objects they hold must be picklable with cloudpickle; create "
                 "clients, models and open files inside the function (e.g. in map_shard) instead."
             ) from error
-    # reduce tasks from the scatter sidecars' bytes per target: a large target is split into key-hash
-    # ranges, small neighbours are packed together (plan_tasks); tasks start largest first, so a skewed one
-    # does not start last and straggle. The stage then has one output shard per task: sinks' {total}, the
-    # stage's stats and the progress count tasks, not the planned targets
+    return stage_pickle
+
+
+def _plan_tasks(job: _Job, stage: Stage) -> _Tasks:
+    """A stage's tasks. A shuffle read whose input is splittable gets reduce tasks from the scatter sidecars'
+    bytes per target: a large target is split into key-hash ranges, small neighbours are packed together
+    (plan_tasks); tasks start largest first, so a skewed one does not start last and straggle. The stage
+    then has one output shard per task: sinks' {total}, the stage's stats and the progress count tasks,
+    not the planned targets."""
     sizes = target_bytes(_upstream_runs(job, stage), stage.num_shards)
-    reduce_plan = _reduce_plan(job, stage, sizes) if getattr(stage.input, "splittable", False) else None
-    num_tasks = len(reduce_plan) if reduce_plan else stage.num_shards
-    expected_bytes = [task_bytes(sizes, task) for task in reduce_plan] if reduce_plan else sizes
-    stats.shards = num_tasks
-    shown = stage if num_tasks == stage.num_shards else dataclasses.replace(stage, num_shards=num_tasks)
+    reduce_plan = _reduce_plan(job, stage, sizes) if stage.input.splittable else None
+    if not reduce_plan:
+        return _Tasks(stage.num_shards, reduce_plan, sizes, stage)
+    shown = stage if len(reduce_plan) == stage.num_shards else dataclasses.replace(stage, num_shards=len(reduce_plan))
+    return _Tasks(len(reduce_plan), reduce_plan, [task_bytes(sizes, task) for task in reduce_plan], shown)
+
+
+def _resume(job: _Job, stage: Stage, num_tasks: int) -> dict[int, ShardResult]:
+    """The tasks an earlier run of this stage committed whose files are all still there."""
+    stage_url = join(job.run_url, f"stage-{stage.index}")
     done: dict[int, ShardResult] = {}
     for shard in range(num_tasks):
         committed = _load_done(stage_url, shard, stage.fingerprint)
         if committed is not None:
             done[shard] = committed
-    for shard in _lost_shards(stage, done, lambda result: [*result.paths, *filter(None, [result.result_url])]):
+    for shard in _lost_shards(stage, done, _files_of, stage.output.stale):
         del done[shard]  # a checkpoint is only as good as the files it lists: rerun the shard
     job.resumed[stage.index] = set(done)
-    stats.resumed_shards = len(done)
-    if len(done) < num_tasks:
-        _restore_upstream_runs(job, stage)
+    return done
+
+
+def _schedule(
+    job: _Job, stage: Stage, tasks: _Tasks, done: dict[int, ShardResult], stage_pickle: str, stats: StageStats
+) -> None:
+    """Run the tasks not in `done` on the backend, largest first, retrying failures (fenced by attempt),
+    committing each result as it arrives."""
+    config, backend, progress, shown = job.config, job.backend, job.progress, tasks.shown
+    stage_url = join(job.run_url, f"stage-{stage.index}")
     upstream_runs = _upstream_runs(job, stage)  # after a restore: the remade runs
-    if hasattr(backend, "prepare") and len(done) < num_tasks:
-        backend.prepare(stage_request(stage))  # workers of the shape this stage's ops ask for
-    progress.start_stage(shown, resumed=len(done))
-    started = time.perf_counter()
-    pending = [_Pending(shard) for shard in range(num_tasks) if shard not in done]
-    pending.sort(key=lambda p: -expected_bytes[p.shard])
+    pending = [_Pending(shard) for shard in range(tasks.count) if shard not in done]
+    pending.sort(key=lambda p: -tasks.expected_bytes[p.shard])
     in_flight: dict[int, _Pending] = {}
-    make_task: Callable[[_Pending], ShardTask] = lambda p: ShardTask(  # noqa: E731
-        stage_pickle,
-        stage.index,
-        p.shard,
-        p.attempt,
-        join(stage_url, f"shard-{p.shard:05d}", f"attempt-{p.attempt}"),
-        upstream_runs,
-        config.memory_per_worker,
-        stage.name,
-        reduce_plan[p.shard] if reduce_plan else (),
-        num_tasks,
-    )
-    try:
-        while pending or in_flight:
-            now = time.monotonic()
-            while len(in_flight) < backend.capacity:
-                ready = next((p for p in pending if p.not_before <= now), None)
-                if ready is None:
-                    break
-                pending.remove(ready)
-                in_flight[ready.shard] = ready
-                backend.submit(make_task(ready))
-            outcomes = backend.wait(timeout=0.2)
-            progress.in_flight(shown, getattr(backend, "live", None))
-            for outcome in outcomes:
-                entry = in_flight.get(outcome.task.shard)
-                if (
-                    entry is None
-                    or outcome.task.stage_url != stage_pickle
-                    or entry.attempt != outcome.task.attempt
-                    or outcome.task.shard in done
-                ):
-                    continue  # a stale attempt (fenced): its outputs are ignored
-                del in_flight[outcome.task.shard]
-                if outcome.result is not None:
-                    _commit(stage_url, stage.fingerprint, outcome.result)
-                    done[outcome.task.shard] = outcome.result
-                    progress.shard_done(shown, outcome.result)
-                    continue
-                retry = _retry_or_raise(stage, entry, outcome, config, stats)
-                progress.retry(
-                    shown,
-                    entry.shard,
-                    entry.attempt - 1,
-                    "infra" if outcome.lost else "user",
-                    stats.retries[-1],
-                    *_worker_of(outcome),
-                )
-                pending.append(retry)
-    except BaseException:
-        progress.stop_stage(shown, failed=True)
-        raise
-    stats.seconds = time.perf_counter() - started
-    progress.stop_stage(shown, failed=False)
-    return [done[shard] for shard in range(num_tasks)]
+
+    def make_task(p: _Pending) -> ShardTask:
+        return ShardTask(
+            stage_pickle,
+            stage.index,
+            p.shard,
+            p.attempt,
+            join(stage_url, f"shard-{p.shard:05d}", f"attempt-{p.attempt}"),
+            upstream_runs,
+            config.memory_per_worker,
+            stage.name,
+            tasks.reduce_plan[p.shard] if tasks.reduce_plan else (),
+            tasks.count,
+        )
+
+    while pending or in_flight:
+        now = time.monotonic()
+        while len(in_flight) < backend.capacity:
+            ready = next((p for p in pending if p.not_before <= now), None)
+            if ready is None:
+                break
+            pending.remove(ready)
+            in_flight[ready.shard] = ready
+            backend.submit(make_task(ready))
+        outcomes = backend.wait(timeout=0.2)
+        progress.in_flight(shown, backend.live)
+        for outcome in outcomes:
+            entry = in_flight.get(outcome.task.shard)
+            if (
+                entry is None
+                or outcome.task.stage_url != stage_pickle
+                or entry.attempt != outcome.task.attempt
+                or outcome.task.shard in done
+            ):
+                continue  # a stale attempt (fenced): its outputs are ignored
+            del in_flight[outcome.task.shard]
+            if outcome.result is not None:
+                _commit(stage_url, stage.fingerprint, outcome.result)
+                done[outcome.task.shard] = outcome.result
+                progress.shard_done(shown, outcome.result)
+                continue
+            retry = _retry_or_raise(stage, entry, outcome, config, stats)
+            progress.retry(
+                shown,
+                entry.shard,
+                entry.attempt - 1,
+                "infra" if outcome.lost else "user",
+                stats.retries[-1],
+                *_worker_of(outcome),
+            )
+            pending.append(retry)
 
 
 def _retry_or_raise(
@@ -380,7 +402,7 @@ def _retry_or_raise(
 
 def _worker_of(outcome: Outcome) -> tuple[int | None, str | None]:
     """The pid and host of the worker an attempt ran on (for the run record's retries)."""
-    pid, host = getattr(outcome, "worker_pid", None), getattr(outcome, "worker_host", None)
+    pid, host = outcome.worker_pid, outcome.worker_host
     if pid is None:
         match = re.search(r"pid (\d+)(?: on ([\w.-]+))?", outcome.detail or "")
         if match:
@@ -396,14 +418,14 @@ def _reduce_plan(job: _Job, stage: Stage, sizes: list[int]) -> list[tuple[Reduce
     """The stage's reduce tasks (`plan_tasks`), planned once per run and kept beside its checkpoints: the plan
     depends on the worker count, and a run resumed with another --workers must finish the tasks whose
     checkpoints it finds (task j's `.done` covers the pieces of the killed run's task j, not of a new plan's)."""
-    url = join(job.run_url, f"stage-{stage.index}.tasks")
-    marker = read_marker(url, _TASKS_MARKER, stage.fingerprint)
+    work = StagedWork(join(job.run_url, f"stage-{stage.index}.tasks"), _TASKS_MARKER, stage.fingerprint)
+    marker = work.done()
     if marker is not None:
         tasks = marker.payload["tasks"]
         return None if tasks is None else [tuple(ReducePiece(*piece) for piece in task) for task in tasks]
     planned = plan_tasks(sizes, job.config.num_workers)
     payload = None if planned is None else [[[p.target, p.lo, p.hi] for p in task] for task in planned]
-    write_marker(url, _TASKS_MARKER, stage.fingerprint, {"tasks": payload})
+    work.certify({"tasks": payload})
     return planned
 
 
@@ -412,13 +434,17 @@ def _done_url(stage_url: str, shard: int) -> str:
 
 
 def _lost_shards(
-    stage: Stage, results: dict[int, ShardResult], files_of: Callable[[ShardResult], list[str]]
+    stage: Stage,
+    results: dict[int, ShardResult],
+    files_of: Callable[[ShardResult], list[str]],
+    stale: Callable[[list[str]], list[str]] = missing_files,
 ) -> list[int]:
-    """The shards among `results` (taken from checkpoints) some of whose listed files are gone, with a line
-    saying so: a step that clears its unfinished output before a rerun, a user removing a file, or the
-    engine itself removing the shuffle runs of a stage whose readers had finished (before a kill)."""
+    """The shards among `results` (taken from checkpoints) some of whose listed files are gone (`stale`: or no
+    longer theirs), with a line saying so: a step that clears its unfinished output before a rerun, a user
+    removing a file, the engine itself removing the shuffle runs of a stage whose readers had finished
+    (before a kill), another run rewriting what a custom writer wrote."""
     owner = {url: shard for shard, result in results.items() for url in files_of(result)}
-    missing = missing_files(list(owner))
+    missing = stale(list(owner))
     lost = sorted({owner[url] for url in missing})
     if lost:
         log(
@@ -426,6 +452,11 @@ def _lost_shards(
             f"files are gone (e.g. {missing[0]})"
         )
     return lost
+
+
+def _files_of(result: ShardResult) -> list[str]:
+    """What a committed shard wrote: its output files, or its collected records' file."""
+    return [*result.paths, *filter(None, [result.result_url])]
 
 
 def _upstream_runs(job: _Job, stage: Stage) -> tuple[tuple[RunFile, ...], ...]:
@@ -448,13 +479,18 @@ def _restore_upstream_runs(job: _Job, stage: Stage) -> None:
         job.results[index] = _run_stage(job, upstream, StageStats(upstream.index, upstream.name, upstream.num_shards))
 
 
+def _shard_work(stage_url: str, shard: int, fingerprint: str) -> StagedWork:
+    """One shard of a stage as staged work: committed once, by the first attempt that succeeds."""
+    return StagedWork(_done_url(stage_url, shard), _SHARD_MARKER, fingerprint)
+
+
 def _load_done(stage_url: str, shard: int, fingerprint: str) -> ShardResult | None:
-    marker = read_marker(_done_url(stage_url, shard), _SHARD_MARKER, fingerprint)
+    marker = _shard_work(stage_url, shard, fingerprint).done()
     return None if marker is None else _result_from_json(marker.payload)
 
 
 def _commit(stage_url: str, fingerprint: str, result: ShardResult) -> None:
-    write_marker(_done_url(stage_url, result.shard), _SHARD_MARKER, fingerprint, _result_to_json(result))
+    _shard_work(stage_url, result.shard, fingerprint).certify(_result_to_json(result))
 
 
 def _result_to_json(result: ShardResult) -> dict[str, Any]:

@@ -73,6 +73,14 @@ _ARITH_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "*": operator.mul,
     "/": _true_divide,
 }
+# Arrow's own: comparisons through pc.Expression's operators, arithmetic through compute functions
+# (true division casts both sides to float64 first, see Binary.to_arrow)
+_ARROW_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    **_COMPARE_OPS,
+    "+": pc.add,
+    "-": pc.subtract,
+    "*": pc.multiply,
+}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -118,28 +126,28 @@ class Expr:
         return Not(self)
 
     def __add__(self, other: Any) -> Expr:
-        return Arith("+", self, _wrap(other))
+        return Binary("+", self, _wrap(other))
 
     def __radd__(self, other: Any) -> Expr:
-        return Arith("+", _wrap(other), self)
+        return Binary("+", _wrap(other), self)
 
     def __sub__(self, other: Any) -> Expr:
-        return Arith("-", self, _wrap(other))
+        return Binary("-", self, _wrap(other))
 
     def __rsub__(self, other: Any) -> Expr:
-        return Arith("-", _wrap(other), self)
+        return Binary("-", _wrap(other), self)
 
     def __mul__(self, other: Any) -> Expr:
-        return Arith("*", self, _wrap(other))
+        return Binary("*", self, _wrap(other))
 
     def __rmul__(self, other: Any) -> Expr:
-        return Arith("*", _wrap(other), self)
+        return Binary("*", _wrap(other), self)
 
     def __truediv__(self, other: Any) -> Expr:
-        return Arith("/", self, _wrap(other))
+        return Binary("/", self, _wrap(other))
 
     def __rtruediv__(self, other: Any) -> Expr:
-        return Arith("/", _wrap(other), self)
+        return Binary("/", _wrap(other), self)
 
     def __bool__(self) -> bool:
         raise TypeError(
@@ -270,7 +278,7 @@ def _compare(op: str, left: Expr, right: Any) -> Expr:
                 f"comparing with None is always null in SQL semantics, so {op} None never matches; "
                 "use col(...).is_null() or col(...).is_not_null() instead"
             )
-    return Compare(op, left, right)
+    return Binary(op, left, right)
 
 
 def _render(e: Expr) -> str:
@@ -283,6 +291,8 @@ def _arrow_scalar(value: Any) -> pc.Expression:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Column(Expr):
+    """`col(name)`: a record's field (None when the record lacks it)."""
+
     name: str
 
     def __repr__(self) -> str:
@@ -304,6 +314,8 @@ class Column(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Literal(Expr):
+    """`lit(value)`: a constant (None, bool, int, float, str, bytes, date, datetime or time)."""
+
     value: Any
 
     def __repr__(self) -> str:
@@ -323,7 +335,10 @@ class Literal(Expr):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Compare(Expr):
+class Binary(Expr):
+    """`left op right` for a comparison (==, !=, <, <=, >, >=) or arithmetic (+, -, *, /): null when either
+    side is null (SQL semantics), evaluated per record by Python and per batch by Arrow alike (`_BINARY`)."""
+
     op: str
     left: Expr
     right: Expr
@@ -331,13 +346,24 @@ class Compare(Expr):
     def __repr__(self) -> str:
         return f"({_render(self.left)} {self.op} {_render(self.right)})"
 
+    @property
+    def is_comparison(self) -> bool:
+        return self.op in _COMPARE_OPS
+
     def _children(self) -> tuple[Expr, ...]:
         return (self.left, self.right)
 
     def compile(self) -> Callable[[dict], Any]:
-        left, right, fn, op, expr = self.left.compile(), self.right.compile(), _COMPARE_OPS[self.op], self.op, self
+        left, right, op, expr = self.left.compile(), self.right.compile(), self.op, self
+        fn = _COMPARE_OPS[op] if self.is_comparison else _ARITH_OPS[op]
+        undefined = (
+            "is not defined. The field holds values of another type than the literal; cast it in a map() "
+            "first, or compare with a literal of the field's type"
+            if self.is_comparison
+            else "is not defined; arithmetic needs numbers"
+        )
 
-        def compare(record: dict) -> Any:
+        def binary(record: dict) -> Any:
             a = left(record)
             if a is None:
                 return None
@@ -348,66 +374,22 @@ class Compare(Expr):
                 return fn(a, b)
             except TypeError:
                 raise TypeError(
-                    f"cannot evaluate {expr!r}: {type(a).__name__} {a!r} {op} {type(b).__name__} {b!r} is not "
-                    "defined. The field holds values of another type than the literal; cast it in a map() "
-                    "first, or compare with a literal of the field's type"
+                    f"cannot evaluate {expr!r}: {type(a).__name__} {a!r} {op} {type(b).__name__} {b!r} {undefined}"
                 ) from None
 
-        return compare
-
-    def to_arrow(self) -> pc.Expression:
-        a, b = self.left.to_arrow(), self.right.to_arrow()
-        return {
-            "==": lambda: a == b,
-            "!=": lambda: a != b,
-            "<": lambda: a < b,
-            "<=": lambda: a <= b,
-            ">": lambda: a > b,
-            ">=": lambda: a >= b,
-        }[self.op]()
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Arith(Expr):
-    op: str
-    left: Expr
-    right: Expr
-
-    def __repr__(self) -> str:
-        return f"({_render(self.left)} {self.op} {_render(self.right)})"
-
-    def _children(self) -> tuple[Expr, ...]:
-        return (self.left, self.right)
-
-    def compile(self) -> Callable[[dict], Any]:
-        left, right, fn, op, expr = self.left.compile(), self.right.compile(), _ARITH_OPS[self.op], self.op, self
-
-        def arith(record: dict) -> Any:
-            a = left(record)
-            if a is None:
-                return None
-            b = right(record)
-            if b is None:
-                return None
-            try:
-                return fn(a, b)
-            except TypeError:
-                raise TypeError(
-                    f"cannot evaluate {expr!r}: {type(a).__name__} {a!r} {op} {type(b).__name__} {b!r} "
-                    "is not defined; arithmetic needs numbers"
-                ) from None
-
-        return arith
+        return binary
 
     def to_arrow(self) -> pc.Expression:
         a, b = self.left.to_arrow(), self.right.to_arrow()
         if self.op == "/":
             return pc.divide(a.cast(pa.float64()), b.cast(pa.float64()))
-        return {"+": pc.add, "-": pc.subtract, "*": pc.multiply}[self.op](a, b)
+        return _ARROW_OPS[self.op](a, b)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class BoolOp(Expr):
+    """`a & b`, `a | b`: SQL three-valued logic (null and false is false, null or true is true)."""
+
     op: str  # "&" or "|"
     left: Expr
     right: Expr
@@ -451,6 +433,8 @@ class BoolOp(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Not(Expr):
+    """`~a`: logical not (null stays null)."""
+
     child: Expr
 
     def __repr__(self) -> str:
@@ -474,6 +458,8 @@ class Not(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class IsIn(Expr):
+    """`col(...).isin(values)`: whether the value is one of `values` (null: null)."""
+
     child: Expr
     values: tuple
 
@@ -512,6 +498,8 @@ class IsIn(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class NullCheck(Expr):
+    """`col(...).is_null()` / `.is_not_null()`: never null itself; the one test a field may be absent for."""
+
     child: Expr
     negated: bool  # True: is_not_null
 
@@ -537,6 +525,8 @@ class NullCheck(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class StrContains(Expr):
+    """`col(...).str_contains(substring)`: whether a string value contains `substring` (null: null)."""
+
     child: Expr
     substring: str
 
@@ -565,6 +555,8 @@ class StrContains(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Length(Expr):
+    """`col(...).length()`: the length of a string value, in characters (null: null)."""
+
     child: Expr
 
     def __repr__(self) -> str:

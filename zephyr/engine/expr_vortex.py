@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from zephyr.engine.expr import Arith, BoolOp, Column, Compare, Expr, IsIn, Literal, Not, NullCheck, StrContains
+from zephyr.engine.expr import Binary, BoolOp, Column, Expr, IsIn, Literal, Not, NullCheck, StrContains
 
 __all__ = ["to_vortex"]
 
@@ -131,15 +131,12 @@ def _literal(e: Literal, schema: pa.Schema | None) -> Typed:
     raise _Untranslatable("bare literal")
 
 
-def _compare(e: Compare, schema: pa.Schema | None) -> Typed:
+def _binary(e: Binary, schema: pa.Schema | None) -> Typed:
     _, ve = _vortex()
-    a, b, _ = _vx_pair(e.left, e.right, schema)
-    fn = {"==": ve.eq, "!=": ve.not_eq, "<": ve.lt, "<=": ve.lt_eq, ">": ve.gt, ">=": ve.gt_eq}[e.op]
-    return fn(a, b), pa.bool_()
-
-
-def _arith(e: Arith, schema: pa.Schema | None) -> Typed:
-    _, ve = _vortex()
+    if e.is_comparison:
+        a, b, _ = _vx_pair(e.left, e.right, schema)
+        fn = {"==": ve.eq, "!=": ve.not_eq, "<": ve.lt, "<=": ve.lt_eq, ">": ve.gt, ">=": ve.gt_eq}[e.op]
+        return fn(a, b), pa.bool_()
     if e.op == "/":
         raise _Untranslatable("division")  # Vortex integer division would differ from true division.
     a, b, t = _vx_pair(e.left, e.right, schema)
@@ -198,8 +195,7 @@ def _str_contains(e: StrContains, schema: pa.Schema | None) -> Typed:
 _TRANSLATIONS: dict[type, Callable[[Any, pa.Schema | None], Typed]] = {
     Column: _column,
     Literal: _literal,
-    Compare: _compare,
-    Arith: _arith,
+    Binary: _binary,
     BoolOp: _bool_op,
     Not: _not,
     IsIn: _is_in,

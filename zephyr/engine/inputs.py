@@ -3,7 +3,9 @@
 Sources (`FileInput`, `ListInput`, `IterableInput`) read shard i of their data; shuffle reads
 (`GroupInput`, `JoinInput`, `ReshardInput`) gather target i of the runs their upstream stages scattered.
 `open(task, result)` returns the shard's stream and counts what it reads into `result`. The planner
-builds these; the worker only calls `open`, so it never needs to know which kind it holds.
+builds these; the worker only calls `open`, so it never needs to know which kind it holds, and the
+executor reads only what every input says of itself: `upstream` (the stages it reads), `splittable` (a
+large shuffle target may be split into key-hash ranges) and `locations` (the URLs it reads).
 """
 
 from __future__ import annotations
@@ -11,16 +13,16 @@ from __future__ import annotations
 import itertools
 import operator
 import pickle
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 import xxhash
 
 from zephyr.engine import ops as O
-from zephyr.engine.errors import UserCodeError
 from zephyr.engine.ops import callable_name, preview
 from zephyr.engine.shuffle import (
     ReducePiece,
@@ -31,9 +33,11 @@ from zephyr.engine.shuffle import (
     merged_blocks,
 )
 from zephyr.engine.task import ShardResult, ShardTask
+from zephyr.errors import UserCodeError
 from zephyr.fs import join
 
 __all__ = [
+    "Input",
     "SourceShard",
     "FileInput",
     "ListInput",
@@ -60,9 +64,36 @@ class SourceShard:
         return [self.name, self.path, self.size, _records_digest(self.records)]
 
 
+class Input(Protocol):
+    """What the worker, the planner and the executor ask of a stage input; the defaults suit most inputs.
+    Each input also has `upstream`, the stages whose shuffle output it reads (a field of shuffle reads, ()
+    for sources)."""
+
+    splittable: ClassVar[bool] = False  # a large shuffle target may be split into key-hash ranges (reduce tasks)
+
+    @property
+    def name(self) -> str: ...
+
+    def describe(self) -> str: ...
+
+    def shard_name(self, shard: int) -> str: ...
+
+    def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]: ...
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """The URLs (patterns) it reads, as given (shuffle runs live in the run's scratch: none)."""
+        return ()
+
+    @property
+    def pending(self) -> str | None:
+        """In a dry run, who would write what it reads, not written yet (only a file source can wait)."""
+        return None
+
+
 # ------------------------------------------------------------------------------------------ sources
 @dataclass(frozen=True)
-class FileInput:
+class FileInput(Input):
     """One shard per file; with `batch_rows`, columnar files are read as Arrow batches of that many rows
     (for a following map_batches, or a scatter on fields), else as records."""
 
@@ -74,6 +105,10 @@ class FileInput:
     @property
     def upstream(self) -> tuple[int, ...]:
         return ()
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return self.source.patterns
 
     @property
     def name(self) -> str:
@@ -125,7 +160,7 @@ class FileInput:
 
 
 @dataclass(frozen=True)
-class ListInput:
+class ListInput(Input):
     """In-memory records, one contiguous chunk per shard."""
 
     shards: tuple[SourceShard, ...]
@@ -150,7 +185,7 @@ class ListInput:
 
 
 @dataclass(frozen=True)
-class IterableInput:
+class IterableInput(Input):
     """`shard_fn(i)` yields shard i's records, inside the worker."""
 
     shard_fn: Callable[[int], Iterable[Any]]
@@ -176,7 +211,7 @@ class IterableInput:
 
 # ------------------------------------------------------------------------------------ shuffle reads
 @dataclass(frozen=True)
-class GroupInput:
+class GroupInput(Input):
     """Target i of a keyed shuffle, grouped by key: `reducer(key, items)`'s records, key after key."""
 
     splittable: ClassVar[bool] = True  # whole groups per key-hash range: a large target may be split
@@ -214,7 +249,7 @@ class GroupInput:
 
 
 @dataclass(frozen=True)
-class JoinInput:
+class JoinInput(Input):
     """Target i of two shuffles keyed alike (left side tagged 0, right 1): matching pairs, combined."""
 
     splittable: ClassVar[bool] = True
@@ -251,7 +286,7 @@ class JoinInput:
 
 
 @dataclass(frozen=True)
-class ReshardInput:
+class ReshardInput(Input):
     """Target i of a round-robin shuffle: the records, in run order."""
 
     upstream: tuple[int, ...]
@@ -308,17 +343,18 @@ def _merge_records(left: Any, right: Any) -> Any:
     return {**left, **right}
 
 
-_LIVE_COUNTERS: list[itertools.count] = []  # this worker's task's input counters, for live progress
+_LIVE: list[_Counted] = []  # this worker's task's counted inputs, for live progress (read by its heartbeat)
+_UNLIMITED = sys.maxsize
 
 
 def records_read_so_far() -> int:
     """Records the current task has read so far (for the live view; read by a heartbeat thread)."""
-    # repr(count) is "count(N)": N is the next value, i.e. how many records went through (read-only peek)
-    return sum(int(repr(counter)[6:-1]) for counter in list(_LIVE_COUNTERS))
+    return sum(counted.read for counted in list(_LIVE))
 
 
 def reset_live_counts() -> None:
-    _LIVE_COUNTERS.clear()
+    """A new task starts in this worker: forget the previous task's inputs."""
+    _LIVE.clear()
 
 
 def _counted(records: Iterable[Any], result: ShardResult) -> Iterator[Any]:
@@ -328,16 +364,22 @@ def _counted(records: Iterable[Any], result: ShardResult) -> Iterator[Any]:
 class _Counted:
     """The records, counted into `result.records_in` when the worker closes the stream (as many as were read).
 
-    Counting happens in C (`zip` with `itertools.count`), not in a Python generator, so it costs no
-    frame switch per record; records come first in the zip, so the counter moves only for records read.
+    Counting happens in C, not in a Python generator, so it costs no frame switch per record: the records
+    are zipped with `itertools.repeat(None, N)`, records first (so the repeat moves only for records
+    read), and `operator.length_hint` of the repeat (what it has left) tells how many went through.
     """
 
     def __init__(self, records: Iterable[Any], result: ShardResult) -> None:
         self._records = records
         self._result: ShardResult | None = result
-        self._counter = itertools.count()
-        self._stream = map(operator.itemgetter(0), zip(records, self._counter, strict=False))
-        _LIVE_COUNTERS.append(self._counter)
+        self._ticks = itertools.repeat(None, _UNLIMITED)
+        self._stream = map(operator.itemgetter(0), zip(records, self._ticks, strict=False))
+        _LIVE.append(self)
+
+    @property
+    def read(self) -> int:
+        """Records read so far (safe to ask from another thread)."""
+        return _UNLIMITED - operator.length_hint(self._ticks)
 
     def __iter__(self) -> Iterator[Any]:
         return self._stream
@@ -347,7 +389,7 @@ class _Counted:
 
     def close(self) -> None:
         if self._result is not None:
-            self._result.records_in += next(self._counter)
+            self._result.records_in += self.read
             self._result = None  # counted once
         close = getattr(self._records, "close", None)
         if close is not None:

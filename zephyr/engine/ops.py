@@ -87,6 +87,8 @@ Source = ListSource | IterableSource | FilesSource
 # ------------------------------------------------------------------------------------- narrow ops
 @dataclass(frozen=True)
 class Map:
+    """`Dataset.map`: every record replaced by `fn(record)`."""
+
     fn: Callable[[Any], Any]
     resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
 
@@ -97,6 +99,8 @@ class Map:
 
 @dataclass(frozen=True)
 class FlatMap:
+    """`Dataset.flat_map`: every record replaced by the zero or more records `fn(record)` returns or yields."""
+
     fn: Callable[[Any], Iterable[Any]]
     resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
 
@@ -107,6 +111,9 @@ class FlatMap:
 
 @dataclass(frozen=True)
 class Filter:
+    """`Dataset.filter`: records for which the predicate (a callable, or an `Expr` the reader can push down) is
+    true."""
+
     predicate: Any  # a callable record -> bool, or an Expr
 
     @property
@@ -116,6 +123,8 @@ class Filter:
 
 @dataclass(frozen=True)
 class Select:
+    """`Dataset.select`: only these fields of every dict record (pushed into columnar readers)."""
+
     columns: tuple[str, ...]
 
     @property
@@ -125,6 +134,8 @@ class Select:
 
 @dataclass(frozen=True)
 class MapBatches:
+    """`Dataset.map_batches`: `fn` over Arrow record batches of up to `batch_size` rows (the columnar fast path)."""
+
     fn: Callable[[Any], Any]  # pyarrow.RecordBatch -> pyarrow.RecordBatch | pyarrow.Table
     batch_size: int = 1024
     resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
@@ -136,8 +147,11 @@ class MapBatches:
 
 @dataclass(frozen=True)
 class MapShard:
-    fn: Callable[[Iterable[Any]], Iterable[Any]]
+    """`Dataset.map_shard`: `fn` over a whole shard's stream, for per-shard state (a model loaded once)."""
+
+    fn: Callable[..., Iterable[Any]]
     resources: Any = None  # zephyr.engine.resources.Resources: what a worker running it needs
+    with_context: bool = False  # fn(records, ShardContext) instead of fn(records)
 
     @property
     def name(self) -> str:
@@ -146,6 +160,8 @@ class MapShard:
 
 @dataclass(frozen=True)
 class TakePerShard:
+    """`Dataset.take_per_shard`: the first `n` records of every shard; a shard stops reading after them."""
+
     n: int
 
     @property
@@ -159,6 +175,9 @@ NarrowOp = Map | FlatMap | Filter | Select | MapBatches | MapShard | TakePerShar
 # --------------------------------------------------------------------------------------- wide ops
 @dataclass(frozen=True)
 class GroupBy:
+    """`Dataset.group_by` (also `deduplicate` and `sort`): a shuffle by key, the reducer called once per key on its
+    records in `sort_by` order."""
+
     key: Callable[[Any], Any]
     reducer: Callable[[Any, Iterable[Any]], Any]
     sort_by: Callable[[Any], Any] | None = None
@@ -188,6 +207,8 @@ class Union:
 
 @dataclass(frozen=True)
 class Join:
+    """`Dataset.sorted_merge_join`: both sides shuffled by key, matching pairs combined (inner or left)."""
+
     right: Any  # the right-hand Dataset
     left_key: Callable[[Any], Any]
     right_key: Callable[[Any], Any]
@@ -202,6 +223,8 @@ class Join:
 
 @dataclass(frozen=True)
 class Reshard:
+    """`Dataset.reshard`: records dealt round-robin into `num_shards` shards (a shuffle)."""
+
     num_shards: int
 
     @property
@@ -231,10 +254,12 @@ class ShardSink:
     """Hand each shard's records to `writer(records, shard=i, total=n, source=name)`, which writes them
     where it likes and returns the URLs it wrote. For outputs that are not one file per shard (a token
     store); the engine's checkpoints, retries and fencing apply to it as to any sink. `name` says what
-    it writes in plans (e.g. `write_token_store(stores/web)`)."""
+    it writes in plans (e.g. `write_token_store(stores/web)`). `check(urls)`, when given, names the URLs
+    among those a checkpointed shard wrote that no longer hold its output (rewritten since by another run)."""
 
     writer: Callable[..., list[str]]
     name: str
+    check: Callable[[list[str]], list[str]] | None = None
 
 
 def op_name(op: Any) -> str:

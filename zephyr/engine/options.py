@@ -45,6 +45,7 @@ class ZephyrArgumentParser(argparse.ArgumentParser):
 
 
 def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1, else an error saying so."""
     try:
         value = int(text)
     except ValueError:
@@ -98,11 +99,14 @@ def _non_negative(text: str) -> float:
 
 def add_engine_options(parser: argparse.ArgumentParser, *, with_cluster: bool = True) -> None:
     """The engine options, with the same names, meaning and checks wherever they appear."""
+    from zephyr.engine.backend_registry import BACKENDS
+
+    described = [f"{name} ({spec.help})" for name, spec in BACKENDS.items()]
     parser.add_argument(
         "--backend",
-        choices=("local", "processes", "ray"),
-        help="where shards run: local (in-process, for debugging), processes (all cores of this "
-        "machine) or ray (default: $ZEPHYR_BACKEND, else processes)",
+        choices=tuple(BACKENDS),
+        help=f"where shards run: {', '.join(described[:-1])} or {described[-1]} "
+        "(default: $ZEPHYR_BACKEND, else processes)",
     )
     parser.add_argument("--workers", type=positive_int, metavar="N", help="worker processes (default: all cores)")
     if with_cluster:

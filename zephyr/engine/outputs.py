@@ -1,56 +1,115 @@
 """Where a stage's records go: one tagged type per kind of output, each writing one shard.
 
 `Scatter` routes records into a shuffle's sorted runs, `FileSink` writes one file per shard,
-`PartitionedSink` one file per shard and value of a field, `Collect` pickles the records for the driver.
-`write(stream, task, result)` consumes the stream the stage's pipeline produced and records what it wrote
-in `result`. Whether the stream holds records or Arrow batches is fixed at plan time (`batches`).
+`PartitionedSink` (a FileSink) one file per shard and value of a field, `ShardWriterSink` hands each shard
+to a function (a token store's writer), `Collect` pickles the records for the driver.
+
+Every output answers the same questions (the `Output` protocol, with defaults for outputs that write no
+files of their own), so neither the worker nor the executor asks which kind it is: `write(stream, task,
+result)` consumes the stream the stage's pipeline produced and records what it wrote in `result`;
+`existing(task)` names a shard's output already there (skip_existing); `takes_batches` says whether it
+takes Arrow batches as they come (fixed at plan time into `batches`); `stale(urls)` which of the files a
+checkpointed shard wrote no longer hold its output (a resume reruns it); `folder` is the folder it writes
+into (locked for the run), `locations` the URLs it writes; after the last shard, `outputs(results)` is
+what the run returns and `finish(outputs, counters)` settles the folder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import re
 import string
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from zephyr import counters
 from zephyr.engine import absent_fields
-from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec
+from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec, scatters_batches
 from zephyr.engine.task import ShardResult, ShardTask
-from zephyr.fs import atomic_write, join, open_url, remove_dead_temps, url_to_fs
+from zephyr.fs import atomic_write, join, missing_files, open_url, remove_dead_temps, url_to_fs
 from zephyr.fs.core import is_hidden
+from zephyr.progress import log
 
 __all__ = [
+    "Output",
     "Scatter",
     "FileSink",
     "PartitionedSink",
     "ShardWriterSink",
     "Collect",
     "StageOutput",
+    "pattern_folder",
     "read_results",
     "remove_stale_outputs",
 ]
 
 
+class Output(Protocol):
+    """What the worker, the planner and the executor ask of a stage output. The defaults suit an output that
+    writes no files of its own (a scatter, a collect); each output subclasses this and overrides the rest."""
+
+    batches: bool  # the stream holds Arrow batches (fixed at plan time from `takes_batches`)
+    collects: ClassVar[bool] = False  # the run returns records rather than written paths
+
+    @property
+    def name(self) -> str: ...
+
+    def describe(self) -> str: ...
+
+    def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None: ...
+
+    @property
+    def takes_batches(self) -> bool:
+        """Takes Arrow batches as they come (a columnar file, a keyed scatter), so the pipeline hands them over."""
+        return False
+
+    @property
+    def folder(self) -> str | None:
+        """The folder it writes into, locked for the run (None: only the run's scratch)."""
+        return None
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """The URLs (patterns) it writes, as given."""
+        return ()
+
+    def existing(self, task: ShardTask) -> list[str]:
+        """The shard's output when it is already there and the shard need not run (skip_existing)."""
+        return []
+
+    def stale(self, urls: list[str]) -> list[str]:
+        """Those of the files a checkpointed shard wrote that no longer hold its output: here, the gone ones."""
+        return missing_files(urls)
+
+    def outputs(self, results: list[ShardResult]) -> list[Any]:
+        """What a run ending in this output returns: the written paths, shard after shard."""
+        return [path for result in results for path in result.paths]
+
+    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
+        """After every shard of the run is committed (as the last stage's output)."""
+        return None
+
+
 @dataclass(frozen=True)
-class Scatter:
+class Scatter(Output):
     """Hash-partition (or, without key, deal round-robin) the records into `spec.num_targets` targets."""
 
     spec: ShuffleSpec
     batches: bool = False  # the stream holds Arrow batches (a scatter on fields of a columnar source)
-    collects: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
         return "scatter"
 
+    @property
+    def takes_batches(self) -> bool:
+        """A keyed scatter without combiner or join tag takes Arrow batches whole."""
+        return scatters_batches(self.spec)
+
     def describe(self) -> str:
         return f"scatter to {self.spec.num_targets} shard(s)"
-
-    def existing(self, task: ShardTask) -> list[str]:
-        return []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         writer = ScatterWriter(
@@ -67,8 +126,8 @@ class Scatter:
 
 
 @dataclass(frozen=True)
-class FileSink:
-    """Shard i goes to `pattern.format(shard=i, total=n)`, written atomically (jsonl, parquet, vortex)."""
+class FileSink(Output):
+    """Shard i goes to `pattern.format(shard=i, total=n)`, written atomically (in any written format)."""
 
     pattern: str
     format: str
@@ -76,7 +135,6 @@ class FileSink:
     skip_existing: bool = False
     batches: bool = False
     schema: Any = None  # pyarrow.Schema of every file; None: the driver unifies the files' schemas afterwards
-    collects: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -84,6 +142,36 @@ class FileSink:
 
     def describe(self) -> str:
         return f"write {self.format} {self.pattern}"
+
+    @property
+    def takes_batches(self) -> bool:
+        from zephyr.engine.io import format_named
+
+        return format_named(self.format).columnar
+
+    @property
+    def folder(self) -> str:
+        return pattern_folder(self.pattern)
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return (self.pattern,)
+
+    def finish(self, outputs: list[Any], counters: dict[str, int]) -> None:
+        """The files an earlier run wrote with the pattern that this run did not are removed, and (without a
+        `schema` given) the folder's files get one schema."""
+        if stale := remove_stale_outputs(self.pattern, outputs):
+            counters["sink/stale_files_removed"] = len(stale)
+            log(
+                f"removed {len(stale)} file(s) an earlier run wrote with {self.pattern} that this run did not "
+                f"(e.g. {stale[0]})"
+            )
+        if self.schema is None:
+            from zephyr.engine.io.folder_schema import unify_folder_schema
+
+            # one schema per written folder: files whose shards lacked a field get it (null)
+            if rewritten := unify_folder_schema(outputs, self.format):
+                counters["sink/files_rewritten_to_the_folder_schema"] = rewritten
 
     def existing(self, task: ShardTask) -> list[str]:
         """With skip_existing, the shard's file when it is already there (the shard need not run)."""
@@ -107,25 +195,14 @@ class FileSink:
 
 
 @dataclass(frozen=True)
-class PartitionedSink:
-    """Shard i and value v of field `partition_by` go to `pattern.format(shard=i, total=n, <field>=v)`."""
+class PartitionedSink(FileSink):
+    """A FileSink split by a field: shard i and value v of `partition_by` go to
+    `pattern.format(shard=i, total=n, <field>=v)`, each shard's files listed in a manifest written after them."""
 
-    pattern: str
-    format: str
-    total: int
-    partition_by: str
-    batches: bool = False
-    collects: ClassVar[bool] = False
-
-    @property
-    def name(self) -> str:
-        return f"write_{self.format}({self.pattern})"
+    partition_by: str = dataclasses.field(kw_only=True)
 
     def describe(self) -> str:
         return f"write {self.format} {self.pattern} partitioned by {self.partition_by}"
-
-    def existing(self, task: ShardTask) -> list[str]:
-        return []
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         from zephyr.engine.io import write_partitioned
@@ -150,7 +227,7 @@ class PartitionedSink:
 
 
 @dataclass(frozen=True)
-class ShardWriterSink:
+class ShardWriterSink(Output):
     """`writer(records, shard=i, total=n, source=file)` writes shard i wherever it likes (a token store's
     shard directory) and returns the URLs it wrote; `sources` are the stage's input files, by shard."""
 
@@ -159,7 +236,7 @@ class ShardWriterSink:
     total: int
     sources: tuple[str, ...] = ()
     batches: bool = False
-    collects: ClassVar[bool] = False
+    check: Callable[[list[str]], list[str]] | None = None  # see Dataset.write_shards
 
     @property
     def name(self) -> str:
@@ -168,8 +245,13 @@ class ShardWriterSink:
     def describe(self) -> str:
         return self.label
 
-    def existing(self, task: ShardTask) -> list[str]:
-        return []
+    def stale(self, urls: list[str]) -> list[str]:
+        """The URLs that are gone, and (with `check`) those there that no longer hold what the writer wrote."""
+        missing = missing_files(urls)
+        if self.check is None:
+            return missing
+        gone = set(missing)
+        return missing + self.check([url for url in urls if url not in gone])
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         source = self.sources[task.shard] if task.shard < len(self.sources) else None
@@ -180,9 +262,10 @@ class ShardWriterSink:
 
 
 @dataclass(frozen=True)
-class Collect:
+class Collect(Output):
     """Pickle the records, in chunks, into the attempt's directory; the driver reads them back."""
 
+    batches: bool = False  # always records: a collect takes no batches
     collects: ClassVar[bool] = True
 
     @property
@@ -192,8 +275,9 @@ class Collect:
     def describe(self) -> str:
         return "collect"
 
-    def existing(self, task: ShardTask) -> list[str]:
-        return []
+    def outputs(self, results: list[ShardResult]) -> list[Any]:
+        """The records every shard collected, shard after shard."""
+        return [record for result in results if result.result_url for record in read_results(result.result_url)]
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
         url = join(task.out_dir, "result.pkl")
@@ -215,6 +299,12 @@ class Collect:
 
 
 StageOutput = Scatter | FileSink | PartitionedSink | ShardWriterSink | Collect
+
+
+def pattern_folder(pattern: str) -> str:
+    """The folder an output pattern writes into: its fixed part, up to the last '/' ("." for none)."""
+    head = pattern.split("{", 1)[0]
+    return head.rsplit("/", 1)[0] or "/" if "/" in head else "."
 
 
 def _counted_out(items: Iterable[Any], result: ShardResult, batches: bool) -> Iterator[Any]:

@@ -22,10 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from zephyr.engine.absent_fields import FieldPresence
-from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
 from zephyr.engine.expr import Expr
 from zephyr.engine.ops import preview
-from zephyr.errors import StorageError, storage_error
+from zephyr.errors import BadInputError, StorageError, UserCodeError, ZephyrError, storage_error
 
 __all__ = ["Apply", "Keep", "Expand", "Limit", "Project", "BatchApply", "ShardApply", "Step", "Pipeline"]
 
@@ -85,10 +84,12 @@ class BatchApply:
 
 @dataclass(frozen=True)
 class ShardApply:
-    """The whole stream -> a stream (map_shard): for per-shard state."""
+    """The whole stream -> a stream (map_shard): for per-shard state; `with_context`: fn also gets the
+    `ShardContext` (which shard it is)."""
 
-    fn: Callable[[Iterable[Any]], Iterable[Any]]
+    fn: Callable[..., Iterable[Any]]
     name: str
+    with_context: bool = False
 
 
 RecordStep = Apply | Keep | Expand | Limit | Project
@@ -123,7 +124,9 @@ class Pipeline:
     def names(self) -> list[str]:
         return [step.name for step in self.steps]
 
-    def __call__(self, stream: Iterable[Any], where: str) -> Stream:
+    def __call__(self, stream: Iterable[Any], where: Any) -> Stream:
+        """The stage's narrow ops over `stream`; `where` (a `ShardContext`, or text) names the shard in errors
+        and is what `map_shard(fn, with_context=True)` functions get."""
         out: Stream = iter(stream)
         for segment in self._segments:
             out = segment(out, where)
@@ -325,9 +328,9 @@ def _to_records(batches: Stream, where: str) -> Stream:
 class _MapShard:
     step: ShardApply
 
-    def __call__(self, records: Stream, where: str) -> Stream:
+    def __call__(self, records: Stream, where: Any) -> Stream:
         try:
-            yield from self.step.fn(records)
+            yield from self.step.fn(records, where) if self.step.with_context else self.step.fn(records)
         except (UserCodeError, BadInputError, StorageError):
             raise
         except Exception as error:  # noqa: BLE001

@@ -19,7 +19,6 @@ from typing import Any
 
 from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
-from zephyr.engine.errors import PlanError
 from zephyr.engine.expr import Expr
 from zephyr.engine.inputs import (
     FileInput,
@@ -31,14 +30,7 @@ from zephyr.engine.inputs import (
     SourceShard,
     StageInput,
 )
-from zephyr.engine.outputs import (
-    Collect,
-    FileSink,
-    PartitionedSink,
-    Scatter,
-    ShardWriterSink,
-    StageOutput,
-)
+from zephyr.engine.outputs import Collect, FileSink, PartitionedSink, Scatter, ShardWriterSink, StageOutput
 from zephyr.engine.pending import pending_producer
 from zephyr.engine.pipeline import (
     Apply,
@@ -51,14 +43,14 @@ from zephyr.engine.pipeline import (
     ShardApply,
     Step,
 )
-from zephyr.engine.shuffle import ShuffleSpec, scatters_batches
+from zephyr.engine.shuffle import ShuffleSpec
+from zephyr.errors import PlanError
 from zephyr.fs import url_to_fs
 from zephyr.versioning import describe, digest
 
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
 
 _SCATTER_BATCH_ROWS = 65536  # Arrow batch size read for a group_by on fields straight from columnar files
-_COLUMNAR = ("parquet", "vortex", "arrow")
 
 
 @dataclass(frozen=True)
@@ -88,13 +80,22 @@ class Stage:
 
 @dataclass(frozen=True)
 class Plan:
+    """A pipeline lowered into stages, in the order they run (the last one's output is the run's)."""
+
     stages: tuple[Stage, ...]
 
     @property
     def fingerprint(self) -> str:
+        """The last stage's fingerprint, which covers every stage it reads: the run's identity."""
         return self.stages[-1].fingerprint
 
+    @property
+    def pending(self) -> list[str]:
+        """Who would write the inputs a dry run planned before they exist (`zephyr.engine.pending`)."""
+        return [stage.input.pending for stage in self.stages if stage.input.pending]
+
     def describe(self) -> str:
+        """The plan as `Dataset.explain` and a dry run print it: one line per stage and what it reads."""
         lines = [f"plan {self.fingerprint[:12]}: {len(self.stages)} stage(s)"]
         for stage in self.stages:
             shards = stage.num_shards or "?"  # 0: it reads what a dry run's earlier step would write
@@ -174,14 +175,12 @@ class _Planner:
         if builder.sink is not None and output is not builder.sink:
             raise PlanError(f"{builder.sink.name} must be the last op of a pipeline, not of a joined dataset")
         stage_input, steps = builder.input, tuple(builder.steps)
+        batches_in = False
         if isinstance(stage_input, FileInput):
             stage_input = dataclasses.replace(stage_input, batch_rows=_batch_rows(stage_input, steps, output))
-        takes_batches = _takes_batches(output)
-        pipeline = Pipeline(
-            steps, batches_in=getattr(stage_input, "batch_rows", None) is not None, want_batches=takes_batches
-        )
-        if not isinstance(output, Collect):
-            output = dataclasses.replace(output, batches=pipeline.emits_batches)
+            batches_in = stage_input.batch_rows is not None
+        pipeline = Pipeline(steps, batches_in=batches_in, want_batches=output.takes_batches)
+        output = dataclasses.replace(output, batches=pipeline.emits_batches)
         upstream = [self._built(i).fingerprint for i in stage_input.upstream]
         fingerprint = digest(
             [
@@ -210,16 +209,6 @@ class _Planner:
         return stage
 
 
-def _takes_batches(output: StageOutput) -> bool:
-    """Outputs that take Arrow batches as they are: a keyed scatter (no combiner, no join tag), a
-    columnar file."""
-    if isinstance(output, Scatter):
-        return scatters_batches(output.spec)
-    if isinstance(output, FileSink | PartitionedSink):
-        return output.format in _COLUMNAR
-    return False
-
-
 def _batch_rows(stage_input: FileInput, steps: tuple[Step, ...], output: StageOutput) -> int | None:
     """Read a columnar source as Arrow batches when a map_batches comes first, or when a scatter on
     fields follows directly: the reader's batches are handed over without becoming records."""
@@ -227,15 +216,15 @@ def _batch_rows(stage_input: FileInput, steps: tuple[Step, ...], output: StageOu
         if not isinstance(steps[0], BatchApply):
             return None
         rows = steps[0].batch_size
-    elif isinstance(output, Scatter) and scatters_batches(output.spec):
+    elif isinstance(output, Scatter) and output.takes_batches:
         rows = _SCATTER_BATCH_ROWS
     else:
         return None
-    from zephyr.engine.io import infer_format
+    from zephyr.engine.io import format_named, infer_format
 
     shard = stage_input.shards[0] if stage_input.shards else None
     fmt = stage_input.source.format or (infer_format(shard.path) if shard and shard.path else None)
-    return rows if fmt in _COLUMNAR else None
+    return rows if fmt is not None and format_named(fmt).columnar else None
 
 
 # -------------------------------------------------------------------------------------- lowerings
@@ -301,7 +290,7 @@ def _lower_map_batches(op: O.MapBatches, planner: _Planner) -> None:
 
 
 def _lower_map_shard(op: O.MapShard, planner: _Planner) -> None:
-    planner.add(ShardApply(op.fn, op.name))
+    planner.add(ShardApply(op.fn, op.name, op.with_context))
 
 
 def _lower_take_per_shard(op: O.TakePerShard, planner: _Planner) -> None:
@@ -339,8 +328,8 @@ def _lower_join(op: O.Join, planner: _Planner) -> None:
 
 def _lower_sink(op: O.Sink, planner: _Planner) -> None:
     stage = planner.stage
-    if op.partition_by is not None:
-        stage.sink = PartitionedSink(op.pattern, op.format, stage.num_shards, op.partition_by)
+    if op.partition_by is not None:  # partitions unify their folder's schema
+        stage.sink = PartitionedSink(op.pattern, op.format, stage.num_shards, partition_by=op.partition_by)
     else:
         stage.sink = FileSink(op.pattern, op.format, stage.num_shards, op.skip_existing, schema=op.schema)
 
@@ -348,7 +337,7 @@ def _lower_sink(op: O.Sink, planner: _Planner) -> None:
 def _lower_shard_sink(op: O.ShardSink, planner: _Planner) -> None:
     stage = planner.stage
     sources = tuple(s.path or s.name for s in stage.input.shards) if isinstance(stage.input, FileInput) else ()
-    stage.sink = ShardWriterSink(op.writer, op.name, stage.num_shards, sources)
+    stage.sink = ShardWriterSink(op.writer, op.name, stage.num_shards, sources, check=op.check)
 
 
 _LOWERINGS: dict[type, Callable[[Any, _Planner], None]] = {

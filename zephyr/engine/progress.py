@@ -16,6 +16,7 @@ import io
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, Self
 
 from rich.console import Console
@@ -192,7 +193,7 @@ class ProgressDisplay:
         if self._recorder is not None:
             self._recorder.write()
 
-    def in_flight(self, stage: Any, live: dict[tuple[int, int], int] | None) -> None:
+    def in_flight(self, stage: Any, live: Mapping[tuple[int, int], int] | None) -> None:
         """Records the running shards of `stage` have read so far (worker heartbeats), shown live."""
         state = self._stages.get(stage.index)
         if state is None or not live:
@@ -314,6 +315,8 @@ def _stage_detail(state: _StageState, elapsed: float) -> str:
 
 
 def job_table(run: Any) -> Table:
+    """One engine job's summary table: per stage its shards (resumed), records and bytes in and out, time and peak
+    memory."""
     table = Table(title=f"zephyr job summary ({run.seconds:.1f} s)", title_justify="left")
     for column in ("stage", "shards", "records in", "records out", "bytes in", "bytes out", "time", "peak RSS"):
         table.add_column(column, justify="right" if column != "stage" else "left")

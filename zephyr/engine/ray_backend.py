@@ -39,7 +39,8 @@ import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from zephyr.engine.backend_api import ClusterError, Outcome, portable_error
+from zephyr.engine.backend_api import Backend, ClusterError, Outcome, portable_error
+from zephyr.engine.backend_registry import RayOptions
 from zephyr.engine.ledger import LedgerActor, RayLedger, run_limit
 from zephyr.engine.ray_cluster import ClusterWatch, connect, missing_package
 from zephyr.engine.resources import Resources, effective
@@ -128,7 +129,7 @@ class _Actor:
         return f"ray worker zephyr-worker-{self.number} ({where})"
 
 
-class RayBackend:
+class RayBackend(Backend):
     """The executor's backend on Ray: `capacity` shard tasks in flight, outcomes as they finish.
 
     The actor pool has one resource shape at a time (`prepare` switches it when a stage asks for GPUs,
@@ -139,15 +140,16 @@ class RayBackend:
     def __init__(self, config: Any, *, mode: str = "actors") -> None:
         if mode not in _MODES:
             raise ValueError(f"unknown Ray backend mode {mode!r}: choose one of {', '.join(_MODES)}")
-        connect(config.ray_address, dashboard=config.ray_dashboard)
+        options = config.options(RayOptions)
+        connect(options.address, dashboard=options.dashboard)
         self.mode = mode
         self._config = config
-        self.keep_warm_s: float | None = float(config.ray_pool_idle_s)  # 0: give the CPUs back when the run ends
+        self.keep_warm_s: float | None = float(options.pool_idle_s)  # 0: give the CPUs back when the run ends
         self._check_scratch(config.scratch_url)
         self._sys_path = list(sys.path)
         # relative output paths resolve as in the driver on a one-machine cluster; on a remote cluster
         # they have no meaning (use absolute URLs), so workers keep Ray's working directory there
-        self._cwd = "" if config.ray_address else os.getcwd()
+        self._cwd = "" if options.address else os.getcwd()
         self.reuse_key = self.reuse_key_for(config, mode=mode)
         self._running: dict[Any, _Actor | ShardTask] = {}  # ObjectRef -> actor (actors) or task (tasks)
         self._actors: list[_Actor] = []
@@ -160,13 +162,18 @@ class RayBackend:
         self._cluster_lost = False
         self.prepare(None)
 
-    @staticmethod
-    def reuse_key_for(config: Any, *, mode: str = "actors") -> tuple:
+    @classmethod
+    def create(cls, config: Any) -> RayBackend:
+        return cls(config, mode=config.options(RayOptions).mode)
+
+    @classmethod
+    def reuse_key_for(cls, config: Any, *, mode: str | None = None) -> tuple:
         """What must match for the next run to reuse this pool's actors (they hold the driver's sys.path)."""
+        options = config.options(RayOptions)
         return (
             "ray",
-            mode,
-            config.ray_address,
+            mode or options.mode,
+            options.address,
             config.workers,
             config.memory_per_worker,
             config.worker_cpus,
@@ -294,9 +301,11 @@ class RayBackend:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         return [self._outcome(ref) for ref in ready]
 
-    def new_run(self) -> None:
+    def new_run(self, config: Any) -> None:
         """A run starts: one cross-region ledger for all its workers (an actor without CPUs, on the
-        driver's node), the limit fixed from the driver's settings."""
+        driver's node), the limit fixed from the driver's settings; the pool stays up after it as long
+        as this run's `RayOptions.pool_idle_s` says (also for a reused pool)."""
+        self.keep_warm_s = float(config.options(RayOptions).pool_idle_s)
         self.end_run()
         limit = run_limit()
         options: dict[str, Any] = {"num_cpus": 0}

@@ -31,6 +31,7 @@ from fsspec.core import split_protocol
 
 from zephyr.errors import ZephyrError, storage_error
 from zephyr.fs import join, url_to_fs
+from zephyr.fs.copy_once import pid_alive
 
 __all__ = ["RunLockedError", "hold_folder", "run_locks"]
 
@@ -54,16 +55,6 @@ def _bucket_dir(url: str) -> str | None:
     return url.rstrip("/") if split_protocol(url)[0] in _BUCKETS else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _acquire(directory: str, role: str) -> str:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, LOCK_NAME)
@@ -79,7 +70,7 @@ def _acquire(directory: str, role: str) -> str:
                 holder = {}
             if holder.get("pid") == os.getpid() and holder.get("host") == me["host"]:
                 return ""  # this process already holds it (a pipeline run from inside another): nothing to release
-            if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
+            if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not pid_alive(holder["pid"]):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)  # its run died: take over (the checkpoints let this run resume)
                 continue
@@ -120,7 +111,7 @@ def _acquire_bucket(directory: str, role: str) -> Callable[[], None] | None:
                 holder = {}
             if holder.get("pid") == os.getpid() and holder.get("host") == me["host"]:
                 return None
-            if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
+            if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not pid_alive(holder["pid"]):
                 with contextlib.suppress(FileNotFoundError):
                     fs.rm_file(path)  # its run died on this machine: take over
                 continue

@@ -1,10 +1,11 @@
 """`Dataset.schema()`: one Arrow schema for the records, from file footers or from a sample of every shard.
 
 A user's `ds.schema()` said `score: int64` over files where half the values are floats: it read the first
-1,000 records, all from the first file, and took the types it saw there. Now parquet files give their
-own schemas (footers only), unified across the files; other inputs are sampled from every shard (the
-first records of each), and each field's types are unified across the sample with Arrow's permissive
-promotion (int64 and double -> double, null -> the other type). The schema's metadata says what it was
+1,000 records, all from the first file, and took the types it saw there. Now files that keep a schema
+(parquet, vortex, arrow: the registry's `Format.schema`) give their own (footers only), unified across
+the files; other inputs are sampled from every shard (the first records of each), and each field's types
+are unified across the sample with Arrow's permissive promotion (int64 and double -> double, null -> the
+other type). The schema's metadata says what it was
 read from, so a reader knows how much was seen.
 """
 
@@ -19,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 
 from zephyr.engine import ops as O
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.io.schema import batch_from_dicts, unified_schema
+from zephyr.errors import BadInputError
 
 __all__ = ["SCHEMA_FROM", "dataset_schema"]
 
@@ -35,7 +36,7 @@ def dataset_schema(dataset: Any, sample: int) -> pa.Schema:
     if sample < 1:
         raise ValueError(f"schema needs sample >= 1, got {sample}")
     if not dataset.ops and isinstance(dataset.source, O.FilesSource):
-        from_files = _parquet_schema(dataset.source)
+        from_files = _footer_schema(dataset.source)
         if from_files is not None:
             return from_files
     from zephyr.engine.context import current_config
@@ -66,28 +67,25 @@ class _FirstRecords:
         yield list(itertools.islice(records, self.n))
 
 
-def _parquet_schema(source: O.FilesSource) -> pa.Schema | None:
-    """The unified schema of parquet files read as they are, from their footers (None for other formats)."""
-    import pyarrow.parquet as pq
-
-    from zephyr.engine.io import infer_format
+def _footer_schema(source: O.FilesSource) -> pa.Schema | None:
+    """The unified schema of files read as they are, from their own schemas (parquet and vortex footers, arrow
+    headers: every format whose registry entry has `schema`); None when a file's format keeps no schema."""
+    from zephyr.engine.io import format_named, infer_format
     from zephyr.engine.io.listing import data_files
-    from zephyr.fs import open_url
 
     files = [f for pattern in source.patterns for f in data_files(pattern, source.format)]
     try:
-        formats = {source.format or infer_format(f) for f in files}
+        names = {source.format or infer_format(f) for f in files}
     except BadInputError:
         return None
-    if not files or formats != {"parquet"}:
+    if not files or len(names) != 1:
+        return None
+    fmt = format_named(names.pop())
+    if fmt.schema is None:
         return None
     read = files[:_SCHEMA_FILES]
-    schemas = []
-    for path in read:
-        with open_url(path, "rb", compression=None) as handle:
-            schemas.append(pq.read_schema(handle))
-    schema = unified_schema(schemas, where=f"schema() of {source.patterns[0]!r}")
+    schema = unified_schema([fmt.schema(path) for path in read], where=f"schema() of {source.patterns[0]!r}")
     if source.columns is not None:
         schema = pa.schema([schema.field(c) for c in source.columns if c in schema.names])
     more = f" (the first {len(read):,} of {len(files):,})" if len(files) > len(read) else ""
-    return schema.with_metadata({SCHEMA_FROM: f"the footers of {len(read):,} parquet file(s){more}"})
+    return schema.with_metadata({SCHEMA_FROM: f"the footers of {len(read):,} {fmt.name} file(s){more}"})

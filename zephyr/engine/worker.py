@@ -13,25 +13,17 @@ import traceback
 
 import cloudpickle
 
-from zephyr.engine import absent_fields, counters
-from zephyr.engine.errors import BadInputError, UserCodeError, ZephyrError
+from zephyr import counters
+from zephyr.engine import absent_fields
 from zephyr.engine.outputs import read_results
 from zephyr.engine.plan import Stage
-from zephyr.engine.task import ShardResult, ShardTask
-from zephyr.errors import StorageError, storage_error
+from zephyr.engine.task import ShardContext, ShardResult, ShardTask
+from zephyr.errors import BadInputError, StorageError, UserCodeError, ZephyrError, storage_error
 from zephyr.fs import open_url
 
-__all__ = ["ShardTask", "ShardResult", "run_task", "load_stage", "read_results"]
+__all__ = ["ShardContext", "ShardTask", "ShardResult", "run_task", "load_stage", "read_results"]
 
 _stage_cache: dict[str, Stage] = {}
-_running_shard = [0]  # the shard of the task this process runs (see current_shard)
-
-
-def current_shard() -> int:
-    """The shard (source shard, or shuffle target) whose task this process is running. With the record's
-    index within the shard it names a record's position deterministically, so a decision computed in one
-    pass can be looked up in a second pass over the same dataset (exact dedup does)."""
-    return _running_shard[0]
 
 
 def load_stage(url: str) -> Stage:
@@ -50,10 +42,10 @@ def run_task(task: ShardTask) -> ShardResult:
     started = time.perf_counter()
     counters.reset()
     _reset_peak_rss()
-    _running_shard[0] = task.shard
     stage = load_stage(task.stage_url)
     result = ShardResult(task.shard, task.attempt)
     where = f"stage {stage.index} ({stage.name}), shard {task.shard} ({stage.input.shard_name(task.shard)})"
+    context = ShardContext(task.shard, task.num_tasks or stage.num_shards, stage.index, task.attempt, where)
     try:
         existing = stage.output.existing(task)
         if existing:  # skip_existing: the shard's output is already there
@@ -63,7 +55,7 @@ def run_task(task: ShardTask) -> ShardResult:
         stream = stage.input.open(task, result)
         try:
             with absent_fields.counted():  # fields a filter reads that a file or shard lacks: judged per stage
-                stage.output.write(stage.ops(stream, where), task, result)
+                stage.output.write(stage.ops(stream, context), task, result)
         finally:
             close = getattr(stream, "close", None)  # settles an input's counts when the pipeline stopped early
             if close is not None:

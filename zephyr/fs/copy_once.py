@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-__all__ = ["LOCK_DIR_ENV", "LOCK_DIRNAME", "LockRecord", "run_once", "read_lock", "write_lock_record"]
+__all__ = ["LOCK_DIR_ENV", "LOCK_DIRNAME", "LockRecord", "pid_alive", "run_once", "read_lock", "write_lock_record"]
 
 LOCK_DIR_ENV = "ZEPHYR_MIRROR_LOCK_DIR"
 LOCK_DIRNAME = ".zephyr-locks"
@@ -57,7 +57,7 @@ class LockRecord:
     def is_stale(self, now: float) -> bool:
         if now > self.expires:
             return True
-        return self.host == socket.gethostname() and not _pid_alive(self.pid)
+        return self.host == socket.gethostname() and not pid_alive(self.pid)
 
     def describe(self) -> str:
         since, expires = time.ctime(self.created), time.ctime(self.expires)
@@ -185,7 +185,8 @@ def _local_lock(key: str, deadline: float) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine (one of another user counts as running)."""
     if pid <= 0:
         return False
     try:

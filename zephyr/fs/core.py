@@ -71,6 +71,7 @@ def open_url(url: str, mode: str = "rb", *, compression: str | None = "infer") -
 
 
 def exists(url: str) -> bool:
+    """Whether a file or folder exists at `url`."""
     fs, path = url_to_fs(url)
     return fs.exists(path)
 
@@ -94,6 +95,8 @@ def missing_files(urls: list[str]) -> list[str]:
 
 
 def join(base: str, *parts: str) -> str:
+    """`base` and `parts` joined with single slashes, for paths and URLs alike (`os.path.join` would break
+    `gs://`)."""
     return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts]])
 
 

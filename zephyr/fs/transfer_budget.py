@@ -27,6 +27,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from zephyr import counters
@@ -101,6 +102,8 @@ def set_run_ledger(ledger: RunLedger | None) -> None:
 
 
 def run_ledger() -> RunLedger | None:
+    """The cross-region ledger of the run this process works for, or None outside a run (then the budget is this
+    process's own)."""
     return _run_ledger
 
 
@@ -183,7 +186,7 @@ def check_budget_left(url: str, *, source: str, destination: str) -> None:
         if ledger.limit is not None and ledger.estimate() >= ledger.limit:
             used = ledger.exact()
             if used >= ledger.limit:
-                raise CrossRegionBudgetExceeded(_run_message(url, 0, used, ledger.limit, source, destination))
+                raise CrossRegionBudgetExceeded(_message(url, 0, used, ledger.limit, source, destination, _RUN))
         return
     limit = cross_region_budget()
     with _lock:
@@ -241,44 +244,60 @@ def _charge_run(ledger: RunLedger, url: str, nbytes: int, *, source: str, destin
             _used_bytes += nbytes
         counters.increment(COUNTER_NAME, nbytes)
     if over:
-        raise CrossRegionBudgetExceeded(_run_message(url, nbytes, used, limit, source, destination))
+        raise CrossRegionBudgetExceeded(_message(url, nbytes, used, limit, source, destination, _RUN))
     return used + nbytes
 
 
-def _run_message(url: str, nbytes: int, used: int, limit: int, source: str, destination: str) -> str:
+@dataclass(frozen=True)
+class _Scope:
+    """Whose budget a refusal speaks of, in its own words: the run's (all its workers) or this process's."""
+
+    transfer: str  # whose transfer a read would bring over
+    budget: str  # whose budget it would exceed
+    spent: str  # whose budget is spent
+    machine: str  # the machine reading
+    read: str  # what was read so far ({} gets the bytes)
+    raise_: str  # what to raise
+    where: str  # where the setting goes
+
+
+_RUN = _Scope(
+    "this run's cross-region transfer (all workers together)",
+    "the run's budget",
+    "this run's cross-region budget (all workers together)",
+    "this worker's machine",
+    "the run has read {} across regions so far",
+    "raise the run's budget",
+    "the driver, the command that starts the run.",
+)
+_PROCESS = _Scope(
+    "this process's cross-region transfer",
+    "its budget",
+    "this process's cross-region budget",
+    "this machine",
+    "already read: {}",
+    "raise the budget",
+    "every worker.",
+)
+
+
+def _message(
+    url: str, nbytes: int, used: int, limit: int, source: str, destination: str, scope: _Scope = _PROCESS
+) -> str:
+    """The refusal of a cross-region read: where the file is, where the reader is, what was read and the fix."""
     wanted = used + nbytes
     suggestion = max(2 * limit, wanted + 1)
     over = (
-        f"reading {format_bytes(nbytes)} more would bring this run's cross-region transfer (all workers "
-        f"together) to {format_bytes(wanted)}, over the run's budget of {format_bytes(limit)}"
+        f"reading {format_bytes(nbytes)} more would bring {scope.transfer} to {format_bytes(wanted)}, over "
+        f"{scope.budget} of {format_bytes(limit)}"
         if nbytes
-        else f"this run's cross-region budget (all workers together) of {format_bytes(limit)} is spent"
+        else f"{scope.spent} of {format_bytes(limit)} is spent"
     )
     return (
-        f"cross-region read refused: {url} is stored in {source!r} but this worker's machine is in "
-        f"{destination!r}; {over} (the run has read {format_bytes(used)} across regions so far). "
-        "Cross-region reads are billed as "
-        f"egress. Fix: read from a bucket in {destination!r} (e.g. through mirror://), or raise the run's budget "
-        f"with {BUDGET_ENV}={_round_up_gb(suggestion)} (or {ALLOW_ENV}=1 to lift it) in the environment of the "
-        f"driver, the command that starts the run."
-    )
-
-
-def _message(url: str, nbytes: int, used: int, limit: int, source: str, destination: str) -> str:
-    wanted = used + nbytes
-    suggestion = max(2 * limit, wanted + 1)
-    over = (
-        f"reading {format_bytes(nbytes)} more would bring this process's cross-region transfer to "
-        f"{format_bytes(wanted)}, over its budget of {format_bytes(limit)}"
-        if nbytes
-        else f"this process's cross-region budget of {format_bytes(limit)} is spent"
-    )
-    return (
-        f"cross-region read refused: {url} is stored in {source!r} but this machine is in "
-        f"{destination!r}; {over} (already read: {format_bytes(used)}). Cross-region reads are billed as egress. "
-        f"Fix: read from a bucket in {destination!r} (e.g. through mirror://), or raise the budget with "
-        f"{BUDGET_ENV}={_round_up_gb(suggestion)} (or {ALLOW_ENV}=1 to lift it) in the environment "
-        f"of every worker."
+        f"cross-region read refused: {url} is stored in {source!r} but {scope.machine} is in {destination!r}; "
+        f"{over} ({scope.read.format(format_bytes(used))}). Cross-region reads are billed as egress. Fix: read from "
+        f"a bucket in {destination!r} (e.g. through mirror://), or {scope.raise_} with "
+        f"{BUDGET_ENV}={_round_up_gb(suggestion)} (or {ALLOW_ENV}=1 to lift it) in the environment of {scope.where}"
     )
 
 

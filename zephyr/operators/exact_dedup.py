@@ -40,7 +40,7 @@ from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.engine.io import read_batches
 from zephyr.engine.sortkey import decode, encode
-from zephyr.engine.worker import current_shard
+from zephyr.engine.task import ShardContext
 from zephyr.fs import atomic_write, join, url_to_fs
 
 __all__ = ["dedup_documents", "dedup_paragraphs", "normalize_for_hash", "text_hash"]
@@ -251,8 +251,8 @@ class _HashRank:
     table_url: str
     buckets: int
 
-    def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
-        shard = current_shard()
+    def __call__(self, docs: Iterable[dict], context: ShardContext) -> Iterator[dict]:
+        shard = context.shard
         field_name, order, buckets = self.text_field, self.order_key, self.buckets
         position = _POSITION.pack
         hashes = []
@@ -335,8 +335,8 @@ class _Annotate:
     drop: bool
     table_url: str
 
-    def __call__(self, docs: Iterable[dict]) -> Iterator[dict]:
-        shard = current_shard()
+    def __call__(self, docs: Iterable[dict], context: ShardContext) -> Iterator[dict]:
+        shard = context.shard
         sizes, keepers, field_name, drop = self.sizes, self.keepers, self.text_field, self.drop
         cached = _cached_hashes(self.table_url, shard)
         for index, doc in enumerate(docs):
@@ -384,14 +384,13 @@ def dedup_documents(
     table_url = join(config.scratch_url, f"exact-dedup-{uuid.uuid4().hex[:12]}")
     try:
         run = (
-            ds.map_shard(_HashRank(text_field, order, table_url, buckets))
+            ds.map_shard(_HashRank(text_field, order, table_url, buckets), with_context=True)
             .map_batches(_batches, batch_size=_DECISION_BATCH)
             .group_by("b", _decide, sort_by="s", num_shards=num_shards, batch=True)
             .write(join(table_url, "part-{shard:05d}.parquet"), format="parquet")
             .execute()
         )
-        if config.dry_run:  # the decision pass's plan was printed; nothing ran, nothing was written
-            return ds.map_shard(_Annotate(text_field, {}, {}, drop, table_url))
+        # a dry run printed the decision pass's plan and ran nothing: no entries, nothing to read back
         entries = run.stages[-1].records_out
         if entries * _LOOKUP_BYTES > config.memory_per_worker // 8:
             _remove(table_url)
@@ -414,7 +413,7 @@ def dedup_documents(
     # gone, or at exit): also when the dataset is never run, or a shard is never read.
     annotate = _Annotate(text_field, sizes, keepers, drop, table_url)
     weakref.finalize(annotate, _remove, table_url)
-    return ds.map_shard(annotate)
+    return ds.map_shard(annotate, with_context=True)
 
 
 def _remove(url: str) -> None:

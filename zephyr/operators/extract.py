@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.operators.charset import decode_html
 from zephyr.operators.render import normalized_text as _text
 from zephyr.operators.render import render_blocks as _serialize

@@ -64,13 +64,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.engine.context import current_config
 from zephyr.engine.dataset import Dataset
 from zephyr.fs import atomic_write, join, open_url, url_to_fs
 from zephyr.operators.fuzzy_graph import (
     DONE,
-    clear,
     connected_components,
     node_summary,
     priority,
@@ -90,6 +89,7 @@ from zephyr.operators.fuzzy_lsh import (
     tag_other,
 )
 from zephyr.operators.minhash import MinHashConfig
+from zephyr.staged import StagedWork
 from zephyr.versioning import fingerprint, marker_exists, read_marker, write_marker
 
 __all__ = [
@@ -215,12 +215,12 @@ def _stage(out_dir: str, version: str, build: Any) -> dict:
     Finished means a done marker of this work_dir's settings (`version`); files without one are
     what a killed run left, and are removed before the stage runs again, so they never mix into it.
     """
-    marker = read_marker(join(out_dir, DONE), _STAGE_KIND, version)
-    if marker is None:
-        clear(out_dir)
+
+    def built() -> dict[str, Any]:
         paths, found = build()
-        marker = write_marker(join(out_dir, DONE), _STAGE_KIND, version, {"paths": paths, "counters": found})
-    return marker.payload
+        return {"paths": paths, "counters": found}
+
+    return StagedWork(join(out_dir, DONE), _STAGE_KIND, version).run(built, clear_first=out_dir)
 
 
 def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> str:

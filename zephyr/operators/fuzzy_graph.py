@@ -7,20 +7,20 @@ done marker (``_DONE.json``) once complete.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.engine.dataset import Dataset
-from zephyr.fs import join, url_to_fs
+from zephyr.fs import join
 from zephyr.operators.fuzzy_lsh import first, second
-from zephyr.versioning import read_marker, write_marker
+from zephyr.staged import StagedWork
 
 counters.internal("fuzzy_dedup/cc_unsettled")  # how far a round is from done, not a property of the data
 
 __all__ = [
     "DONE",
-    "clear",
     "connected_components",
     "node_summary",
     "priority",
@@ -46,16 +46,11 @@ def write_stage(ds: Dataset, out_dir: str) -> tuple[list[str], dict[str, int]]:
     return list(run.outputs), dict(run.counters)
 
 
-def clear(url: str) -> None:
-    fs, path = url_to_fs(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
-
-
 # --------------------------------------------------------------------------- stage 4: components
 
 
 def both_directions(edge: dict) -> Iterator[tuple[Any, Any]]:
+    """An undirected edge as two directed ones, so each endpoint's group sees the other."""
     yield (edge["a"], edge["b"])
     yield (edge["b"], edge["a"])
 
@@ -119,28 +114,9 @@ def connected_components(
     paths: list[str] | None = None
     for iteration in range(1, max_iterations + 1):
         out_dir = join(work_dir, f"iter-{iteration:04d}")
-        marker = read_marker(join(out_dir, DONE), _ROUND_KIND, _ROUND_VERSION)
-        if marker is None:
-            clear(out_dir)  # a killed round's files belong to no finished round
-            if paths is None and isinstance(edges, Dataset):
-                source: Dataset | None = edges
-            else:
-                files = list(edges) if paths is None else paths
-                source = Dataset.from_files(files, format="parquet", columns=["a", "b"]) if files else None
-            new_paths: list[str] = []
-            unsettled = 0
-            if source is not None:
-                new_paths, found = write_stage(
-                    source.flat_map(both_directions)
-                    .group_by(first, large_star, sort_by=second, num_shards=num_shards)
-                    .group_by(first, small_star, sort_by=second, num_shards=num_shards),
-                    out_dir,
-                )
-                unsettled = found.get("fuzzy_dedup/cc_unsettled", 0)
-            marker = write_marker(
-                join(out_dir, DONE), _ROUND_KIND, _ROUND_VERSION, {"paths": new_paths, "unsettled": unsettled}
-            )
-        done = marker.payload
+        round_ = functools.partial(_star_round, edges, paths, out_dir, num_shards)
+        # a killed round's files belong to no finished round: cleared before the round runs again
+        done = StagedWork(join(out_dir, DONE), _ROUND_KIND, _ROUND_VERSION).run(round_, clear_first=out_dir)
         paths = done["paths"]
         if done["unsettled"] == 0:
             # This round started from a star forest, so its output equals its input: converged.
@@ -151,12 +127,34 @@ def connected_components(
     )
 
 
+def _star_round(
+    edges: Dataset | Sequence[str], previous: list[str] | None, out_dir: str, num_shards: int | None
+) -> dict[str, Any]:
+    """One large-star and one small-star round over `edges` (the first round) or the previous round's files."""
+    if previous is None and isinstance(edges, Dataset):
+        source: Dataset | None = edges
+    else:
+        files = list(edges) if previous is None else previous
+        source = Dataset.from_files(files, format="parquet", columns=["a", "b"]) if files else None
+    if source is None:
+        return {"paths": [], "unsettled": 0}
+    paths, found = write_stage(
+        source.flat_map(both_directions)
+        .group_by(first, large_star, sort_by=second, num_shards=num_shards)
+        .group_by(first, small_star, sort_by=second, num_shards=num_shards),
+        out_dir,
+    )
+    return {"paths": paths, "unsettled": found.get("fuzzy_dedup/cc_unsettled", 0)}
+
+
 # --------------------------------------------------------------------------- stage 5: star clusters
 
 _COMPONENT, _NEIGHBOUR = 0, 1
 
 
 def route_to_components(record: dict) -> Iterator[tuple]:
+    """Stage 5's input, keyed by node: a similarity edge to both endpoints (as neighbours), a converged component
+    edge to its member (naming its component)."""
     if "jaccard" in record:  # an edge of the similarity graph (verified, or a raw candidate)
         yield (record["a"], _NEIGHBOUR, record["b"])
         yield (record["b"], _NEIGHBOUR, record["a"])
@@ -178,6 +176,7 @@ def node_summary(node: Any, items: Iterable[tuple]) -> tuple:
 
 
 def priority(item: tuple) -> tuple:
+    """Stage 5's sort key: highest degree first, ties to the smallest id."""
     return (item[1], item[2])  # highest degree first, ties to the smallest id
 
 

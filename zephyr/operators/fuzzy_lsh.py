@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.operators.minhash import MinHashConfig, sketch_batch
 
 # before edges are deduplicated, and members of streamed hot buckets: how the work was done
@@ -98,6 +98,7 @@ class Sketch:
 
 
 def doc_id(record: Any, id_field: str) -> str | int:
+    """A document's id from `id_field`: a str or int, else a TypeError naming the field and the fix."""
     doc_id = record.get(id_field) if isinstance(record, dict) else None
     if isinstance(doc_id, str) or (isinstance(doc_id, int) and not isinstance(doc_id, bool)):
         return doc_id
@@ -279,14 +280,17 @@ class _Buckets:
 
 
 def first(item: tuple) -> Any:
+    """Key function: an item's first element (a shuffle's key)."""
     return item[0]
 
 
 def second(item: tuple) -> Any:
+    """Key function: an item's second element (a sort key)."""
     return item[1]
 
 
 def tag_other(item: tuple) -> tuple:
+    """Sort key: an item's tag, then the other node."""
     return (item[1], item[2])
 
 
@@ -345,6 +349,7 @@ class PackByNode:
 
 
 def candidate_nodes(paths: Sequence[str]) -> set[Any]:
+    """Every node of the candidate edges in the parquet files `paths` (both ends)."""
     from zephyr.engine.io import read_batches
 
     nodes: set[Any] = set()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from zephyr.engine import counters
+from zephyr import counters
 
 __all__ = ["LanguageId", "detect_language", "fasttext_lid_model_path"]
 

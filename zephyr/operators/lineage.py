@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.engine.dataset import Dataset
 from zephyr.fs import atomic_write, join
 

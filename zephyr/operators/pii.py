@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from zephyr.engine import counters
+from zephyr import counters
 
 __all__ = ["PiiRedactor", "redact_pii", "EMAIL_RE", "IPV4_RE", "IPV6_RE", "PHONE_RE"]
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from zephyr.engine import counters
+from zephyr import counters
 
 __all__ = [
     "quality_signals",
@@ -210,6 +210,8 @@ def _c4_signals(raw_lines: list[str]) -> dict[str, float | int]:
 
 
 class QualityRule(Protocol):
+    """A quality rule: `check(signals)` returns the stable reason a document fails it, or None when it passes."""
+
     def check(self, signals: dict[str, float | int]) -> str | None: ...
 
 

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from zephyr.engine import counters
+from zephyr import counters
 from zephyr.fs import open_url
 from zephyr.operators.charset import decode_html
 
@@ -314,15 +314,6 @@ def warc_dataset(patterns: str | list[str], config: WarcReadConfig = WarcReadCon
     >>> # warc_dataset("s3://bucket/crawl/*.warc.gz").map(ExtractText()).write_jsonl(...)
     """
     from zephyr.engine.dataset import Dataset
-    from zephyr.engine.pending import pending_producer
-    from zephyr.fs import expand_glob
 
-    paths: list[str] = []
-    patterns = [patterns] if isinstance(patterns, str) else patterns
-    if any(pending_producer(pattern) is not None for pattern in patterns):
-        # a dry run reading what an earlier step would write: planned (never run) as a pending file source,
-        # so the plan shows the same stage and ops with "the output of step ..." as its input
-        return Dataset.from_files(list(patterns)).flat_map(ReadWarc(config))
-    for pattern in patterns:
-        paths.extend(expand_glob(pattern))
-    return Dataset.from_list([{"path": p} for p in paths], num_shards=len(paths)).flat_map(ReadWarc(config))
+    # each file a shard whose one record names it (the `path` format); ReadWarc reads it
+    return Dataset.from_files(patterns, format="path").flat_map(ReadWarc(config))

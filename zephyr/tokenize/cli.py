@@ -77,9 +77,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def _run_tokenize(args: argparse.Namespace) -> int:
     from zephyr.engine.context import execution
-    from zephyr.engine.errors import ZephyrError
     from zephyr.engine.options import engine_overrides
-    from zephyr.errors import RefusedError, StorageError
+    from zephyr.errors import RefusedError, StorageError, ZephyrError
 
     from .pipeline import tokenize_dataset
     from .tokenizer import TokenizerSpec

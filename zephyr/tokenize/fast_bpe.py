@@ -124,6 +124,9 @@ class _PreTokenizer:
 
 
 def recognise_pre_tokenizer(pre: Any) -> _PreTokenizer | str:
+    """Which of the pre-tokenizers the fast path implements a tokenizer.json's `pre_tokenizer` is, or the reason it
+    is none of them."""
+
     def is_byte_level(p: Any, use_regex: bool) -> bool:
         return (
             isinstance(p, dict)

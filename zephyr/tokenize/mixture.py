@@ -102,6 +102,9 @@ def _key(*parts: int) -> int:
 
 @dataclass(frozen=True)
 class MixtureComponent:
+    """One store of a mixture: its weight, the sequences it contributes to every block, and how many windows of the
+    sequence length it holds."""
+
     name: str
     store: TokenStore
     weight: float

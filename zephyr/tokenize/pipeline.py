@@ -35,8 +35,8 @@ from typing import Any
 import xxhash
 
 from zephyr.engine import absent_fields
-from zephyr.engine.errors import BadInputError
-from zephyr.versioning import read_marker
+from zephyr.errors import BadInputError
+from zephyr.staged import StagedWork
 
 from .store_format import SHARD_MARKER_KIND, is_remote, token_dtype
 from .store_write import ShardRecord, ShardWriter, completed_shard, remove_temp_files, write_manifest
@@ -132,7 +132,7 @@ def write_store_shard(
     lack the text field is a :class:`BadInputError` naming the fields they have: a wrong ``text_field``
     must fail, not produce an empty store.
     """
-    from zephyr.engine import counters
+    from zephyr import counters
     from zephyr.fs import join
 
     tokenizer = load_tokenizer(config.tokenizer)
@@ -360,22 +360,16 @@ def tokenize_dataset(
     root = staging if _exists(join(out, "manifest.json")) else out  # never write into a complete store
     # ids go to each shard's document index; read them whenever the inputs have them (a split needs them)
     columns = [text_field, id_field] if split or _has_field(files, id_field, format) else [text_field]
-    counters: dict[str, int] = {}
-    records: dict[int, tuple[ShardRecord, ShardRecord | None]] = {}
-    todo = list(files)
-    for _ in range(2):  # a second pass redoes shards whose checkpointed result no longer matches the disk
-        writer = TokenStoreWriter(root, config, live=out, files=tuple(files), format=format, resume=resume)
-        dataset = Dataset.from_files(todo, format=format, columns=columns, on_bad_record=on_bad_record)
-        run = dataset.write_shards(writer, name=f"write_token_store({out})").execute()
-        if current_config().dry_run:  # the plan was printed; nothing is written
-            return TokenizeResult(out, {}, None, 0, 0, {})
-        for name, n in run.counters.items():
-            counters[name] = counters.get(name, 0) + n
-        records.update(_read_shard_records(run.outputs, files, config_hash, split))
-        todo = [f for i, f in enumerate(files) if i not in records]
-        if not todo:
-            break
-    else:
+    writer = TokenStoreWriter(root, config, live=out, files=tuple(files), format=format, resume=resume)
+    # a checkpointed shard (of a killed run) whose shard.json another run has rewritten since runs again
+    check = _ShardsOfOtherRuns(config_hash, tuple(files))
+    dataset = Dataset.from_files(files, format=format, columns=columns, on_bad_record=on_bad_record)
+    run = dataset.write_shards(writer, name=f"write_token_store({out})", check=check).execute()
+    if current_config().dry_run:  # the plan was printed; nothing is written
+        return TokenizeResult(out, {}, None, 0, 0, {})
+    counters = dict(run.counters)
+    records = _read_shard_records(run.outputs, files, config_hash, split)
+    if todo := [f for i, f in enumerate(files) if i not in records]:
         raise RuntimeError(
             f"token store {out}: shards {todo} were reported written but their shard.json files do "
             "not match this run; another run is writing the same store. Let it finish, then rerun."
@@ -425,23 +419,41 @@ def _exists(url: str) -> bool:
     return bool(fs.exists(path))
 
 
+@dataclass(frozen=True)
+class _ShardsOfOtherRuns:
+    """`write_shards`' check: the ``shard.json`` URLs that no longer describe a shard of this run (another run
+    rewrote them with other settings, or from another source)."""
+
+    config_hash: str
+    files: tuple[str, ...]
+
+    def __call__(self, urls: list[str]) -> list[str]:
+        return [url for url in urls if _shard_info(url, self.config_hash, self.files) is None]
+
+
+def _shard_info(url: str, config_hash: str, files: Sequence[str]) -> dict[str, Any] | None:
+    """What the ``shard.json`` at `url` says, when it certifies a shard of these settings from one of `files`."""
+    from zephyr.fs import url_to_fs
+
+    url_to_fs(url)[0].invalidate_cache()
+    try:
+        marker = StagedWork(url, SHARD_MARKER_KIND, config_hash).done()
+    except FileNotFoundError:
+        return None
+    info = marker.payload if marker is not None else {}
+    return info if info.get("source") in files else None
+
+
 def _read_shard_records(
     urls: Sequence[str], files: Sequence[str], config_hash: str, split: bool
 ) -> dict[int, tuple[ShardRecord, ShardRecord | None]]:
     """The shard records the writers reported, keyed by store shard index; ``path`` holds the shard's full
     location. A record whose ``shard.json`` is gone or describes other settings or another source (a
-    checkpoint replayed after another run rewrote the store) is left out, so the caller redoes it."""
-    from zephyr.fs import url_to_fs
-
+    store another run is writing) is left out: the caller reports it."""
     found: dict[int, dict[str, ShardRecord]] = {}
     for url in urls:
-        url_to_fs(url)[0].invalidate_cache()
-        try:
-            marker = read_marker(url, SHARD_MARKER_KIND, config_hash)
-        except FileNotFoundError:
-            continue
-        info = marker.payload if marker is not None else {}
-        if info.get("source") not in files:
+        info = _shard_info(url, config_hash, files)
+        if info is None:
             continue
         index = files.index(info["source"])
         kind = "validation" if info["path"].startswith("validation/") else "train"
@@ -528,24 +540,17 @@ def _remove_stale(out: str, num_shards: int, keep_validation: bool) -> None:
 
 
 def _has_field(files: Sequence[str], field: str, format: str | None) -> bool:
-    """Whether the inputs can be read with `field` among their columns: jsonl always (a missing key reads
-    as None); parquet when the first file's schema has it; other formats are not asked for it."""
-    from zephyr.engine.io import infer_format
+    """Whether the inputs can be read with `field` among their columns: a row format always (a missing key
+    reads as None); a columnar one when the first file's schema has it."""
+    from zephyr.engine.io import format_named, infer_format
 
     if not files:
         return False
     first = files[0]
-    fmt = format or infer_format(first)
-    if fmt == "jsonl":
+    fmt = format_named(format or infer_format(first))
+    if fmt.schema is None:
         return True
-    if fmt != "parquet":
-        return False
-    import pyarrow.parquet as pq
-
-    from zephyr.fs import open_url
-
     try:
-        with open_url(first, "rb", compression=None) as handle:
-            return pq.read_schema(handle).get_field_index(field) >= 0
+        return fmt.schema(first).get_field_index(field) >= 0
     except Exception:  # noqa: BLE001 - unreadable here: the reader reports it properly
         return False

@@ -61,6 +61,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def atomic_bytes(path: Path, payload: bytes) -> None:
+    """Write `payload` to `path` whole or not at all (a temporary name in the same folder, then rename)."""
     tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
     with open(tmp, "wb") as handle:
         handle.write(payload)
@@ -68,14 +69,17 @@ def atomic_bytes(path: Path, payload: bytes) -> None:
 
 
 def json_bytes(obj: Any) -> bytes:
+    """`obj` as the stores write JSON: indented, keys sorted, one trailing newline."""
     return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
 
 
 def atomic_json(path: Path, obj: Any) -> None:
+    """`obj` written as JSON to `path`, atomically."""
     atomic_bytes(path, json_bytes(obj))
 
 
 def parse_manifest(url: str, payload: bytes) -> dict[str, Any]:
+    """A store's `manifest.json` checked: JSON, of this store format; a clear error naming the store otherwise."""
     try:
         manifest = json.loads(payload)
     except ValueError as exc:

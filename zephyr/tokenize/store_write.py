@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from zephyr.versioning import read_marker, write_marker
+from zephyr.staged import StagedWork
 
 from .store_format import (
     COPY_CHUNK,
@@ -215,7 +215,7 @@ class ShardWriter:
             "skipped": record.skipped,
         }
         if self.url is None:
-            write_marker(str(self.dir / "shard.json"), SHARD_MARKER_KIND, self.config_hash, info)
+            shard_work(str(self.dir), self.config_hash).certify(info)
             return record
         try:
             self._upload(info)
@@ -254,7 +254,7 @@ class ShardWriter:
             if name == DOCUMENT_INDEX and not (self.dir / name).exists():
                 continue
             _upload_file(self.dir / name, join(self.url, name))
-        write_marker(join(self.url, "shard.json"), SHARD_MARKER_KIND, self.config_hash, info)
+        shard_work(self.url, self.config_hash).certify(info)
 
     def abort(self) -> None:
         with contextlib.suppress(OSError):  # the flush of a failed write (a full disk) fails again
@@ -296,6 +296,13 @@ def remove_temp_files(store_root: str | os.PathLike[str]) -> int:
     return removed
 
 
+def shard_work(shard_url: str, config_hash: str) -> StagedWork:
+    """A store shard as staged work: done when its ``shard.json`` certifies these settings (``config_hash``)."""
+    from zephyr.fs import join
+
+    return StagedWork(join(shard_url, "shard.json"), SHARD_MARKER_KIND, config_hash)
+
+
 def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_hash: str) -> ShardRecord | None:
     """The shard's record if it was completed with the same settings (so a rerun can skip it)."""
     from zephyr.fs import join, url_to_fs
@@ -304,7 +311,7 @@ def completed_shard(store_root: str | os.PathLike[str], relpath: str, config_has
     fs, path = url_to_fs(url)
     fs.invalidate_cache(path)
     try:
-        marker = read_marker(join(url, "shard.json"), SHARD_MARKER_KIND, config_hash)
+        marker = shard_work(url, config_hash).done()
         size = fs.size(f"{path}/tokens.bin") if marker is not None else None
     except FileNotFoundError:
         return None

@@ -60,6 +60,7 @@ def list_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
+    """The newest complete checkpoint under `directory`, or None."""
     found = list_checkpoints(directory)
     return found[-1][1] if found else None
 

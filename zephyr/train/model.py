@@ -74,6 +74,9 @@ def linear(x: Float[Array, "... K"], w: Float[Array, "K O"], precision: MatmulPr
 
 
 class RMSNorm(eqx.Module):
+    """Root-mean-square normalisation with a learned scale (no bias, no mean subtraction), computed in at least
+    float32."""
+
     weight: Float[Array, "D"]
     eps: float = eqx.field(static=True)
 
@@ -102,6 +105,7 @@ def rope_tables(
 def apply_rope(
     x: Float[Array, "B S N H"], cos: Float[Array, "S H"], sin: Float[Array, "S H"]
 ) -> Float[Array, "B S N H"]:
+    """Rotary position embedding: rotate each head's halves by the positions' angles (cos, sin per position)."""
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)  # B S N H
     acc = jnp.promote_types(x.dtype, jnp.float32)
@@ -119,6 +123,8 @@ def segment_ids_from_eos(tokens: Int[Array, "B S"], eos_id: int) -> Int[Array, "
 
 
 class Attention(eqx.Module):
+    """Grouped-query self-attention with rotary positions and optional QK-norm; causal."""
+
     wq: Float[Array, "D NH"]
     wk: Float[Array, "D KH"]
     wv: Float[Array, "D KH"]
@@ -206,6 +212,8 @@ def causal_attention(
 
 
 class MLP(eqx.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
     w_gate: Float[Array, "D I"]
     w_up: Float[Array, "D I"]
     w_down: Float[Array, "I D"]
@@ -229,6 +237,8 @@ class MLP(eqx.Module):
 
 
 class Block(eqx.Module):
+    """One decoder layer: pre-norm attention and pre-norm MLP, each with a residual connection."""
+
     attn_norm: RMSNorm
     attn: Attention
     mlp_norm: RMSNorm
@@ -258,6 +268,9 @@ _REMAT_POLICIES = {
 
 
 class Transformer(eqx.Module):
+    """The Llama-style decoder: embeddings, the layers stacked on a leading axis (scanned), a final norm and the LM
+    head (or tied embeddings)."""
+
     embed: Float[Array, "V D"]
     blocks: Block  # every array has a leading L axis
     final_norm: RMSNorm

@@ -60,6 +60,8 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 class TrainState(eqx.Module):
+    """What a training step updates: the step count, the parameters and the optimizer state (an immutable pytree)."""
+
     step: jax.Array  # int32 scalar
     params: Transformer
     opt_state: Any
@@ -67,6 +69,9 @@ class TrainState(eqx.Module):
 
 @dataclass(frozen=True)
 class TrainResult:
+    """What a training run reports: steps, final loss, eval loss and bits-per-byte per set, throughput, MFU, where
+    its metrics and newest checkpoint are."""
+
     steps: int  # the step count reached
     final_loss: float  # training loss of the last step
     eval: dict[str, dict[str, float | None]]  # eval set -> {"loss": nats/token, "bpb": bits/byte or None}
@@ -91,6 +96,8 @@ def cast_floating(tree: Any, dtype: Any) -> Any:
 
 
 def init_state(cfg: TrainConfig, optimizer: optax.GradientTransformation, *, key: jax.Array) -> TrainState:
+    """A fresh training state: parameters initialised from `key` in the configured dtype, the optimizer's state,
+    step 0."""
     params = cast_floating(Transformer.init(cfg.model, key=key), _DTYPES[cfg.param_dtype])
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
 
@@ -151,6 +158,8 @@ def make_eval_step(cfg: TrainConfig, *, eos_id: int) -> Callable[[Transformer, j
 
 
 def make_mesh(data_parallel: int | None = None) -> Mesh:
+    """A one-axis (`data`) device mesh over the first `data_parallel` devices (default: all); an error naming the
+    fix when there are fewer."""
     devices = jax.devices()
     n = len(devices) if data_parallel is None else data_parallel
     if n > len(devices):

@@ -47,6 +47,9 @@ def _jsonable(value: Any) -> Any:
 
 
 class JSON(Response):
+    """A JSON response for values `json` refuses: numpy scalars, bytes (as UTF-8 text), NaN (null) and infinities
+    ("inf")."""
+
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:

@@ -18,6 +18,7 @@ Every page has a JSON twin under /api (e.g. /api/runs, /api/documents?dataset=..
 
 
 def add_cli(subparsers: Any) -> None:
+    """Register `zephyr ui ROOT [--host] [--port]`."""
     parser = subparsers.add_parser(
         "ui",
         help="a local web UI over a recipe output root or any folder of Zephyr outputs",
@@ -36,6 +37,7 @@ def add_cli(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run `zephyr ui`: check the UI's packages, open the root (a folder or bucket URL) and serve the app."""
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401

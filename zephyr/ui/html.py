@@ -27,15 +27,18 @@ PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4
 
 
 def esc(value: Any) -> str:
+    """`value` as HTML text (None as empty), quotes escaped."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
 def url(route: str, /, **params: Any) -> str:
+    """`route` with the non-empty `params` as its query string."""
     clean = {k: v for k, v in params.items() if v not in (None, "")}
     return route + ("?" + urlencode(clean) if clean else "")
 
 
 def link(href: str, text: Any, **attrs: str) -> str:
+    """An HTML link to `href` showing `text`; extra attributes by keyword (`cls=` for class)."""
     names = {"cls": "class"}
     extra = "".join(f' {names.get(k, k.replace("_", "-"))}="{esc(v)}"' for k, v in attrs.items())
     return f'<a href="{esc(href)}"{extra}>{esc(text)}</a>'
@@ -59,6 +62,7 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 
 def page(title: str, active: str, body: str, *, root: str = "") -> str:
+    """A whole HTML page: the navigation with `active` marked, the title, the root's name and `body`."""
     nav = "".join(
         f'<a class="nav{" active" if key == active else ""}" href="{href}">{esc(label)}</a>' for key, href, label in NAV
     )
@@ -238,4 +242,5 @@ def interval_chart(items: Sequence[dict], *, title: str, width: int = 640) -> st
 
 
 def pre_json(value: Any) -> str:
+    """`value` as indented JSON in a <pre> block."""
     return f"<pre class=json>{esc(json.dumps(value, indent=1, ensure_ascii=False, default=str))}</pre>"

@@ -33,6 +33,8 @@ _PREFERRED_COLUMNS = ("id", "split", "source", "lang", "filter_reason", "dup_clu
 
 # ----------------------------------------------------------------------------------------- documents
 def documents_data(root: Root, request: Request) -> dict:
+    """The documents page's data: the data folders under the root, or a page of one folder's rows (filtered,
+    searched)."""
     dataset = request.query_params.get("dataset")
     listing = [d for d in root.datasets() if d["path"].startswith(query_param(request, "prefix"))]
     if dataset is None:
@@ -73,6 +75,7 @@ def _cell(dataset: str, key: str, value: Any) -> str:
 
 
 def render_documents(root: Root, data: dict) -> str:
+    """The documents page: the data folders, or a page of one folder's rows with the filter and search box."""
     if "datasets" in data:
         rows = [
             [
@@ -154,6 +157,7 @@ def render_documents(root: Root, data: dict) -> str:
 
 
 def document_data(root: Root, request: Request) -> dict:
+    """One row of a data file with every field."""
     rel, row = query_param(request, "file", True), query_int(request, "row", 0)
     expr = parse_filter(query_param(request, "filter"))
     q = query_param(request, "q")
@@ -169,6 +173,7 @@ def document_data(root: Root, request: Request) -> dict:
 
 
 def render_document(root: Root, data: dict) -> str:
+    """One document: its text and every other field."""
     doc = data["document"]
     fields = [
         [f"<code>{esc(k)}</code>", pre_json(v) if isinstance(v, (dict, list)) else esc(v)]
@@ -189,6 +194,7 @@ def _step_order(root: Root) -> list[str]:
 
 
 def removed_data(root: Root, request: Request) -> dict:
+    """The removed page's data: per step the counts by reason, or a page of one step's removed documents."""
     step = request.query_params.get("step")
     if not step:
         counts = removed.removed_counts(root)
@@ -203,6 +209,7 @@ def removed_data(root: Root, request: Request) -> dict:
 
 
 def render_removed(root: Root, data: dict) -> str:
+    """The removed page: counts by reason per step, or one step's removed documents with the kept one for each."""
     if "steps" in data:
         if not data["steps"]:
             return (
@@ -249,12 +256,14 @@ def render_removed(root: Root, data: dict) -> str:
 
 
 def pair_data(root: Root, request: Request) -> dict:
+    """A removed duplicate beside the document kept for it, with their Jaccard similarity."""
     return removed.removed_pair(
         root, query_param(request, "step") or None, query_param(request, "id", True), _step_order(root)
     )
 
 
 def render_pair(root: Root, data: dict) -> str:
+    """A removed duplicate beside the document kept for it, the passages that differ highlighted."""
     lin = data["lineage"]
     head = (
         f"<p>{link(url('/removed', step=data['step']), data['step'])} / removed as <b>{esc(lin['reason'])}</b>"

@@ -29,10 +29,12 @@ __all__ = [
 
 # -------------------------------------------------------------------------------------------- stores
 def stores_data(root: Root, request: Request) -> dict:
+    """The token stores page's data: every store and mixture under the root."""
     return {"stores": stores.list_stores(root), "mixtures": stores.list_mixtures(root)}
 
 
 def render_stores(root: Root, data: dict) -> str:
+    """The token stores page: a table of the stores (documents, tokens, dtype, tokenizer) and the mixtures."""
     rows = [
         [
             link(url("/stores/view", path=s["path"]), s["path"]),
@@ -53,6 +55,7 @@ def render_stores(root: Root, data: dict) -> str:
 
 
 def store_data(root: Root, request: Request) -> dict:
+    """One store's page data: its figures, length histogram and a page of documents."""
     return stores.store_view(
         root,
         query_param(request, "path", True),
@@ -62,6 +65,7 @@ def store_data(root: Root, request: Request) -> dict:
 
 
 def render_store(root: Root, data: dict) -> str:
+    """One store's page: its summary, the document length histogram and a page of documents."""
     length = data["length"]
     summary = (
         f"<p>{fmt(data['documents'])} documents · {fmt(data['tokens'])} tokens · {esc(data['dtype'])} · "
@@ -90,10 +94,12 @@ def render_store(root: Root, data: dict) -> str:
 
 
 def store_doc_data(root: Root, request: Request) -> dict:
+    """One document of a store, decoded with its token boundaries."""
     return stores.store_document(root, query_param(request, "path", True), query_int(request, "index", 0))
 
 
 def render_store_doc(root: Root, data: dict) -> str:
+    """One document of a store: its tokens shown with their boundaries."""
     head = (
         f"<p>{link(url('/stores/view', path=data['path']), data['path'])} / document {data['index']}: "
         f"{fmt(data['tokens'])} tokens (showing {fmt(data['shown'])}), tokenizer {esc(data['tokenizer'])}</p>"
@@ -109,6 +115,7 @@ def render_store_doc(root: Root, data: dict) -> str:
 
 
 def mixture_data(root: Root, request: Request) -> dict:
+    """A mixture's page data: its stores' weights and, for a token budget, the epochs each store takes."""
     budget = query_int(request, "budget", 0) or None
     return stores.mixture_view(
         root,
@@ -119,6 +126,7 @@ def mixture_data(root: Root, request: Request) -> dict:
 
 
 def render_mixture(root: Root, data: dict) -> str:
+    """A mixture's page: weights and epochs per store, with a form to recompute for another token budget."""
     form = (
         f'<form method=get action="/stores/mixture"><input type=hidden name=path value="{esc(data["path"])}">'
         f'<label>token budget <input name=budget value="{data["budget"]}"></label> <button>recompute</button></form>'
@@ -145,10 +153,12 @@ def render_mixture(root: Root, data: dict) -> str:
 
 # ------------------------------------------------------------------------------------------ training
 def training_data(root: Root, request: Request) -> dict:
+    """The ablations and training page's data: every training run and ablation report under the root."""
     return {"runs": training.list_training(root), "reports": training.list_reports(root)}
 
 
 def render_training(root: Root, data: dict) -> str:
+    """The ablations and training page: links to each training run and ablation report."""
     runs_html = "".join(f"<li>{link(url('/training/run', path=p), p or '.')}</li>" for p in data["runs"])
     reports = "".join(f"<li>{link(url('/training/report', path=p), p or '.')}</li>" for p in data["reports"])
     return (
@@ -158,10 +168,12 @@ def render_training(root: Root, data: dict) -> str:
 
 
 def train_run_data(root: Root, request: Request) -> dict:
+    """One training run's data: its loss and bits-per-byte curves and end figures."""
     return training.training_view(root, query_param(request, "path", True))
 
 
 def render_train_run(root: Root, data: dict) -> str:
+    """One training run's page: loss and bits-per-byte curves, final loss, tokens/s."""
     series = data["series"]
     loss = {k: v for k, v in series.items() if k == "loss" or k.endswith("/loss")}
     bpb = {k: v for k, v in series.items() if k.endswith("/bpb")}
@@ -180,10 +192,12 @@ def render_train_run(root: Root, data: dict) -> str:
 
 
 def report_data(root: Root, request: Request) -> dict:
+    """One ablation report's data: verdicts, paired differences and per-run rows."""
     return training.report_view(root, query_param(request, "path", True))
 
 
 def render_report(root: Root, data: dict) -> str:
+    """One ablation report's page: the verdicts, the paired differences with their intervals, the runs."""
     verdicts = [
         [
             esc(v.get("mixture")),

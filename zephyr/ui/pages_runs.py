@@ -16,11 +16,13 @@ __all__ = ["runs_data", "live_data", "render_runs", "render_runs_page", "render_
 
 # ---------------------------------------------------------------------------------------------- runs
 def runs_data(root: Root, request: Request) -> dict:
+    """The runs page's data: every run under the root with its steps, or one run."""
     run_id = query_param(request, "run") or None
     return {**runs.runs_view(root, removed.removed_counts(root), run_id), "run_id": run_id}
 
 
 def live_data(root: Root, request: Request) -> dict:
+    """The live view's data: the latest (or the named) run's record as it is now."""
     return {"live": runs.latest_run(root, query_param(request, "run") or None)}
 
 
@@ -45,6 +47,7 @@ def _removed_cell(step: dict, folders: list[str]) -> str:
 
 
 def render_runs(root: Root, data: dict) -> str:
+    """The runs page: the steps with status, version, documents in and out, removed by reason, tokens, time."""
     folders = [d["path"] for d in root.datasets() if not d["lineage"]]
     rows = []
     for s in data["steps"]:
@@ -104,6 +107,7 @@ def render_runs_page(root: Root, data: dict) -> str:
 
 
 def render_live(data: dict) -> str:
+    """The live view of a run: its status, steps and the running stage's shards, records and rates."""
     run = data.get("live")
     if not run:
         return "<p class=muted>No run record yet. Runs write <code>_runs/&lt;run_id&gt;.json</code> while they run.</p>"

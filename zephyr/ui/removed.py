@@ -149,6 +149,7 @@ def input_folders(root: Root, step: str, steps_in_order: list[str], split: str |
 
 
 def output_folders(root: Root, step: str) -> list[str]:
+    """The data folders a step wrote (its folder and those below it), lineage side outputs left out."""
     top = step.split("/")[0]
     return [
         d["path"] for d in root.datasets() if not d["lineage"] and (d["path"] == top or d["path"].startswith(top + "/"))

@@ -25,6 +25,7 @@ T = TypeVar("T")
 
 
 def is_data_file(path: str) -> bool:
+    """Whether the UI lists `path` as a data file: a known data suffix, and not a hidden or temporary file."""
     name = posixpath.basename(path)
     return not name.startswith((".", "_tmp")) and name.endswith(DATA_SUFFIXES)
 

@@ -54,6 +54,7 @@ def list_stores(root: Root) -> list[dict]:
 
 
 def open_store(root: Root, path: str) -> Any:
+    """The token store at `path` (a store `list_stores` finds under the root), opened once a minute at most."""
     from zephyr.tokenize.store import TokenStore
 
     known = {s["path"] for s in list_stores(root)}
@@ -72,6 +73,7 @@ def _histogram(lengths: np.ndarray, bins: int = 20) -> list[dict]:
 
 
 def store_view(root: Root, path: str, *, offset: int = 0, limit: int = 10) -> dict:
+    """A store's figures, document length percentiles and histogram, and a page of documents."""
     store = open_store(root, path)
     lengths = store.document_lengths()
     q = np.percentile(lengths, [50, 90, 99]).tolist() if len(lengths) else [0, 0, 0]
@@ -168,6 +170,7 @@ def _token_pieces(decode: Any, ids: list[int], context: int = 8) -> list[dict]:
 
 
 def list_mixtures(root: Root) -> list[str]:
+    """The folders under the root holding a `mixture.json`."""
     return [posixpath.dirname(rel) or "." for rel in root.json_files("mixture.json")]
 
 

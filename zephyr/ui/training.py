@@ -19,6 +19,7 @@ __all__ = ["list_training", "training_view", "training_budgets", "list_reports",
 
 
 def list_training(root: Root) -> list[str]:
+    """The folders under the root holding a training run (a `metrics.jsonl`)."""
     return [posixpath.dirname(rel) for rel in sorted(root.files()) if posixpath.basename(rel) == "metrics.jsonl"]
 
 
@@ -87,6 +88,7 @@ def training_budgets(root: Root) -> list[dict]:
 
 
 def list_reports(root: Root) -> list[str]:
+    """The folders under the root holding an ablation report (a `report.json` with verdicts and rows)."""
     out = []
     for rel in root.json_files("report.json"):
         try:

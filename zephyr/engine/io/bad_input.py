@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from zephyr.engine import counters
-from zephyr.engine.errors import BadInputError
+from zephyr import counters
+from zephyr.errors import BadInputError
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +21,8 @@ def check_policy(on_bad_record: str) -> bool:
 
 
 def bad_record(url: str, skip: bool, line: int, reason: str, detail: str) -> None:
+    """A line that is not a JSON object: raise naming the file, the line and the fix, or with `skip` count it as
+    `bad_records/<reason>`."""
     counter = f"bad_records/{reason}"
     if not skip:
         raise BadInputError(
@@ -31,6 +33,8 @@ def bad_record(url: str, skip: bool, line: int, reason: str, detail: str) -> Non
 
 
 def bad_file(url: str, skip: bool, reason: str, detail: str, *, fix: str, kept: int) -> None:
+    """A file that cannot be read to its end: raise naming it and the fix, or with `skip` count it as
+    `bad_files/<reason>` (the records read before the damage are kept)."""
     counter = f"bad_files/{reason}"
     if not skip:
         raise BadInputError(

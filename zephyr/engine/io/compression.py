@@ -1,4 +1,4 @@
-"""Formats and compression from file names, and streaming decompression that notices damage.
+"""Compression from file names, and streaming decompression that notices damage.
 
 Compressed streams are decompressed here rather than by fsspec because zstandard's stream reader
 stops without error at a truncated frame: a cut-off download would lose data silently.
@@ -14,10 +14,6 @@ from typing import Any
 
 import zstandard
 
-from zephyr.engine.errors import BadInputError
-
-FORMATS = ("jsonl", "parquet", "vortex", "arrow")
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 # Bytes per read, and compressed bytes per decompressor call: decompressed chunks of a few hundred
 # KiB keep the lines and the records parsed from them in cache (measured ~1.5x faster than 1 MiB).
@@ -27,42 +23,12 @@ _FEED_SIZE = 8 << 10  # ~50 KiB of text out per decompressor call
 
 
 def split_compression(path: str) -> tuple[str, str | None]:
+    """The lower-case file name without its compression suffix, and the codec that suffix names (or None)."""
     name = path.rsplit("/", 1)[-1].lower()
     for suffix, codec in COMPRESSIONS.items():
         if name.endswith(suffix):
             return name[: -len(suffix)], codec
     return name, None
-
-
-def infer_format(path: str) -> str:
-    """The format named by `path`'s extension: "jsonl", "parquet", "vortex" or "arrow".
-
-    `.jsonl`, `.json` and `.ndjson` (optionally followed by `.gz`, `.zst`, `.bz2` or `.xz`) are
-    JSON Lines; `.parquet` / `.pq` are Parquet; `.vortex` / `.vtx` are Vortex; `.arrow` is Arrow IPC
-    (Hugging Face `save_to_disk` data files; `zephyr.engine.io.hf`).
-    """
-    stem, codec = split_compression(path)
-    if stem.endswith(JSONL_SUFFIXES):
-        return "jsonl"
-    if codec is None and stem.endswith((".parquet", ".pq")):
-        return "parquet"
-    if codec is None and stem.endswith((".vortex", ".vtx")):
-        return "vortex"
-    if codec is None and stem.endswith(".arrow"):
-        return "arrow"
-    raise BadInputError(
-        f"cannot tell the format of {path!r} from its name: expected a name ending in .jsonl/.json/.ndjson "
-        "(optionally + .gz/.zst/.bz2/.xz), .parquet, .vortex or .arrow (these compress internally). "
-        "Rename the file or pass format='jsonl'|'parquet'|'vortex'|'arrow'"
-    )
-
-
-def resolve_format(path: str, format: str | None) -> str:
-    if format is None:
-        return infer_format(path)
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS} or None (infer from the name), got {format!r}")
-    return format
 
 
 class StreamDamage(Exception):

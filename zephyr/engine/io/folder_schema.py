@@ -14,33 +14,21 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from zephyr.engine.io.hf import arrow_schema, write_arrow
-from zephyr.engine.io.parquet import write_parquet
-from zephyr.engine.io.schema import SchemaMismatchError, conform, plain_schema
-from zephyr.engine.io.vortex import vortex_module, write_vortex
-from zephyr.fs import open_url
+from zephyr.engine.io.format import Format
+from zephyr.engine.io.formats import format_named
+from zephyr.engine.io.schema import SchemaMismatchError, conform
 
-__all__ = ["file_schema", "unify_folder_schema"]
-
-
-def file_schema(url: str, format: str) -> pa.Schema:
-    """The schema in a parquet/vortex file's footer, or an arrow file's header (view types made plain)."""
-    if format == "arrow":
-        return arrow_schema(url)
-    if format == "parquet":
-        with open_url(url, "rb", compression=None) as handle:
-            return plain_schema(pq.read_schema(handle))
-    with open_url(url, "rb", compression=None) as handle:
-        return plain_schema(vortex_module().open_readable(handle).dtype.to_arrow_schema())
+__all__ = ["unify_folder_schema"]
 
 
 def unify_folder_schema(paths: Sequence[str], format: str) -> int:
-    """Rewrite the files of `paths` whose schema is not the union of all of them; returns how many."""
-    if format not in ("parquet", "vortex", "arrow") or len(paths) < 2:
+    """Rewrite the files of `paths` whose schema is not the union of all of them; returns how many.
+    Formats without a schema of their own (jsonl: each record keeps its fields) are left as they are."""
+    fmt = format_named(format)
+    if fmt.schema is None or len(paths) < 2:
         return 0
-    schemas = [file_schema(p, format) for p in paths]
+    schemas = [fmt.schema(p) for p in paths]
     try:
         unified = pa.unify_schemas(schemas, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -48,23 +36,23 @@ def unify_folder_schema(paths: Sequence[str], format: str) -> int:
     rewritten = 0
     for path, schema in zip(paths, schemas, strict=True):
         if not schema.equals(unified, check_metadata=False):
-            _rewrite(path, format, unified)
+            _rewrite(path, fmt, unified)
             rewritten += 1
     return rewritten
 
 
-def _rewrite(url: str, format: str, schema: pa.Schema) -> None:
+def _rewrite(url: str, fmt: Format, schema: pa.Schema) -> None:
     from zephyr.engine.io.records import read_batches
 
     def batches() -> Iterator[pa.RecordBatch]:
         count = 0
-        for batch in read_batches(url, format=format):
+        for batch in read_batches(url, format=fmt.name):
             count += batch.num_rows
             yield conform(batch, schema, f"unifying the schema of {url}")
         if not count:
             yield pa.RecordBatch.from_pylist([], schema=schema)
 
-    {"parquet": write_parquet, "vortex": write_vortex, "arrow": write_arrow}[format](batches(), url)
+    fmt.writer()(batches(), url)
 
 
 def _conflict(paths: Sequence[str], schemas: Sequence[pa.Schema], exc: Exception) -> str:

@@ -18,7 +18,8 @@ never its JSON metadata; a DatasetDict folder is refused with its split names (`
 split="train")` reads one). `Dataset.write_hf(folder)` writes the same layout, one data file per shard,
 which `datasets.load_from_disk` reads (checked against the `datasets` package in the tests).
 
-Everything format-specific lives here, so a format registry can take these functions as they are.
+The `.arrow` format is this module's `ARROW` entry, registered in `zephyr.engine.io.formats`; the folder
+handling (`hf_data_files`, `write_hf_metadata`) is what `listing.data_files` and `Dataset.write_hf` call.
 """
 
 from __future__ import annotations
@@ -32,21 +33,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import bad_file, short_error
-from zephyr.engine.io.scan import (
-    check_columns,
-    check_filter_columns,
-    filter_batch,
-    scan_columns,
-    unreadable_columnar_file,
-)
+from zephyr.engine.io.format import Format
+from zephyr.engine.io.scan import check_scan, filter_batch, scan_columns, unreadable_columnar_file
 from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
+from zephyr.errors import BadInputError
 from zephyr.fs import atomic_write, open_url, url_to_fs
 
 __all__ = [
+    "ARROW",
     "ARROW_SUFFIXES",
     "HF_METADATA_FILES",
     "arrow_batches",
@@ -102,8 +99,7 @@ def arrow_batches(
             return
         if not len(schema):
             return
-        check_columns(url, columns, schema)
-        check_filter_columns(url, filter, schema)
+        check_scan(url, columns, filter, schema)
         wanted = scan_columns(columns, filter, schema) if filter is not None else columns
         predicate = filter.compile() if filter is not None else None
         try:
@@ -141,6 +137,10 @@ def write_arrow(batches: Iterator[pa.RecordBatch], url: str) -> WriteStats:
                 writer.write_batch(batch)
                 records += batch.num_rows
     return WriteStats(path=url, records=records, bytes=sink.count)
+
+
+ARROW = Format("arrow", ARROW_SUFFIXES, write=write_arrow, batches=arrow_batches, schema=arrow_schema)
+"""Arrow IPC (the stream files Hugging Face's save_to_disk writes; IPC files read too): one schema per file."""
 
 
 # ------------------------------------------------------------------------------------- HF folders

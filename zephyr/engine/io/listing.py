@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from zephyr.engine.errors import BadInputError
-from zephyr.engine.io.compression import infer_format, split_compression
+from zephyr.engine.io.compression import COMPRESSIONS, split_compression
+from zephyr.engine.io.formats import expected_names, format_choices, infer_format
 from zephyr.engine.io.hf import HF_METADATA_FILES, hf_data_files, hf_folder_kind
+from zephyr.errors import BadInputError
 from zephyr.fs import expand_glob, url_to_fs
 
 _log = logging.getLogger("zephyr")
@@ -17,9 +18,9 @@ def data_files(pattern: str, format: str | None = None) -> list[str]:
 
     A glob that names files by extension (`data/*.jsonl.zst`) reads what it matches. A directory
     (`data/`), read recursively, or an open wildcard (`data/*`, `data/**`) reads the files whose
-    format the name tells (jsonl[.gz|.zst|...], parquet, vortex; every file when `format` is given)
-    and logs which extensions it skipped, so a folder with a README or a `.crc` file still reads.
-    Hidden (`.`) and `_`-prefixed files are never read (see `expand_glob`).
+    format the name tells (see `formats`: jsonl[.gz|.zst|...], parquet, vortex, arrow; every file when
+    `format` is given) and logs which extensions it skipped, so a folder with a README or a `.crc` file still
+    reads. Hidden (`.`) and `_`-prefixed files are never read (see `expand_glob`).
 
     A Hugging Face `save_to_disk` folder reads the `.arrow` data files its `state.json` lists (a DatasetDict
     folder is refused with its split names, see `zephyr.engine.io.hf`); inside a folder read recursively,
@@ -66,8 +67,8 @@ def data_files(pattern: str, format: str | None = None) -> list[str]:
     if not kept:
         raise BadInputError(
             f"{pattern!r} has no data files: found {len(files)} file(s) with extensions "
-            f"{', '.join(sorted(skipped))}; expected .jsonl/.json/.ndjson (optionally .gz/.zst/.bz2/.xz), "
-            ".parquet, .vortex or .arrow. Pass format='jsonl'|'parquet'|'vortex'|'arrow' to read them anyway"
+            f"{', '.join(sorted(skipped))}; expected {expected_names()}. Pass format={format_choices()} to read "
+            "them anyway"
         )
     return kept
 
@@ -87,4 +88,5 @@ def _extension(path: str) -> str:
     stem, codec = split_compression(path)
     name = stem.rsplit("/", 1)[-1]
     ext = "." + name.rsplit(".", 1)[-1] if "." in name else "(none)"
-    return ext + ({"gzip": ".gz", "zstd": ".zst", "bz2": ".bz2", "xz": ".xz"}[codec] if codec else "")
+    suffix = {codec: suffix for suffix, codec in reversed(COMPRESSIONS.items())}  # the first suffix of each
+    return ext + (suffix[codec] if codec else "")

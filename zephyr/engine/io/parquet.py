@@ -9,19 +9,14 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
-from zephyr.engine.io.bad_input import bad_file, short_error
-from zephyr.engine.io.scan import (
-    check_columns,
-    check_filter_columns,
-    filter_batch,
-    is_plain_local,
-    scan_columns,
-    unreadable_columnar_file,
-)
+from zephyr.engine.io.bad_input import short_error
+from zephyr.engine.io.format import Format
+from zephyr.engine.io.scan import check_scan, is_plain_local, scan_columns, scanned_batches, unreadable_columnar_file
+from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
-from zephyr.fs import atomic_write, url_to_fs
+from zephyr.errors import BadInputError
+from zephyr.fs import atomic_write, open_url, url_to_fs
 
 _ROW_GROUP_ROWS = 128 * 1024
 _ROW_GROUP_BYTES = 128 << 20
@@ -30,6 +25,8 @@ _ROW_GROUP_BYTES = 128 << 20
 def parquet_batches(
     url: str, columns: Sequence[str] | None, filter: Expr | None, batch_size: int, skip: bool
 ) -> Iterator[pa.RecordBatch]:
+    """Stream `url`'s row groups as batches; columns and filter go into Arrow's scan (row groups the filter's
+    statistics rule out are never decoded); a filter over a column the file lacks runs after the scan."""
     fs, path = url_to_fs(url)
     try:
         if is_plain_local(fs):
@@ -46,8 +43,7 @@ def parquet_batches(
         return
     if not len(schema):
         return  # no columns: an empty shard's file (see write_empty); it holds no records
-    check_columns(url, columns, schema)
-    check_filter_columns(url, filter, schema)
+    check_scan(url, columns, filter, schema)
     pushdown = filter is not None and filter.columns() <= set(schema.names)
     read_columns = columns if filter is None or pushdown else scan_columns(columns, filter, schema)
     try:
@@ -61,29 +57,21 @@ def parquet_batches(
             f"{url}: the filter {filter!r} does not fit the file's column types ({short_error(exc)}); the file's "
             f"schema is {schema}. Compare each field with a literal of its type"
         ) from None
-    predicate = filter.compile() if filter is not None and not pushdown else None
-    kept = 0
-    try:
-        for batch in scanner.to_batches():
-            if predicate is not None:
-                assert filter is not None  # a predicate comes from the filter
-                batch = filter_batch(batch, filter, predicate)
-                if columns is not None:
-                    batch = batch.select(list(columns))
-            if batch.num_rows:
-                kept += batch.num_rows
-                yield batch
-    except (pa.ArrowInvalid, OSError) as exc:
-        if not isinstance(exc, pa.ArrowException):
-            raise  # an error of the filesystem itself (network, permissions): not bad data, let it retry
-        bad_file(
-            url,
-            skip,
-            "corrupt",
-            f"a parquet page cannot be decoded ({short_error(exc)})",
-            fix="re-create or re-download the file",
-            kept=kept,
-        )
+    yield from scanned_batches(
+        scanner.to_batches,
+        url,
+        columns=columns,
+        filter=filter,
+        pushed_down=pushdown,
+        skip=skip,
+        damage=_is_page_damage,
+        unit="a parquet page",
+    )
+
+
+def _is_page_damage(exc: BaseException) -> bool:
+    """Arrow's own decoding errors; an OSError that is not Arrow's is the filesystem's (network, permissions)."""
+    return isinstance(exc, pa.ArrowInvalid | OSError) and isinstance(exc, pa.ArrowException)
 
 
 def _is_footer_damage(exc: OSError) -> bool:
@@ -93,7 +81,14 @@ def _is_footer_damage(exc: OSError) -> bool:
     return exc.errno is None and ("thrift" in text or "Parquet" in text or "magic bytes" in text)
 
 
+def parquet_schema(url: str) -> pa.Schema:
+    """The schema in the file's footer (no row is read)."""
+    with open_url(url, "rb", compression=None) as handle:
+        return plain_schema(pq.read_schema(handle))
+
+
 def write_parquet(batches: Iterator[pa.RecordBatch], url: str) -> WriteStats:
+    """Write batches of one schema as zstd parquet, in row groups of ~128K rows or 128 MiB, atomically."""
     first = next(batches)
     schema = first.schema
     records = 0
@@ -117,3 +112,7 @@ def write_parquet(batches: Iterator[pa.RecordBatch], url: str) -> WriteStats:
         finally:
             writer.close()
     return WriteStats(path=url, records=records, bytes=sink.count)
+
+
+PARQUET = Format("parquet", (".parquet", ".pq"), write=write_parquet, batches=parquet_batches, schema=parquet_schema)
+"""Parquet (zstd): columns and filters pushed into the scan; one schema per file."""

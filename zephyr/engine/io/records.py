@@ -1,4 +1,5 @@
-"""Record files, read and written: JSON Lines (plain, .gz, .zst, .bz2, .xz), Parquet, Vortex and Arrow IPC.
+"""Record files, read and written, in any registered format (`formats`): JSON Lines (plain, .gz, .zst,
+.bz2, .xz), Parquet, Vortex and Arrow IPC.
 
 Readers stream (a file is never held in memory whole) and push `columns` and `filter` into the
 parquet and vortex scans, so row groups or segments that cannot match are skipped and unread
@@ -29,16 +30,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import check_policy
-from zephyr.engine.io.compression import resolve_format
-from zephyr.engine.io.hf import arrow_batches, write_arrow
-from zephyr.engine.io.jsonl import jsonl_record_lists, project_filter_lists, write_jsonl
-from zephyr.engine.io.parquet import parquet_batches, write_parquet
-from zephyr.engine.io.schema import WRITE_BLOCK, batch_from_dicts, conformed_batches, item_blocks, plain_schema
+from zephyr.engine.io.formats import resolve_format
+from zephyr.engine.io.schema import batch_from_dicts, conformed_batches, item_blocks, plain_schema
 from zephyr.engine.io.sink import WriteStats
-from zephyr.engine.io.vortex import vortex_batches, write_vortex
+from zephyr.errors import BadInputError
 
 
 def read_records(
@@ -54,7 +51,8 @@ def read_records(
 
     Args:
         path: local path or URL (memory://, gs://, s3://, ...).
-        format: "jsonl", "parquet", "vortex" or "arrow"; None infers it from the name (`infer_format`).
+        format: a registered format ("jsonl", "parquet", "vortex", "arrow"); None infers it from the
+            name (`infer_format`).
         columns: keep only these fields, in this order. For jsonl a record lacking a field gets None;
             for parquet/vortex a column the file lacks raises (a typo is likelier than intent).
         filter: keep records where the expression is True (SQL null semantics, see `expr`); pushed
@@ -66,13 +64,12 @@ def read_records(
     """
     skip = check_policy(on_bad_record)
     fmt = resolve_format(path, format)
-    if fmt == "jsonl":
-        lists = jsonl_record_lists(path, skip=skip, compression=compression)
-        for records in project_filter_lists(lists, columns, filter, path):
+    if fmt.record_lists is not None:
+        for records in fmt.record_lists(path, columns, filter, skip, compression):
             yield from records
         return
-    batches = {"parquet": parquet_batches, "vortex": vortex_batches, "arrow": arrow_batches}[fmt]
-    for batch in batches(path, columns, filter, 8192, skip):
+    assert fmt.batches is not None  # a format has one reader or the other
+    for batch in fmt.batches(path, columns, filter, 8192, skip):
         yield from batch.to_pylist()
 
 
@@ -97,18 +94,13 @@ def read_batches(
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     skip = check_policy(on_bad_record)
     fmt = resolve_format(path, format)
-    if fmt == "parquet":
-        yield from parquet_batches(path, columns, filter, batch_size, skip)
+    if fmt.batches is not None:
+        yield from fmt.batches(path, columns, filter, batch_size, skip)
         return
-    if fmt == "vortex":
-        yield from vortex_batches(path, columns, filter, batch_size, skip)
-        return
-    if fmt == "arrow":
-        yield from arrow_batches(path, columns, filter, batch_size, skip)
-        return
+    assert fmt.record_lists is not None  # a format has one reader or the other
     buffer: list[dict] = []
     first_record = 0
-    lists = project_filter_lists(jsonl_record_lists(path, skip=skip, compression=compression), columns, filter, path)
+    lists = fmt.record_lists(path, columns, filter, skip, compression)
     for records in itertools.chain(lists, [None]):
         if records is not None:
             buffer.extend(records)
@@ -121,9 +113,6 @@ def read_batches(
 
 
 # ------------------------------------------------------------------------------------------------
-
-
-JSONL_WRITE_BLOCK = 256  # records per orjson pass when writing jsonl (measured: as fast as 8,192)
 
 
 def write_records(
@@ -146,30 +135,24 @@ def write_records(
     the caller's decision (`write_empty` writes a file with no records).
     """
     fmt = resolve_format(url, format)
-    # jsonl needs blocks only to amortize orjson calls: small ones keep a shard of long documents
-    # from holding 8,192 of them (~100 MB of 4 KB documents as dicts, their lines and the joined block)
-    blocks = item_blocks(items, JSONL_WRITE_BLOCK if fmt == "jsonl" else WRITE_BLOCK)
+    fmt.writer()  # a format that is only read fails here, before any record is taken
+    blocks = item_blocks(items, fmt.write_block)
     first = next(blocks, None)
     if first is None:
         return WriteStats(path=url, records=0, bytes=0)
     blocks = itertools.chain([first], blocks)
-    if fmt == "jsonl":
-        return write_jsonl(blocks, url)
-    batches = conformed_batches(blocks, url, plain_schema(schema) if schema is not None else None)
-    if fmt == "parquet":
-        return write_parquet(batches, url)
-    if fmt == "arrow":
-        return write_arrow(batches, url)
-    return write_vortex(batches, url)
+    write = fmt.writer()
+    if not fmt.columnar:
+        return write(blocks, url)
+    return write(conformed_batches(blocks, url, plain_schema(schema) if schema is not None else None), url)
 
 
 def write_empty(url: str, *, format: str | None = None, schema: pa.Schema | None = None) -> WriteStats:
     """Write a valid file with no records (atomically): an empty shard's output, so that a reader can
-    tell an empty shard from a lost file. jsonl: an empty (compressed) stream; parquet/vortex/arrow: `schema`
+    tell an empty shard from a lost file. jsonl: an empty (compressed) stream; parquet/vortex: `schema`
     (default: no columns; `unify_folder_schema` later gives it the folder's columns)."""
     fmt = resolve_format(url, format)
-    if fmt == "jsonl":
-        return write_jsonl(iter(()), url)
+    if not fmt.columnar:
+        return fmt.writer()(iter(()), url)
     empty = pa.RecordBatch.from_pylist([], schema=plain_schema(schema) if schema is not None else pa.schema([]))
-    writer = {"parquet": write_parquet, "vortex": write_vortex, "arrow": write_arrow}[fmt]
-    return writer(iter([empty]), url)
+    return fmt.writer()(iter([empty]), url)

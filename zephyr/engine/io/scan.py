@@ -1,17 +1,57 @@
-"""Helpers shared by the parquet and vortex scans: filters the scan could not push down, unreadable files."""
+"""Helpers shared by the columnar scans (parquet, vortex): filters the scan could not push down, unreadable files."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
 from zephyr.engine.absent_fields import note
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.io.bad_input import bad_file, short_error
+from zephyr.errors import BadInputError
+
+
+def scanned_batches(
+    open_scan: Callable[[], Iterator[pa.RecordBatch]],
+    url: str,
+    *,
+    columns: Sequence[str] | None,
+    filter: Expr | None,
+    pushed_down: bool,
+    skip: bool,
+    damage: Callable[[BaseException], bool],
+    unit: str,
+) -> Iterator[pa.RecordBatch]:
+    """The non-empty batches of the scan `open_scan()` starts. A filter the scan could not take
+    (`pushed_down` False) is applied here, and the columns read only for it are then dropped. An
+    error for which `damage(error)` holds is a corrupt file (`unit`, e.g. "a parquet page", names what
+    could not be decoded); any other (the filesystem's own: network, permissions) propagates, to be retried."""
+    predicate = filter.compile() if filter is not None and not pushed_down else None
+    kept = 0
+    try:
+        for batch in open_scan():
+            if predicate is not None:
+                assert filter is not None  # a predicate comes from the filter
+                batch = filter_batch(batch, filter, predicate)
+                if columns is not None:
+                    batch = batch.select(list(columns))
+            if batch.num_rows:
+                kept += batch.num_rows
+                yield batch
+    except Exception as exc:  # noqa: BLE001 - sorted by `damage` just below
+        if not damage(exc):
+            raise
+        bad_file(
+            url,
+            skip,
+            "corrupt",
+            f"{unit} cannot be decoded ({short_error(exc)})",
+            fix="re-create or re-download the file",
+            kept=kept,
+        )
 
 
 def filter_batch(batch: pa.RecordBatch, filter: Expr, predicate: Callable[[dict], Any]) -> pa.RecordBatch:
@@ -36,6 +76,8 @@ def scan_columns(columns: Sequence[str] | None, filter: Expr | None, schema: pa.
 def is_plain_local(fs: Any) -> bool:
     # Only the plain local filesystem is swapped for Arrow's native one; wrappers (guards, mirrors)
     # are subclasses or other classes and keep going through fsspec.
+    """Whether `fs` is the plain local filesystem, which Arrow and Vortex read natively; wrappers (the region
+    guard, mirrors) keep going through fsspec."""
     return type(fs) is LocalFileSystem
 
 
@@ -56,9 +98,11 @@ def unreadable_columnar_file(
     )
 
 
-def check_filter_columns(url: str, filter: Expr | None, schema: pa.Schema) -> None:
-    """A filter over a field the file does not have at all: noted (`zephyr.engine.absent_fields`), an error
-    when no file read has it. Fields only tested with is_null()/is_not_null() may be absent."""
+def check_scan(url: str, columns: Sequence[str] | None, filter: Expr | None, schema: pa.Schema) -> None:
+    """Before a scan: a column asked for that the file lacks is an error (`check_columns`); a filter over a
+    field the file does not have at all is noted (`zephyr.engine.absent_fields`), an error when no file read
+    has it. Fields only tested with is_null()/is_not_null() may be absent."""
+    check_columns(url, columns, schema)
     if filter is None or not len(schema):
         return
     fields = filter.value_columns()
@@ -75,6 +119,7 @@ def check_filter_columns(url: str, filter: Expr | None, schema: pa.Schema) -> No
 
 
 def check_columns(url: str, columns: Sequence[str] | None, schema: pa.Schema) -> None:
+    """A column asked for that the file lacks is an error: a typo is likelier than intent."""
     if columns is None:
         return
     missing = [c for c in columns if schema.get_field_index(c) < 0]

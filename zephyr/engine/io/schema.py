@@ -7,8 +7,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from zephyr.engine.errors import BadInputError, ZephyrError
 from zephyr.engine.io.bad_input import short_error
+from zephyr.errors import BadInputError, ZephyrError
 
 WRITE_BLOCK = 8192  # records per orjson/Arrow conversion when writing
 
@@ -36,6 +36,7 @@ def plain_type(t: pa.DataType) -> pa.DataType:
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with view types made plain (`plain_type`), its metadata kept."""
     return pa.schema([f.with_type(plain_type(f.type)) for f in schema], metadata=schema.metadata)
 
 

@@ -11,24 +11,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from zephyr.engine.errors import BadInputError
 from zephyr.engine.expr import Expr
 from zephyr.engine.expr_vortex import to_vortex
-from zephyr.engine.io.bad_input import bad_file, short_error
-from zephyr.engine.io.scan import (
-    check_columns,
-    check_filter_columns,
-    filter_batch,
-    is_plain_local,
-    scan_columns,
-    unreadable_columnar_file,
-)
+from zephyr.engine.io.format import Format
+from zephyr.engine.io.scan import check_scan, is_plain_local, scan_columns, scanned_batches, unreadable_columnar_file
 from zephyr.engine.io.schema import plain_schema
 from zephyr.engine.io.sink import CountingSink, WriteStats
+from zephyr.errors import BadInputError
 from zephyr.fs import atomic_write, open_url, url_to_fs
 
 
 def vortex_module() -> Any:
+    """The `vortex` package, or an ImportError with the pip command."""
     try:
         import vortex
     except ImportError:  # pragma: no cover - vortex-data is a core dependency
@@ -41,6 +35,8 @@ def vortex_module() -> Any:
 def vortex_batches(
     url: str, columns: Sequence[str] | None, filter: Expr | None, batch_size: int, skip: bool
 ) -> Iterator[pa.RecordBatch]:
+    """Stream `url` as batches (string_view types made plain); columns and the filter, where Vortex can
+    evaluate it, go into the scan; the rest of the filter runs after it."""
     # Vortex's own object stores would bypass our fsspec layer (region guard, mirror://, memory://),
     # so non-local files are handed to Vortex as fsspec file objects (`open_readable`), read by
     # range; no temporary copy. Local files use Vortex's native reader.
@@ -64,35 +60,22 @@ def vortex_batches(
             return
         if not len(schema):
             return  # no columns: an empty shard's file (see write_empty); it holds no records
-        check_columns(url, columns, schema)
-        check_filter_columns(url, filter, schema)
+        check_scan(url, columns, filter, schema)
         vx_filter = to_vortex(filter, schema) if filter is not None else None
         pushdown = filter is None or vx_filter is not None
         read_columns = list(columns) if columns is not None and pushdown else scan_columns(columns, filter, schema)
         names = read_columns if read_columns is not None else schema.names
         out_schema = plain_schema(pa.schema([schema.field(n) for n in names]))
-        predicate = filter.compile() if filter is not None and not pushdown else None
-        kept = 0
-        try:
-            reader = vfile.to_arrow(read_columns, expr=vx_filter, batch_size=batch_size, schema=out_schema)
-            for batch in reader:
-                if predicate is not None:
-                    assert filter is not None  # a predicate comes from the filter
-                    batch = filter_batch(batch, filter, predicate)
-                    if columns is not None:
-                        batch = batch.select(list(columns))
-                if batch.num_rows:
-                    kept += batch.num_rows
-                    yield batch
-        except (RuntimeError, ValueError, OSError, pa.ArrowException) as exc:
-            bad_file(
-                url,
-                skip,
-                "corrupt",
-                f"a vortex segment cannot be decoded ({short_error(exc)})",
-                fix="re-create or re-download the file",
-                kept=kept,
-            )
+        yield from scanned_batches(
+            lambda: vfile.to_arrow(read_columns, expr=vx_filter, batch_size=batch_size, schema=out_schema),
+            url,
+            columns=columns,
+            filter=filter,
+            pushed_down=pushdown,
+            skip=skip,
+            damage=lambda exc: isinstance(exc, RuntimeError | ValueError | OSError | pa.ArrowException),
+            unit="a vortex segment",
+        )
     finally:
         if handle is not None:
             handle.close()
@@ -101,7 +84,14 @@ def vortex_batches(
 # ------------------------------------------------------------------------------------------------
 
 
+def vortex_schema(url: str) -> pa.Schema:
+    """The schema of the file's layout (no row is read), view types made plain."""
+    with open_url(url, "rb", compression=None) as handle:
+        return plain_schema(vortex_module().open_readable(handle).dtype.to_arrow_schema())
+
+
 def write_vortex(batches: Iterator[pa.RecordBatch], url: str) -> WriteStats:
+    """Write batches of one schema as one vortex file, atomically."""
     # Vortex writes only to a local path or its own object stores, which would bypass our fsspec
     # layer; so it writes a local temporary file that is then copied through atomic_write.
     vx = vortex_module()
@@ -135,3 +125,7 @@ def write_vortex(batches: Iterator[pa.RecordBatch], url: str) -> WriteStats:
     finally:
         os.unlink(local)
     return WriteStats(path=url, records=records, bytes=sink.count)
+
+
+VORTEX = Format("vortex", (".vortex", ".vtx"), write=write_vortex, batches=vortex_batches, schema=vortex_schema)
+"""Vortex: columns and the filters Vortex can evaluate pushed into the scan; one schema per file."""

@@ -1,6 +1,7 @@
 """A Ray cluster of several nodes on one machine (`ray start` processes on 127.0.0.1), for tests and
 benchmarks of the Ray backend as a real multi-node cluster: separate raylets, temp dirs, custom
-resources and working directories, and a node that can be killed.
+resources and working directories, and a node that can be killed. Tests import it as `ray_local`
+(tests/ is on their path); a benchmark puts tests/ on `sys.path` first.
 
 Why not `ray.cluster_utils.Cluster`: it runs every node inside the test's own session and working
 directory; here each node is what an operator starts on a machine (`ray start --address ...`), with its
