@@ -499,5 +499,5 @@ def test_the_path_format_reads_each_file_as_a_record_naming_it(tmp_path, scratch
     assert run.stages[0].shards == 3 and run.stages[0].bytes_in == 30
     with pytest.raises(ValueError, match="the 'path' format is only read"):
         write_records([{"path": "x"}], str(tmp_path / "out.txt"), format="path")
-    with pytest.raises(ValueError, match="choose one of jsonl, parquet, vortex$"):
+    with pytest.raises(ValueError, match="choose one of jsonl, parquet, vortex, arrow$"):
         Dataset.from_list([{"a": 1}]).write(str(tmp_path / "part-{shard}.txt"), format="path")

@@ -303,10 +303,13 @@ def render_pair(root: Root, data: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- find
 def find_data(root: Root, request: Request) -> dict:
+    """The find page's data: for the `id` asked, the steps that removed it, the token stores holding it and
+    the document itself (`find.find_by_id`)."""
     return find.find_by_id(root, query_param(request, "id", True), _step_order(root))
 
 
 def render_find(root: Root, data: dict) -> str:
+    """The find page: where a document id went (removed by which step and why, kept in which token stores)."""
     doc_id = data["id"]
     removals = data["removed"]
     if removals:
