@@ -239,25 +239,25 @@ class RangedStore:
         if not runs:
             return {}
         bad = self._fetch_runs(runs, out)
-        if bad:  # once more: a torn response; a second mismatch is the bucket's bytes
-            again = self._fetch_runs([[shard, chunk, chunk] for shard, chunk, _, _ in bad], out)
-            if again:
-                shard, chunk, got, want = again[0]
-                raise ValueError(
-                    self._damaged(
-                        shard,
-                        chunk,
-                        f"XXH3-64 {got:016x}, {CHUNK_DIGESTS} says {want:016x} (fetched twice; "
-                        f"{len(again)} chunk(s) so): the store changed since it was opened (rewritten?) or is damaged",
-                    )
-                )
+        # Once more: a torn response. A second mismatch is the bucket's bytes.
+        again = self._fetch_runs([[shard, chunk, chunk] for shard, chunk, _, _ in bad], out) if bad else []
         keys = sorted(out)
-        if self.cache is not None:
+        if self.cache is not None:  # only chunks that matched their digests
             self.cache.put_many(
                 self._seeds[np.asarray([k[0] for k in keys], dtype=np.int64)],
                 np.asarray([k[1] for k in keys], dtype=np.uint64),
                 np.asarray([out[k][1] for k in keys], dtype=np.uint64),
                 [out[k][0] for k in keys],
+            )
+        if again:
+            shard, chunk, got, want = again[0]
+            raise ValueError(
+                self._damaged(
+                    shard,
+                    chunk,
+                    f"XXH3-64 {got:016x}, {CHUNK_DIGESTS} says {want:016x} (fetched twice; {len(again)} chunk(s) "
+                    "so): the store changed since it was opened (rewritten?) or is damaged",
+                )
             )
         return {k: out[k][0] for k in keys}
 
