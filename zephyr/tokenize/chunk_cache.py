@@ -77,6 +77,8 @@ class ChunkCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         with self._flock():
+            for dead in self.directory.glob(".tmp-*"):  # of a process killed while creating the index
+                dead.unlink(missing_ok=True)
             index = self.directory / "index.bin"
             size = _HEADER + self.capacity * RECORD.itemsize
             if not index.is_file() or index.stat().st_size != size:

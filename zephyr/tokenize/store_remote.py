@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from .chunk_cache import ChunkCache, open_chunk_cache
 from .store_format import CHUNK_DIGESTS, chunk_digests, chunk_seed, parse_manifest, store_cache_max, store_cache_root
 
 __all__ = ["FetchStats", "RangedStore", "StreamBlock", "open_ranged", "remote_manifest", "stream_tokens_file"]
@@ -118,7 +119,7 @@ class RangedStore:
         self._ends: OrderedDict[int, np.ndarray] = OrderedDict()
         self._fs: Any = None
         self._root = ""
-        self._cache: Any = None
+        self._cache: ChunkCache | None = None
         self._cache_opened = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -137,11 +138,9 @@ class RangedStore:
         return self._fs, self._root
 
     @property
-    def cache(self) -> Any:
+    def cache(self) -> ChunkCache | None:
         """The host's chunk cache (:class:`~zephyr.tokenize.chunk_cache.ChunkCache`), None when the bound is 0."""
         if not self._cache_opened:
-            from .chunk_cache import open_chunk_cache
-
             self._cache = open_chunk_cache(store_cache_root(), self.chunk_bytes, store_cache_max())
             self._cache_opened = True
         return self._cache
