@@ -138,7 +138,7 @@ def moto_server(spill: Path):
             AWS_DEFAULT_REGION="us-east-1",
             ZEPHYR_REGION="us-east-1",
         )
-        yield endpoint
+        yield endpoint, proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -167,7 +167,13 @@ def _cache_bytes(root: Path) -> int:
     return total
 
 
-def train_once(store: str, out: Path, steps: int, cache_root: Path) -> dict:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def train_once(store: str, out: Path, steps: int, cache_root: Path, moto_pid: int) -> dict:
     """One training run of the benchmark model on ``store``; the figures of section 3."""
     import zephyr.train.trainer as trainer
     from zephyr.train.config import DataConfig, LossConfig, ModelConfig, OptimizerConfig, TrainConfig
@@ -209,7 +215,7 @@ def train_once(store: str, out: Path, steps: int, cache_root: Path) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     trainer.make_mixture = keep
     sampler.start()
-    wall = time.time()
+    wall, moto_cpu, own_cpu = time.time(), _cpu_seconds(moto_pid), time.process_time()
     try:
         result = trainer.train(config)
     finally:
@@ -217,15 +223,21 @@ def train_once(store: str, out: Path, steps: int, cache_root: Path) -> dict:
         done.set()
         sampler.join()
     peak[0] = max(peak[0], _cache_bytes(cache_root))
-    first = next(r for r in trainer.read_metrics(result.metrics_path) if r.get("step") == 1)
+    records = [r for r in trainer.read_metrics(result.metrics_path) if "tokens_per_s" in r and "step" in r]
+    first = next(r for r in records if r["step"] == 1)
+    steady = sorted(r["tokens_per_s"] for r in records if r["step"] > 1)  # per step; less swayed by load swings
     stats = mixtures[0].components[0].store.fetch_stats
     return {
         "tokens_per_s": result.tokens_per_second,
+        "median_step_tok_s": steady[len(steady) // 2],
         "final_loss": result.final_loss,
         "first_step_s": first["time"] - wall,
         "bytes_fetched": stats.bytes_fetched if stats else 0,
         "requests": stats.requests if stats else 0,
         "cache_peak": peak[0],
+        "moto_cpu_s": _cpu_seconds(moto_pid) - moto_cpu,  # the emulator's work: a bucket's, done on this machine
+        "train_cpu_s": time.process_time() - own_cpu,
+        "wall_s": time.time() - wall,
     }
 
 
@@ -340,7 +352,7 @@ def main() -> None:
         f"{time.perf_counter() - started:.0f}s"
     )
     try:
-        with moto_server(work / "moto-spill") as endpoint:
+        with moto_server(work / "moto-spill") as (endpoint, moto_pid):
             url = "s3://zephyr-bench/stores/web"
             print(f"upload to moto: {upload(local, url):.0f}s")
             shutil.rmtree(cache_root, ignore_errors=True)
@@ -349,12 +361,13 @@ def main() -> None:
             for round_ in range(2):
                 for name, path in (("local", str(local)), ("bucket", url)):
                     shutil.rmtree(cache_root, ignore_errors=True)
-                    run = train_once(path, work / "runs" / f"{name}-{round_}", steps, cache_root)
+                    run = train_once(path, work / "runs" / f"{name}-{round_}", steps, cache_root, moto_pid)
                     runs[name].append(run)
                     print(
                         f"  round {round_} {name:6s}: {run['tokens_per_s']:,.0f} tok/s, loss {run['final_loss']:.4f}, "
                         f"first step {run['first_step_s']:.1f}s, fetched {run['bytes_fetched'] / 1e6:.1f} MB, "
-                        f"cache peak {run['cache_peak'] / 1e6:.1f} MB | load {_load()}"
+                        f"cache peak {run['cache_peak'] / 1e6:.1f} MB, CPU s: trainer {run['train_cpu_s']:.0f} "
+                        f"moto {run['moto_cpu_s']:.1f} in {run['wall_s']:.0f}s wall | load {_load()}"
                     )
             shutil.rmtree(cache_root, ignore_errors=True)
             raw = raw_reads(url, local, endpoint, 8 if args.quick else 40)
@@ -371,6 +384,7 @@ def main() -> None:
     peak = max(r["cache_peak"] for r in runs["bucket"])
     same = len({round(r["final_loss"], 6) for rs in runs.values() for r in rs}) == 1
     ratio = best["bucket"]["tokens_per_s"] / best["local"]["tokens_per_s"]
+    median = {name: max(r["median_step_tok_s"] for r in rs) for name, rs in runs.items()}
     print()
     print(
         f"store {size / 1e9:.2f} GB ({shards} shards), cache bound {bound / 1e6:.0f} MB, "
@@ -380,6 +394,10 @@ def main() -> None:
     print(
         f"{'training tokens/s':24s}{best['local']['tokens_per_s']:>16,.0f}{best['bucket']['tokens_per_s']:>18,.0f}"
         f"   ratio {ratio:.3f}"
+    )
+    print(
+        f"{'median step tokens/s':24s}{median['local']:>16,.0f}{median['bucket']:>18,.0f}"
+        f"   ratio {median['bucket'] / median['local']:.3f}"
     )
     print(f"{'first batch (s)':24s}{first['local']:>16.2f}{first['bucket']:>18.2f}")
     print(
@@ -409,12 +427,15 @@ def main() -> None:
                 "local_tok_s": round(best["local"]["tokens_per_s"], 1),
                 "bucket_tok_s": round(best["bucket"]["tokens_per_s"], 1),
                 "ratio": round(ratio, 4),
+                "median_step_tok_s": {k: round(v, 1) for k, v in median.items()},
+                "median_ratio": round(median["bucket"] / median["local"], 4),
                 "bytes_fetched_over_trained": round(fetched / trained, 4),
                 "cache_peak": peak,
                 "cache_within_bound": peak <= bound,
                 "first_batch_s": {k: round(v, 3) for k, v in first.items()},
                 "first_step_s": {k: round(v["first_step_s"], 2) for k, v in best.items()},
                 "same_losses": same,
+                "moto_cpu_s_per_bucket_run": round(max(r["moto_cpu_s"] for r in runs["bucket"]), 2),
                 "raw_windows_s": {k: (round(v, 1) if v is not None else None) for k, v in raw.items()},
                 "load": _load(),
             }
