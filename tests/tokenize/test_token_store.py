@@ -186,3 +186,9 @@ def test_inspect_prints_counts_histogram_and_samples(tmp_path):
     assert "documents  12" in report
     assert "document length histogram" in report and "#" in report
     assert report.count("  doc ") == 2
+
+
+def test_verify_reports_a_missing_chunk_digest_file_and_reads_on(tmp_path):
+    root = _write_store(tmp_path / "s", [_docs(np.random.default_rng(6), 10, 50000)] * 2)
+    (root / "shards/00001/tokens.xxh3").unlink()
+    assert verify_store(root).problems == ("shard shards/00001: missing tokens.xxh3 (the manifest lists its digest)",)

@@ -120,8 +120,11 @@ class _ShardCheck:
                 f"{where}: tokens.bin has {self.size('tokens.bin')} bytes, expected {expected} "
                 f"({s['tokens']} tokens x {self.dtype.itemsize})"
             )
-        small = {n: self.fs.cat_file(f"{self.base}/{n}") for n in s.get("xxh3_64", {}) if n != "tokens.bin"}
-        small.setdefault("offsets.npy", self.fs.cat_file(f"{self.base}/offsets.npy"))
+        listed = {"offsets.npy", *s.get("xxh3_64", {})} - {"tokens.bin"}
+        out.extend(
+            f"{where}: missing {n} (the manifest lists its digest)" for n in sorted(listed) if self.size(n) is None
+        )
+        small = {n: self.fs.cat_file(f"{self.base}/{n}") for n in sorted(listed) if self.size(n) is not None}
         out.extend(self._offsets(where, small["offsets.npy"]))
         digests = s.get("xxh3_64", {})
         bad_files = set()
