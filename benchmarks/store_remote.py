@@ -9,8 +9,8 @@
    GCS do not), so larger shards would time the emulator, not the reader.
 2. Serves it from moto (the S3 emulator, a server on 127.0.0.1, objects spilled to disk) and keeps the
    local directory beside it.
-3. Trains the same small model twice on each (alternating local, bucket, local, bucket; the best round
-   of each is kept: the machine is shared): a Llama of hidden 32, 2 layers, 2 heads, vocab 49,152
+3. Trains the same small model twice on each (local, bucket, then bucket, local; the best round of
+   each is kept: the machine is shared): a Llama of hidden 32, 2 layers, 2 heads, vocab 49,152
    (1.6M parameters, nearly all the tied embedding), batch 4 x seq_len 2048, f32, the trainer's own
    loop with its default read-ahead (data.prefetch 2). Small so that a step takes well under a
    second here and the input pipeline is not hidden behind compute; the loss equality of the two runs
@@ -359,7 +359,8 @@ def main() -> None:
             first = {"local": first_batch_seconds(str(local)), "bucket": first_batch_seconds(url)}
             runs: dict[str, list[dict]] = {"local": [], "bucket": []}
             for round_ in range(2):
-                for name, path in (("local", str(local)), ("bucket", url)):
+                order = [("local", str(local)), ("bucket", url)]
+                for name, path in order if round_ % 2 == 0 else order[::-1]:  # neither always runs first
                     shutil.rmtree(cache_root, ignore_errors=True)
                     run = train_once(path, work / "runs" / f"{name}-{round_}", steps, cache_root, moto_pid)
                     runs[name].append(run)
