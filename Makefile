@@ -69,7 +69,7 @@ docs: $(STAMP)
 # conflict with ours (xxhash<4, an older trafilatura). Benchmarks skip a peer whose venv is missing.
 $(PEERS)/.installed:
 	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
-	$(PEERS)/bin/pip install -q "datatrove==0.10.1" "xxhash<4" spacy regex tokenizers orjson
+	$(PEERS)/bin/pip install -q "datatrove==0.10.1" "xxhash<4" spacy regex tokenizers orjson "tensorstore==0.1.86"
 	touch $@
 
 peers: $(PEERS)/.installed

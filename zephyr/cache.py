@@ -5,8 +5,9 @@ What lives under it (all safe to delete; each is refilled on next use):
     tokenizers/   the SmolLM2 tokenizer extracted from its GGUF (~2 MB)
     models/       Datashop's labeler model exported for transformers / vLLM (~500 MB for SmolLM2-135M)
     jax/          JAX's compiled programs for ablation and training runs (tens of MB)
-    stores/       local copies of token stores read from buckets (`$ZEPHYR_STORE_CACHE` overrides; as big
-                  as the stores)
+    stores/       `.chunks/`, the chunk cache of bucket token stores read by byte ranges (at most
+                  `$ZEPHYR_STORE_CACHE_MAX`, default 4 GiB), and whole copies asked for with `copy=True`
+                  (as big as the stores); `$ZEPHYR_STORE_CACHE` moves it
 """
 
 from __future__ import annotations

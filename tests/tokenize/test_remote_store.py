@@ -1,5 +1,6 @@
 """Token stores on buckets, against the real GCS emulator (and moto S3): write on the processes
-backend, resume, stale-shard removal, read through the local cache (once), refetch when rewritten."""
+backend, resume, stale-shard removal; read by byte ranges (the default) and through a whole local copy
+(once per host, fetched again when rewritten)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pytest
 import zstandard
 
@@ -22,36 +22,6 @@ from zephyr.train.config import DataConfig
 from zephyr.train.data import make_mixture
 
 REPO = Path(__file__).resolve().parents[2]
-FALLBACK = [
-    "A small offline sample, used when ../shared/data is absent.  It has runs   of spaces.",
-    "Zweiter Text: Größe, Maß, 2024-11-22.\n\nDritter Absatz.",
-    "第三个文档：中文文本。 第四句。",
-]
-
-
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    """Three .jsonl.zst files of real article text (shared data), one empty text among them."""
-    truth = REPO.parent / "shared" / "data" / "aeb-dev" / "ground-truth.json"
-    if truth.is_file():
-        items = sorted(json.loads(truth.read_text()).items())[:36]
-        docs = [{"id": k, "text": v["articleBody"]} for k, v in items]
-    else:
-        docs = [{"id": f"doc-{i}", "text": t} for i, t in enumerate(FALLBACK * 12)]
-    docs.insert(5, {"id": "empty", "text": ""})
-    folder = tmp_path / "in"
-    folder.mkdir()
-    for k in range(3):
-        payload = b"\n".join(orjson.dumps(d) for d in docs[k::3]) + b"\n"
-        (folder / f"part-{k}.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(payload))
-    return folder
-
-
-@pytest.fixture
-def bucket(gcs_env, monkeypatch, tmp_path) -> str:
-    """A fresh emulator bucket; the store cache in tmp_path."""
-    monkeypatch.setenv("ZEPHYR_STORE_CACHE", str(tmp_path / "cache"))
-    return gcs_env.create_bucket("US")
 
 
 def _tokenize(inputs: str, output: str, scratch: str, **options) -> object:
@@ -97,15 +67,19 @@ def test_processes_backend_writes_bucket_store_identical_to_local(corpus, bucket
             == (local / "validation" / shard["path"] / "tokens.bin").read_bytes()
         )
 
-    # Read it back through the cache: the same windows, documents and validation split as the local store.
+    # Read it back by byte ranges: the same windows, documents and validation split as the local store,
+    # and no copy of the store anywhere (only the bounded chunk cache).
     remote, here = TokenStore(url), open_store(local)
     assert remote.url == url and remote.location == url and url in repr(remote)
-    assert remote.path.parent == tmp_path / "cache"
+    assert remote.path is None and remote.fetch_stats is not None
     assert remote.num_tokens == here.num_tokens and remote.num_shards == 3
     assert [remote.window(i, 32).tolist() for i in range(remote.num_windows(32))] == [
         here.window(i, 32).tolist() for i in range(here.num_windows(32))
     ]
     assert remote.document(7).tolist() == here.document(7).tolist()
+    assert remote.document_index().equals(here.document_index())
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [".chunks"]
+    assert open_store(url, copy=True).path.parent == tmp_path / "cache"  # the whole copy, when asked for
     assert remote.validation is not None and remote.validation.url == f"{url}/validation"
     assert remote.validation.num_tokens == here.validation.num_tokens
     mix_remote = Mixture({"web": (url, 1.0)}, seq_len=16, seed=1, block_size=4)
@@ -151,16 +125,16 @@ def test_cache_is_filled_once_and_refetched_when_the_store_is_rewritten(corpus, 
     inputs = str(corpus / "*.jsonl.zst")
     url = f"gs://{bucket}/web"
     _tokenize(inputs, url, scratch)
-    first = TokenStore(url)
+    first = TokenStore(url, copy=True)
     tokens = first.path / "shards" / "00000" / "tokens.bin"
     stamp = tokens.stat()
-    second = open_store(url)
+    second = open_store(url, copy=True)
     assert second.path == first.path
     assert (tokens.stat().st_ino, tokens.stat().st_mtime_ns) == (stamp.st_ino, stamp.st_mtime_ns)  # no refetch
     assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")] == [first.path.name]
     # Rewritten with other settings (BOS added): a new manifest, so a new cache entry with the new ids.
     _tokenize(inputs, url, scratch, add_bos=True)
-    rewritten = TokenStore(url)
+    rewritten = TokenStore(url, copy=True)
     assert rewritten.path != first.path
     assert rewritten.num_tokens == first.num_tokens + first.num_documents
     assert rewritten.document(0).tolist()[1:] == first.document(0).tolist()
@@ -175,13 +149,13 @@ def test_rewrite_with_the_same_counts_is_fetched_again(corpus, bucket, scratch, 
     inputs = str(corpus / "*.jsonl.zst")
     url = f"gs://{bucket}/web"
     _tokenize(inputs, url, scratch)
-    first = TokenStore(url)
+    first = TokenStore(url, copy=True)
     before = [first.document(i).tolist() for i in range(first.num_documents)]
     for part in corpus.glob("*.jsonl.zst"):
         lines = zstandard.ZstdDecompressor().decompress(part.read_bytes()).splitlines()
         part.write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(reversed(lines)) + b"\n"))
     _tokenize(inputs, url, scratch, resume=False)
-    second = TokenStore(url)
+    second = TokenStore(url, copy=True)
     assert (second.num_documents, second.num_tokens) == (first.num_documents, first.num_tokens)
     assert second.path != first.path
     after = [second.document(i).tolist() for i in range(second.num_documents)]
@@ -201,7 +175,7 @@ def test_a_damaged_remote_file_is_refused_at_fetch(corpus, bucket, scratch, tmp_
     assert data != fs.cat_file(path)
     fs.pipe_file(path, bytes(data))
     with pytest.raises(ValueError, match=r"shards/00001/tokens.bin has XXH3-64 digest [0-9a-f]{16}, the manifest says"):
-        TokenStore(url)
+        TokenStore(url, copy=True)
     assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
 
 
@@ -214,7 +188,7 @@ _OPENER = textwrap.dedent("""
     barrier.touch()
     while len(list(barrier.parent.glob("ready-*"))) < int(sys.argv[3]):
         time.sleep(0.01)
-    store = TokenStore(sys.argv[1])
+    store = TokenStore(sys.argv[1], copy=True)
     print("TOKENS", store.num_tokens, "AT", store.path)
 """)
 

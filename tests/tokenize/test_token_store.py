@@ -155,6 +155,7 @@ def test_manifest_records_each_data_files_digest_and_verify_checks_it(tmp_path):
         "shard shards/00001: tokens.bin has XXH3-64 digest "
         f"{xxhash.xxh3_64_hexdigest((root / 'shards/00001/tokens.bin').read_bytes())}, "
         f"the manifest says {m['shards'][1]['xxh3_64']['tokens.bin']} (changed after it was written)",
+        "shard shards/00001: tokens.bin chunk(s) 0 (bytes [0, 512)) do not match tokens.xxh3",  # token 5: chunk 0
     )
 
 
@@ -164,6 +165,8 @@ def test_stores_without_digests_still_open_and_verify(tmp_path):
     m = json.loads((root / "manifest.json").read_text())
     for shard in m["shards"]:
         del shard["xxh3_64"]
+        (root / shard["path"] / "tokens.xxh3").unlink()
+    del m["chunk_bytes"]
     (root / "manifest.json").write_text(json.dumps(m))
     assert verify_store(root).ok and open_store(root).num_documents == 10
 
@@ -183,3 +186,9 @@ def test_inspect_prints_counts_histogram_and_samples(tmp_path):
     assert "documents  12" in report
     assert "document length histogram" in report and "#" in report
     assert report.count("  doc ") == 2
+
+
+def test_verify_reports_a_missing_chunk_digest_file_and_reads_on(tmp_path):
+    root = _write_store(tmp_path / "s", [_docs(np.random.default_rng(6), 10, 50000)] * 2)
+    (root / "shards/00001/tokens.xxh3").unlink()
+    assert verify_store(root).problems == ("shard shards/00001: missing tokens.xxh3 (the manifest lists its digest)",)

@@ -57,7 +57,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "inspect",
         help="summarise a token store",
-        description="Print counts, a document-length histogram and decoded samples.",
+        description="Print counts, a document-length histogram and decoded samples. A bucket store is read by "
+        "byte ranges (its offsets and the sampled documents), not copied.",
     )
     p.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     p.add_argument("--samples", type=int, default=3, help="documents to decode and show")
@@ -68,7 +69,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "verify",
         help="check a token store's files against its manifest",
-        description="Check offsets, counts, file sizes and id range; exit 1 on any problem.",
+        description="Check offsets, counts, file sizes, digests (every 512-byte chunk too) and id range; exit 1 on "
+        "any problem. A bucket store is streamed once where it is, not copied.",
     )
     p.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     p.add_argument("--no-ids", action="store_true", help="skip the scan of every id against vocab_size")

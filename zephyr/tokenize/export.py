@@ -62,7 +62,7 @@ def _prefix(out: str | os.PathLike[str]) -> Path:
 def export_megatron(
     store: str | os.PathLike[str], out: str | os.PathLike[str], *, split: str = "train"
 ) -> MegatronExport:
-    """Write the token store at `store` (local or a bucket URL) as `OUT.bin` + `OUT.idx`.
+    """Write the token store at `store` (local or a bucket URL, streamed by ranges) as `OUT.bin` + `OUT.idx`.
 
     `split="validation"` exports the store's held-out split instead. Files are written under temporary
     names and renamed when complete, so a reader never sees half an export.
@@ -88,11 +88,8 @@ def export_megatron(
         raise ValueError(f"a document of {int(lengths.max())} tokens does not fit Megatron's int32 sequence lengths")
     try:
         with open(bin_tmp, "wb") as handle:
-            for shard in opened._shards:
-                if shard.tokens:
-                    array = shard.token_array
-                    for start in range(0, len(array), 1 << 24):  # bounded memory on huge shards
-                        np.ascontiguousarray(array[start : start + (1 << 24)], dtype=dtype).tofile(handle)
+            for block in opened.iter_shard_tokens():  # bounded memory; a bucket store streams, no copy
+                np.ascontiguousarray(block, dtype=dtype).tofile(handle)
         pointers = np.zeros(len(lengths), dtype=np.int64)
         if len(lengths) > 1:
             np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])

@@ -288,8 +288,9 @@ class Mixture:
         """Any sequences, by index, as int32 ``[len(indices), seq_len + 1]`` (e.g. one host's rows of a batch)."""
         comp, window = self.locate_many(list(indices))
         out = np.empty((len(comp), self.seq_len + 1), dtype=np.int32)
-        for row, (k, w) in enumerate(zip(comp.tolist(), window.tolist(), strict=False)):
-            out[row] = self.components[k].store.window(w, self.seq_len)
+        for k in np.unique(comp).tolist():  # one read per store: a bucket store fetches its rows in one batch
+            rows = np.nonzero(comp == k)[0]
+            out[rows] = self.components[k].store.windows(window[rows], self.seq_len)
         return out
 
     # -- validation ----------------------------------------------------------------------------
@@ -307,8 +308,7 @@ class Mixture:
         for emitted, start in enumerate(range(0, total, batch_size)):
             if max_batches is not None and emitted >= max_batches:
                 return
-            rows = range(start, min(total, start + batch_size))
-            yield np.stack([np.asarray(store.window(r, self.seq_len), dtype=np.int32) for r in rows])
+            yield store.windows(np.arange(start, min(total, start + batch_size)), self.seq_len).astype(np.int32)
 
     def _validation_store(self, name: str) -> TokenStore:
         if name not in self.validation:

@@ -208,6 +208,8 @@ class DataConfig:
     seed: int = 0
     mixture_block: int = 256  # sequences per block of the deterministic mixture
     eos_id: int | None = None  # None: read from the store manifest
+    prefetch: int = 2  # steps whose batches are read ahead in a background thread (0: read in the step)
+    bucket_reads: Literal["ranges", "copy"] = "ranges"  # bucket stores: byte ranges + chunk cache, or a whole copy
 
     def __post_init__(self) -> None:
         require(
@@ -215,6 +217,14 @@ class DataConfig:
             f"data.seq_len and data.batch_size must be > 0, got {self.seq_len}, {self.batch_size}.",
         )
         require(self.mixture_block > 0, f"data.mixture_block must be > 0, got {self.mixture_block}.")
+        require(
+            self.prefetch >= 0, f"data.prefetch must be >= 0 (0 reads each batch in its step), got {self.prefetch}."
+        )
+        require(
+            self.bucket_reads in ("ranges", "copy"),
+            f"data.bucket_reads must be 'ranges' (fetch what each step needs) or 'copy' (a whole local copy), "
+            f"got {self.bucket_reads!r}.",
+        )
         for name, entry in self.train.items():
             require(
                 isinstance(entry, tuple) and len(entry) == 2 and float(entry[1]) >= 0,

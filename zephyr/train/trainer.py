@@ -36,7 +36,7 @@ from jax.sharding import PartitionSpec as P
 
 from zephyr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from zephyr.train.config import TrainConfig, config_to_dict
-from zephyr.train.data import EvalSet, eos_id_of, eval_sets, make_mixture
+from zephyr.train.data import BatchPrefetcher, EvalSet, eos_id_of, eval_sets, host_rows, make_mixture
 from zephyr.train.loss import linear_cross_entropy_loss
 from zephyr.train.model import Transformer, segment_ids_from_eos
 from zephyr.train.optim import learning_rate_schedule, make_optimizer
@@ -369,11 +369,16 @@ def train(config: TrainConfig) -> TrainResult:
     window_start, window_steps, paused = time.perf_counter(), 0, 0.0  # paused: eval/checkpoint time in the window
     first_step_done = False
     live_row = _live_row(cfg, start)
-    with open_trackers(
-        output_dir=out, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=config_to_dict(cfg)
-    ) as trackers:
+    rows = host_rows(batch_sharding, d.batch_size, d.seq_len)  # this host reads only its devices' rows
+    with (
+        open_trackers(
+            output_dir=out, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project, config=config_to_dict(cfg)
+        ) as trackers,
+        BatchPrefetcher(mixture, d.batch_size, rows, start=start, stop=cfg.steps, ahead=d.prefetch) as batches,
+    ):
         for step in range(start, cfg.steps):
-            tokens = jax.device_put(mixture.batch(step, d.batch_size), batch_sharding)
+            local = batches.get(step)  # read in the background while the previous steps computed
+            tokens = jax.make_array_from_process_local_data(batch_sharding, local, (d.batch_size, d.seq_len + 1))
             state, metrics = step_fn(state, tokens)
             window_steps += 1
             done = step + 1
