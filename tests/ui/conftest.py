@@ -16,6 +16,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ui_helpers import Server, _load_recipe, _write_ablation_report  # noqa: E402
 
 
+_BROWSER_SKIP = "browser tests skipped: "
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    """A browser test skipped for want of Chromium or Playwright is counted under its reason, so that pytest's
+    last line says it ("10 browser tests skipped (no Chromium at /usr/bin/chromium: not root ...)") instead of
+    folding it into the plain skipped count that nobody reads."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        message = report.longrepr[2].removeprefix("Skipped: ")
+        if message.startswith(_BROWSER_SKIP):
+            return f"browser tests skipped ({message[len(_BROWSER_SKIP) :]})", "s", "SKIPPED"
+    return None
+
+
 @pytest.fixture(scope="session")
 def ui_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real recipe output root (about a minute on 2 busy cores), shared by every UI test."""
