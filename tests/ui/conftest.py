@@ -15,7 +15,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ui_helpers import Server, _load_recipe, _write_ablation_report  # noqa: E402
 
-
 _BROWSER_SKIP = "browser tests skipped: "
 
 
@@ -51,7 +50,7 @@ def ui_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # and the same marks turned into a drop with a lineage side output of several reasons
         normalized = sorted(str(p) for p in next(root.glob("normalize-*")).glob("*/part-*.jsonl.zst"))
         # dedup first: a rule marks only what has no reason yet, so the planted duplicates keep "exact_duplicate"
-        # whatever the sample (it is cut from the installed packages' texts, so it differs between environments)
+        # even where a copy also fails a quality rule
         marked = dedup_documents(Dataset.from_files(normalized), num_shards=2).map(QualityFilter())
         marked.write(str(root / "marked" / "part-{shard:05d}.jsonl.zst")).execute()
         drop_removed(marked, str(root / "quality" / "_removed")).write(
