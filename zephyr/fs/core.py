@@ -126,11 +126,19 @@ def expand_glob(pattern: str) -> list[str]:
             fixed = path  # named exactly: kept whatever its name
     matches = [m for m in matches if not is_hidden(m, fixed)]
     if not matches:
-        raise BadInputError(f"no files match {pattern!r}: check the path and the glob pattern")
+        raise BadInputError(f"no files match {pattern!r}{_relative_to(pattern)}: check the path and the glob pattern")
     protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
     if protocol in ("file", "local"):
         return matches
     return [fs.unstrip_protocol(m) for m in matches]
+
+
+def _relative_to(pattern: str) -> str:
+    """Where a relative local path was looked for (a script run from another folder reads another `data/`)."""
+    protocol, path = split_protocol(pattern)
+    if protocol in (None, "file", "local") and not os.path.isabs(path):
+        return f" (relative to the working folder {os.getcwd()})"
+    return ""
 
 
 def remove_dead_temps(url: str) -> int:
