@@ -75,8 +75,8 @@ class Normalize:
         if len(text) > self.max_chars:
             text = _capped(text, self.max_chars)
         fields = (self.id_field,) if self.id_field else ("warc_record_id", "id")
-        doc_id = next((record[f] for f in fields if _is_id(record.get(f))), None)
-        if doc_id is None:
+        id_field = next((f for f in fields if _is_id(record.get(f))), None)
+        if id_field is None:
             if self.skip_bad:
                 return _dropped("no_id")
             found = {f: type(record[f]).__name__ for f in fields if f in record}
@@ -87,9 +87,9 @@ class Normalize:
                 "keep their id in, or --on-bad-record skip drops such records (counted as normalize/dropped_no_id)"
             )
         metadata = dict(record.get("metadata") or {})
-        metadata.update({k: v for k, v in record.items() if k not in ("text", *fields, "metadata")})
+        metadata.update({k: v for k, v in record.items() if k not in ("text", id_field, "metadata")})
         return {
-            "id": doc_id,
+            "id": record[id_field],
             "text": text.replace("\r\n", "\n").strip(),
             "source": f"nemotron_cc/{self.split}",
             "split": self.split,
