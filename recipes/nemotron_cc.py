@@ -27,8 +27,10 @@ from typing import Any
 
 from zephyr import Dataset, counters
 from zephyr.cli import ZephyrArgumentParser
-from zephyr.engine.options import add_on_bad_record_option
+from zephyr.engine.context import current_config
+from zephyr.engine.options import add_on_bad_record_option, positive_int
 from zephyr.engine.pending import pending_producer
+from zephyr.errors import BadInputError
 from zephyr.fs import expand_glob, join, url_to_fs
 from zephyr.operators import dedup_documents
 from zephyr.operators.fuzzy_dedup import (
@@ -48,24 +50,71 @@ SPLIT_RANK = {name: rank for rank, name in enumerate(SPLITS)}  # lower rank: hig
 # ------------------------------------------------------------------------------------------ steps
 @dataclass(frozen=True)
 class Normalize:
-    """A Nemotron-CC record -> a Zephyr document {id, text, source, split, metadata}."""
+    """A Nemotron-CC record -> a Zephyr document {id, text, source, split, metadata}.
+
+    Records are checked here, where they enter, not in a later step that reads an intermediate file: one
+    without an id (a non-empty string or an integer in `id_field`; by default Nemotron-CC's `warc_record_id`,
+    else `id`) is bad input naming its file and record, unless `skip_bad` (--on-bad-record skip) drops and
+    counts it; text that is empty or not a string is dropped and counted by what it was.
+
+    Text longer than `max_chars` (--max-document-chars) is cut at the last space before it and counted
+    (normalize/documents_capped, normalize/chars_cut), as MinHash caps its shingles: every later step holds
+    a document whole, several times over. One 175 MB document against --memory-per-worker 1GB, before the
+    cap: exact dedup's worker peaked at 1.38 GB, fuzzy dedup's at 3.12 GB, tokenize's at 1.79 GB."""
 
     split: str
+    id_field: str | None = None  # None: warc_record_id, else id
+    skip_bad: bool = False
+    max_chars: int = 1_000_000
 
     def __call__(self, record: dict) -> dict:
         text = record.get("text")
-        if not isinstance(text, str) or not text.strip():
-            counters.increment("normalize/dropped_empty_text")
-            return {}
+        if not isinstance(text, str) and text is not None:
+            return _dropped("text_not_a_string")
+        if not text or text.isspace():  # (not strip(): a copy of the whole text)
+            return _dropped("text_empty")
+        if len(text) > self.max_chars:
+            text = _capped(text, self.max_chars)
+        fields = (self.id_field,) if self.id_field else ("warc_record_id", "id")
+        id_field = next((f for f in fields if _is_id(record.get(f))), None)
+        if id_field is None:
+            if self.skip_bad:
+                return _dropped("no_id")
+            found = {f: type(record[f]).__name__ for f in fields if f in record}
+            raise BadInputError(
+                f"a record needs an id, a non-empty string or an integer in {' or '.join(map(repr, fields))}"
+                + (f" (it has {found})" if found else "")
+                + f"; its fields are {sorted(record)[:12]}. Fix: --id-field FIELD names the field your records "
+                "keep their id in, or --on-bad-record skip drops such records (counted as normalize/dropped_no_id)"
+            )
         metadata = dict(record.get("metadata") or {})
-        metadata.update({k: v for k, v in record.items() if k not in ("text", "warc_record_id", "metadata")})
+        metadata.update({k: v for k, v in record.items() if k not in ("text", id_field, "metadata")})
         return {
-            "id": record.get("warc_record_id") or record.get("id"),
+            "id": record[id_field],
             "text": text.replace("\r\n", "\n").strip(),
             "source": f"nemotron_cc/{self.split}",
             "split": self.split,
             "metadata": metadata,
         }
+
+
+def _capped(text: str, max_chars: int) -> str:
+    """`text` cut to at most `max_chars` characters, at the last whitespace in its final tenth if there is one."""
+    head = text[:max_chars]
+    cut = max(head.rfind(" "), head.rfind("\n"))
+    head = head[:cut] if cut > max_chars * 0.9 else head
+    counters.increment("normalize/documents_capped")
+    counters.increment("normalize/chars_cut", len(text) - len(head))
+    return head
+
+
+def _is_id(value: Any) -> bool:
+    return (isinstance(value, str) and value != "") or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _dropped(reason: str) -> dict:
+    counters.increment(f"normalize/dropped_{reason}")
+    return {}
 
 
 def split_of(path: str) -> str:
@@ -90,6 +139,7 @@ def _quality_order(doc: dict) -> tuple[int, str]:
 
 
 def normalize(path: str, *, config: dict, inputs: list[str]) -> dict:
+    normalizer = dict(id_field=config["id_field"], skip_bad=config["skip_bad"], max_chars=config["max_chars"])
     files_by_split: dict[str, list[str]] = {}
     for pattern in inputs:
         if pending_producer(pattern) is not None:  # a dry run: the sample is not built, plan one split for all
@@ -97,11 +147,11 @@ def normalize(path: str, *, config: dict, inputs: list[str]) -> dict:
             continue
         for file in expand_glob(pattern):
             files_by_split.setdefault(split_of(file), []).append(file)
-    summary = {"documents_in": 0, "documents_out": 0, "splits": {}}
+    summary: dict[str, Any] = {"documents_in": 0, "documents_out": 0, "splits": {}, "dropped": {}, "capped": 0}
     for split, files in sorted(files_by_split.items()):
         run = (
             Dataset.from_files(sorted(files))
-            .map(Normalize(split))
+            .map(Normalize(split, **normalizer))
             .filter(_non_empty)
             .write(join(path, split, "part-{shard:05d}.jsonl.zst"))
             .execute()
@@ -109,6 +159,11 @@ def normalize(path: str, *, config: dict, inputs: list[str]) -> dict:
         summary["documents_in"] += run.stages[0].records_in
         summary["documents_out"] += run.stages[0].records_out
         summary["splits"][split] = run.stages[0].records_out
+        summary["capped"] += run.counters.get("normalize/documents_capped", 0)
+        for name, n in run.counters.items():
+            if name.startswith("normalize/dropped_"):
+                reason = name.removeprefix("normalize/dropped_")
+                summary["dropped"][reason] = summary["dropped"].get(reason, 0) + n
     return summary
 
 
@@ -237,6 +292,8 @@ class RecipeConfig:
     num_shards: int = 4
     sample_docs_per_split: int = 420
     on_bad_record: str | None = None  # None: the execution config's ("raise" unless set)
+    id_field: str | None = None  # None: warc_record_id, else id
+    max_document_chars: int = 1_000_000
 
 
 def parse_args(argv: list[str] | None = None) -> RecipeConfig:
@@ -264,6 +321,17 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
         default=420,
         help="size of the embedded sample (used when no --input is given)",
     )
+    parser.add_argument(
+        "--id-field",
+        default=None,
+        help="the field that holds each record's unique id (default: warc_record_id, else id)",
+    )
+    parser.add_argument(
+        "--max-document-chars",
+        type=positive_int,
+        default=1_000_000,
+        help="cut longer documents' text to this many characters, counted (normalize/documents_capped)",
+    )
     add_on_bad_record_option(parser)
     args = parser.parse_args(argv)
     weights = {}
@@ -285,6 +353,8 @@ def parse_args(argv: list[str] | None = None) -> RecipeConfig:
         args.num_shards,
         args.sample_docs_per_split,
         args.on_bad_record,
+        args.id_field,
+        args.max_document_chars,
     )
 
 
@@ -299,7 +369,13 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
             ):
                 sample = build_sample(sample, docs_per_split=n)
             inputs = [str(sample / "*" / "*.jsonl.zst")]
-        docs = steps.run("normalize", normalize, config={}, inputs={"inputs": inputs})
+        skip_bad = (config.on_bad_record or current_config().on_bad_record) == "skip"
+        docs = steps.run(
+            "normalize",
+            normalize,
+            config={"id_field": config.id_field, "skip_bad": skip_bad, "max_chars": config.max_document_chars},
+            inputs={"inputs": inputs},
+        )
         exact = steps.run("exact_dedup", exact_dedup, config={"num_shards": config.num_shards}, inputs={"docs": docs})
         fuzzy = steps.run(
             "fuzzy_dedup",

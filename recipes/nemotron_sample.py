@@ -1,8 +1,10 @@
-"""The embedded Nemotron-CC-style sample: built deterministically from text already on this machine.
+"""The embedded Nemotron-CC-style sample: built deterministically from text shipped with the project.
 
-No download: the prose comes from the long descriptions of the installed Python packages (their READMEs,
-real human-written English) and from the docstrings of a fixed set of standard-library modules. Documents
-are cut from that text and assigned to Nemotron-CC's seven quality splits by construction:
+No download, and nothing read from the machine: the prose is `sample_text/python-docs.jsonl.zst` (the
+Python Language Reference's topics and standard-library docstrings from CPython 3.11.7, PSF License; see
+sample_text/NOTICE.md), so every machine builds the same sample and `make run` prints the same counts
+(tests/recipes/test_nemotron_sample.py holds them). Documents are cut from that text and assigned to
+Nemotron-CC's seven quality splits by construction:
 
 - high (actual): long coherent passages; high (synthetic): question/answer rephrasings of them;
 - medium-high, medium, medium-low: progressively shorter passages with more markup and boilerplate;
@@ -11,7 +13,8 @@ are cut from that text and assigned to Nemotron-CC's seven quality splits by con
 
 Exact duplicates (the same text under a new record id) and near duplicates (a few percent of words
 edited) are planted within and across splits, and their ids are listed in `planted.json` so the recipe
-can report what dedup found. Same Python environment, same seed: byte-identical files.
+can report what dedup found. Same seed and size: the same records on every machine (the compressed bytes
+follow the zstandard library's version).
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from typing import Any
 import orjson
 import zstandard
 
-from zephyr.fs import atomic_write
+from zephyr.fs import atomic_write, remove_dead_temps
 
-__all__ = ["SPLITS", "build_sample"]
+__all__ = ["SPLITS", "SAMPLE_TEXT", "build_sample"]
 
 SPLITS = (
     "high_actual",
@@ -43,6 +46,9 @@ SPLITS = (
     "low_actual",
     "low_synthetic",
 )
+SAMPLE_TEXT = Path(__file__).resolve().parent / "sample_text" / "python-docs.jsonl.zst"
+# The texts of this machine (`_package_texts`, `_stdlib_texts`) are what recipes/datashop_edu.py builds its offline
+# corpus from and benchmarks/pipeline_scale.py its vocabulary; the sample itself reads only SAMPLE_TEXT.
 _STDLIB_MODULES = (
     "argparse",
     "asyncio/events",
@@ -124,6 +130,12 @@ def _stdlib_texts() -> list[str]:
         if parts:
             texts.append("\n\n".join(parts))
     return texts
+
+
+def _sample_texts() -> list[str]:
+    """The shipped prose the sample is cut from, in the file's order (sample_text/NOTICE.md says what it is)."""
+    payload = zstandard.ZstdDecompressor().decompress(SAMPLE_TEXT.read_bytes())
+    return [orjson.loads(line)["text"] for line in payload.splitlines()]
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -211,10 +223,11 @@ def _record(text: str, split: str, rng: random.Random, index: int) -> dict:
 def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420, files_per_split: int = 2) -> Path:
     """Write the sample under `output/<split>/part-XXXXX.jsonl.zst` (if not already there); returns output.
 
-    Any docs_per_split >= 1 works. The text on this machine gives a few hundred distinct long passages
-    and about two thousand short ones; splits that would need more reuse passages from the start of the
-    pool (repeated passages are then duplicates that `planted.json` does not list; it says how many
-    documents were cut from a reused passage under "reused_passages").
+    Any docs_per_split >= 1 works. The shipped text gives about 460 distinct long passages and 1,400
+    short ones; splits that would need more reuse passages from the start of the pool
+    (repeated passages are then duplicates that `planted.json` does not list; it says how many documents
+    were cut from a reused passage under "reused_passages"). A build killed part way (kill -9) leaves no
+    `planted.json`, so the next call builds again, removing the killed attempt's temporary files.
     """
     if not isinstance(docs_per_split, int) or docs_per_split < 1:
         raise ValueError(f"docs_per_split must be a positive integer, got {docs_per_split!r}")
@@ -225,7 +238,7 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
     if done.is_file():
         return output
     rng = random.Random(seed)
-    texts = _package_texts() + _stdlib_texts()
+    texts = _sample_texts()
     rng.shuffle(texts)
     long_passages = list(_passages(texts, rng, 1500, 4000))
     short_passages = list(_passages(texts, rng, 300, 1200))
@@ -233,21 +246,15 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
     followers = _bigram_model(vocabulary)
     rng.shuffle(long_passages)
     rng.shuffle(short_passages)
-    if not long_passages or not short_passages:
-        raise RuntimeError(
-            f"the sample needs prose from installed package descriptions and standard-library docstrings; "
-            f"found {len(long_passages)} long and {len(short_passages)} short passages in {len(texts)} texts "
-            "(is this a minimal Python without package metadata?)"
-        )
     reused = 0
 
     def take(pool: list[str], start: int, n: int) -> list[str]:
-        """n passages from `pool[start:]`, wrapping to the pool's start when it runs out (the slice
-        alone used to be empty for large n: a ZeroDivisionError at 688 docs per split)."""
+        """n passages from `pool[start:]`, going on from the pool's start when it runs out (so a split that
+        needs more passages than are left repeats each at most once per round of the pool, instead of
+        cycling the few left at its end)."""
         nonlocal reused
-        rest = pool[start:] or pool
-        reused += max(0, n - len(pool[start:]))
-        return [rest[i % len(rest)] for i in range(n)]
+        reused += min(n, max(0, start + n - len(pool)))
+        return [pool[(start + i) % len(pool)] for i in range(n)]
 
     def boilerplate(n_lines: int) -> str:
         return "\n".join(rng.choice(_BOILERPLATE) for _ in range(n_lines))
@@ -297,10 +304,13 @@ def build_sample(output: str | Path, *, seed: int = 0, docs_per_split: int = 420
         for f in range(files_per_split):
             part = split_records[f::files_per_split]
             payload = b"".join(orjson.dumps(r) + b"\n" for r in part)
-            with atomic_write(str(folder / f"part-{f:05d}.jsonl.zst"), "wb", compression=None) as handle:
+            url = str(folder / f"part-{f:05d}.jsonl.zst")
+            remove_dead_temps(url)  # of a build killed while writing it (the recipe builds under its root's lock)
+            with atomic_write(url, "wb", compression=None) as handle:
                 handle.write(compressor.compress(payload))
     if reused:
         planted["reused_passages"] = reused
+    remove_dead_temps(str(done))
     with atomic_write(str(done), "wb", compression=None) as handle:  # last: the sample is complete
         handle.write(json.dumps(planted).encode())
     return output

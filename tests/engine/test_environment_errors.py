@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import struct
 import subprocess
 import uuid
@@ -145,3 +146,23 @@ def test_a_full_scratch_disk_is_a_storage_error_naming_the_file_not_a_pickling_e
             pytest.raises(StorageError, match=r"writing stage 0 to the scratch: no space left on the device: .*-0"),
         ):
             Dataset.from_list(records, num_shards=1).collect()
+
+
+def test_a_full_scratch_during_a_shuffle_names_the_run_file(tmp_path):
+    """A shuffle's run file written through pyarrow met a full scratch: "no space left on the device: (path not
+    reported)" (the write's OSError names no file)."""
+    (tmp_path / "in").mkdir()
+    rng = random.Random(0)
+    records = [{"k": i % 50, "text": rng.randbytes(600).hex()} for i in range(2000)]  # 2.4 MB to scatter
+    (tmp_path / "in" / "part-0.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in records))
+    with _small_tmpfs(tmp_path / "scratch", "256k") as scratch:
+        grouped = Dataset.from_files(str(tmp_path / "in" / "*.jsonl")).group_by("k", _count)
+        with (
+            execution(backend="local", scratch=str(scratch), summary=False, progress=False),
+            pytest.raises(StorageError, match=r"no space left on the device: " + str(scratch) + r"/\S+\.arrow "),
+        ):
+            grouped.collect()
+
+
+def _count(key, records):
+    return {"k": key, "n": sum(1 for _ in records)}

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from zephyr import Dataset, UserCodeError, execution
+from zephyr import Dataset, execution
 from zephyr.engine.io import read_records
+from zephyr.errors import BadInputError
 from zephyr.operators import keep
 from zephyr.operators.fuzzy_dedup import (
     FUZZY_DUPLICATE_REASON,
@@ -334,9 +335,10 @@ def test_integer_ids_and_no_duplicates(local, tmp_path, articles):
 
 
 def test_bad_documents_name_the_field(local, tmp_path):
-    with pytest.raises(UserCodeError, match="text_field"):
+    """Bad input, named with its shard: never retried (it was a TypeError, retried as the user's code)."""
+    with pytest.raises(BadInputError, match=r"shard 0 \(list\[0:1\]\): fuzzy dedup expects a str.*text_field"):
         fuzzy_dedup(Dataset.from_list([{"id": "x", "body": "no text field"}]), work_dir=str(tmp_path / "a"))
-    with pytest.raises(UserCodeError, match="id_field"):
+    with pytest.raises(BadInputError, match="unique str or int id in field 'id'.*id_field"):
         fuzzy_dedup(Dataset.from_list([{"text": "no id"}]), work_dir=str(tmp_path / "b"))
     with pytest.raises(ValueError, match="threshold"):
         FuzzyDedupConfig(threshold=0)

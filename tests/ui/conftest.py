@@ -15,6 +15,19 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ui_helpers import Server, _load_recipe, _write_ablation_report  # noqa: E402
 
+_BROWSER_SKIP = "browser tests skipped: "
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    """A browser test skipped for want of Chromium or Playwright is counted under its reason, so that pytest's
+    last line says it ("10 browser tests skipped (no Chromium at /usr/bin/chromium: not root ...)") instead of
+    folding it into the plain skipped count that nobody reads."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        message = report.longrepr[2].removeprefix("Skipped: ")
+        if message.startswith(_BROWSER_SKIP):
+            return f"browser tests skipped ({message[len(_BROWSER_SKIP) :]})", "s", "SKIPPED"
+    return None
+
 
 @pytest.fixture(scope="session")
 def ui_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -37,7 +50,7 @@ def ui_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # and the same marks turned into a drop with a lineage side output of several reasons
         normalized = sorted(str(p) for p in next(root.glob("normalize-*")).glob("*/part-*.jsonl.zst"))
         # dedup first: a rule marks only what has no reason yet, so the planted duplicates keep "exact_duplicate"
-        # whatever the sample (it is cut from the installed packages' texts, so it differs between environments)
+        # even where a copy also fails a quality rule
         marked = dedup_documents(Dataset.from_files(normalized), num_shards=2).map(QualityFilter())
         marked.write(str(root / "marked" / "part-{shard:05d}.jsonl.zst")).execute()
         drop_removed(marked, str(root / "quality" / "_removed")).write(

@@ -1,7 +1,9 @@
 """The UI in a real headless Chromium (Debian's package, driven by Playwright): live runs page, filtering by
 filter_reason, a fuzzy-duplicate pair. Screenshots go to build/ui-screenshots/ (ZEPHYR_UI_SCREENSHOTS overrides).
 
-Skipped, with the reason, when Playwright or /usr/bin/chromium is missing: `make test-ui` installs both.
+`make test` and `make test-ui` install Debian's Chromium first where they can (.ci/install-chromium: root with
+apt-get); they skip only where that was impossible, and the reason is in pytest's summary line
+("10 browser tests skipped (no Chromium: not root ...)", see conftest.py).
 """
 
 from __future__ import annotations
@@ -31,14 +33,22 @@ ARGS = [
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 
+def _why_no_chromium() -> str:
+    """Why Chromium is missing: what .ci/install-chromium found (`make test` runs it), else how to get it."""
+    reason = Path(__file__).resolve().parents[2] / "build" / "chromium-missing.txt"
+    if reason.is_file():
+        return reason.read_text().strip()
+    return "`make test` installs it where it can (root with apt-get: .ci/install-chromium)"
+
+
 @pytest.fixture(scope="module")
 def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("browser tests skipped: Playwright is not installed (make test-ui installs it)")
+        pytest.skip("browser tests skipped: Playwright is not installed (the test extra has it: make install)")
     if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
-        pytest.skip(f"browser tests skipped: no Chromium at {CHROMIUM} (make test-ui runs apt-get install chromium)")
+        pytest.skip(f"browser tests skipped: no Chromium at {CHROMIUM}: {_why_no_chromium()}")
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)

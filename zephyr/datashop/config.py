@@ -130,8 +130,11 @@ class LabelerConfig:
     `quality_sample`: how many pool documents are labeled again in the other mode and with the
     prompt's paraphrase to measure label quality (0: skip the check).
     max_example_tokens: every backend sees each document's first N tokens (null: as many as the context
-    holds). On CPU a document costs about its own token count (SmolLM2 through llama.cpp on 2 idle cores:
-    ~11 docs/s at 128 tokens, ~20 at 64); recipes/datashop_edu.py uses 128 and shows what it costs in
+    holds). On CPU a document costs about its own token count: SmolLM2 through llama.cpp (bf16, one
+    single-threaded process per core) labels ~6 documents per CPU-second at 128 tokens on an AMD EPYC
+    (Zen 5) core, so ~12 docs/s on 2 idle cores and ~20 at 64; on the 2-vCPU Intel Xeon (AMX) machine of
+    issue #31, with the same build flags, 2.2 per CPU-second and 4 docs/s. benchmarks/datashop.py prints
+    the CPU and build beside its figures. recipes/datashop_edu.py uses 128 and shows what it costs in
     label quality.
     """
 

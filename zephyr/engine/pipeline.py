@@ -311,6 +311,8 @@ def _failure(step: Step, where: str, index: int, record: Any, error: Exception) 
     environment = storage_error(error, f"{step.name} in {where}, on record #{index}")
     if environment is not None:  # a full disk or a read-only folder is not the user's code
         return environment
+    if isinstance(error, BadInputError):  # the function judged its record bad: deterministic, not its code
+        return BadInputError(f"{step.name} in {where}, on record #{index}: {error}")
     return UserCodeError(
         f"{step.name} failed in {where}, on record #{index}: {type(error).__name__}: {error}\n"
         f"  record: {preview(record)}",
@@ -331,7 +333,9 @@ class _MapShard:
     def __call__(self, records: Stream, where: Any) -> Stream:
         try:
             yield from self.step.fn(records, where) if self.step.with_context else self.step.fn(records)
-        except (UserCodeError, BadInputError, StorageError):
+        except BadInputError as error:  # deterministic: named with its shard, never retried as the user's code
+            raise BadInputError(f"{self.step.name} in {where}: {error}") from None
+        except (UserCodeError, StorageError):
             raise
         except Exception as error:  # noqa: BLE001
             environment = storage_error(error, f"{self.step.name} in {where}")

@@ -35,6 +35,7 @@ __all__ = [
     "is_hidden",
     "remove_dead_temps",
     "atomic_write",
+    "naming_the_file",
     "exists",
     "missing_files",
     "join",
@@ -128,11 +129,19 @@ def expand_glob(pattern: str) -> list[str]:
             fixed = path  # named exactly: kept whatever its name
     matches = [m for m in matches if not is_hidden(m, fixed)]
     if not matches:
-        raise BadInputError(f"no files match {pattern!r}: check the path and the glob pattern")
+        raise BadInputError(f"no files match {pattern!r}{_relative_to(pattern)}: check the path and the glob pattern")
     protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
     if protocol in ("file", "local"):
         return matches
     return [fs.unstrip_protocol(m) for m in matches]
+
+
+def _relative_to(pattern: str) -> str:
+    """Where a relative local path was looked for (a script run from another folder reads another `data/`)."""
+    protocol, path = split_protocol(pattern)
+    if protocol in (None, "file", "local") and not os.path.isabs(path):
+        return f" (relative to the working folder {os.getcwd()})"
+    return ""
 
 
 def remove_dead_temps(url: str) -> int:
@@ -184,14 +193,24 @@ def atomic_write(url: str, mode: str = "wb", *, compression: str | None = "infer
         fs.makedirs(parent, exist_ok=True)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{os.path.basename(path)}" if parent else f".tmp-{uuid.uuid4().hex}-{path}"
     try:
-        with fsspec.core.OpenFile(fs, tmp, mode=mode, compression=compression) as handle:
+        with naming_the_file(url), fsspec.core.OpenFile(fs, tmp, mode=mode, compression=compression) as handle:
             yield handle
         fs.mv(tmp, path)
-    except BaseException as error:
+    except BaseException:
         with contextlib.suppress(Exception):
             fs.rm(tmp)
-        if isinstance(error, OSError) and not error.filename:
-            error.filename = url  # a write that failed (disk full) names no file: say which output it was
+        raise
+
+
+@contextlib.contextmanager
+def naming_the_file(url: str) -> Iterator[None]:
+    """Give an OSError raised in the block `url` as its file name when it has none: a write that meets a full
+    disk (ENOSPC) or a quota names no file, and the error message should say which file it was writing."""
+    try:
+        yield
+    except OSError as error:
+        if not error.filename:
+            error.filename = url
         raise
 
 

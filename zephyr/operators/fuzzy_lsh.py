@@ -16,6 +16,7 @@ import pyarrow as pa
 import xxhash
 
 from zephyr import counters
+from zephyr.errors import BadInputError
 from zephyr.operators.minhash import MinHashConfig, sketch_batch
 
 # before edges are deduplicated, and members of streamed hot buckets: how the work was done
@@ -66,7 +67,7 @@ class Sketch:
             ids.append(doc_id(record, cfg.id_field))
             text = record.get(cfg.text_field)
             if not isinstance(text, str):
-                raise TypeError(
+                raise BadInputError(
                     f"fuzzy dedup expects a str in field {cfg.text_field!r} of every document; document "
                     f"{ids[-1]!r} has {type(text).__name__}. Set FuzzyDedupConfig(text_field=...) or fill "
                     "missing text with ''."
@@ -103,7 +104,7 @@ def doc_id(record: Any, id_field: str) -> str | int:
     if isinstance(doc_id, str) or (isinstance(doc_id, int) and not isinstance(doc_id, bool)):
         return doc_id
     fields = sorted(record)[:8] if isinstance(record, dict) else type(record).__name__
-    raise TypeError(
+    raise BadInputError(
         f"fuzzy dedup needs a unique str or int id in field {id_field!r} of every document; got "
         f"{type(doc_id).__name__} in a record with fields {fields}. Set FuzzyDedupConfig(id_field=...) "
         "or add ids first (e.g. .map(lambda d: {**d, 'id': ...}))."

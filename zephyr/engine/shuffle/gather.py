@@ -32,7 +32,7 @@ from zephyr.engine.shuffle.runs import (
     value_type,
 )
 from zephyr.engine.sortkey import decode
-from zephyr.fs import join, url_to_fs
+from zephyr.fs import join, naming_the_file, url_to_fs
 
 __all__ = [
     "as_records",
@@ -174,7 +174,11 @@ def _spill(blocks: Iterator[pa.RecordBatch], target: int, url: str) -> RunFile:
     blocks = iter(blocks)
     first = next(blocks, None)
     schema = RUN_SCHEMA if first is None else first.schema  # a merge's blocks share one schema
-    with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, schema, options=IPC_OPTIONS) as writer:
+    with (
+        naming_the_file(url),
+        fs.open(path, "wb") as sink,
+        pa.ipc.new_file(sink, schema, options=IPC_OPTIONS) as writer,
+    ):
         for block in itertools.chain([] if first is None else [first], blocks):
             sizes = row_bytes(block)
             edges = batch_edges(sizes)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from zephyr.engine.sortkey import binary_array
-from zephyr.fs import url_to_fs
+from zephyr.fs import naming_the_file, url_to_fs
 
 __all__ = [
     "BATCH_BYTES",
@@ -118,7 +118,11 @@ def write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
     bounds = np.flatnonzero(np.diff(targets)) + 1
     starts = np.concatenate([[0], bounds]).astype(np.int64)
     ends = np.concatenate([bounds, [len(targets)]]).astype(np.int64)
-    with fs.open(path, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=IPC_OPTIONS) as writer:
+    with (
+        naming_the_file(url),
+        fs.open(path, "wb") as sink,
+        pa.ipc.new_file(sink, table.schema, options=IPC_OPTIONS) as writer,
+    ):
         batch_index = 0
         for start, end in zip(starts.tolist(), ends.tolist(), strict=False):
             edges = batch_edges(sizes[start:end])
