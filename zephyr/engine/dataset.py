@@ -224,7 +224,9 @@ class Dataset:
         if isinstance(key, str):
             _refuse_minus_prefix("key", key, f"Sort descending with sort({key[1:]!r}, descending=True).")
         sort_key = _SortKey(_field_or_fn(key), descending)
-        sampled = sorted(self.map_shard(_SampleKeys(sort_key, samples_per_shard)).collect())
+        collected = self.map_shard(_SampleKeys(sort_key, samples_per_shard)).collect()
+        _check_sort_kinds([c for c in collected if isinstance(c, _KeyKinds)], sort_key.key)
+        sampled = sorted(c for c in collected if not isinstance(c, _KeyKinds))
         if num_shards is None:
             from zephyr.engine.context import current_config
 
@@ -513,11 +515,8 @@ class _FormattedBatches:
 
 @dataclass(frozen=True)
 class _SortKey:
-    """The sort key of a record; descending keys are the byte-complement of the ascending encoding.
-
-    The encoding of `zephyr.engine.sortkey` is prefix-free and order-preserving, so complementing its
-    bytes reverses the order exactly, for any orderable key type.
-    """
+    """The sort key of a record; a descending one is wrapped in `sortkey.Descending`, whose encoding is
+    the byte-complement of the ascending one (the exact reverse order, for any orderable key type)."""
 
     key: Callable[[Any], Any]
     descending: bool
@@ -534,14 +533,16 @@ class _SortKey:
         value = self.key(record)
         if not self.descending:
             return value
-        from zephyr.engine.sortkey import encode
+        from zephyr.engine.sortkey import Descending
 
-        return bytes(255 - b for b in encode(value))
+        return Descending(value)
 
 
 @dataclass(frozen=True)
 class _SampleKeys:
-    """Up to `k` encoded sort keys of a shard, sampled uniformly (reservoir sampling, fixed seed)."""
+    """Up to `k` encoded sort keys of a shard, sampled uniformly (reservoir sampling, fixed seed), then
+    one `_KeyKinds`: the first record of each kind of key the shard holds (a number, a str, ...), so that
+    `sort` refuses keys Python cannot order against each other before anything is shuffled."""
 
     sort_key: _SortKey
     k: int
@@ -549,18 +550,55 @@ class _SampleKeys:
     def __call__(self, records: Iterable[Any]) -> Iterable[Any]:
         import random
 
-        from zephyr.engine.sortkey import encode
+        from zephyr.engine.sortkey import Descending, encode, key_kind
 
         rng = random.Random(0x5EED)
         reservoir: list[bytes] = []
+        kinds: dict[str, tuple[Any, Any]] = {}
+        key, descending = self.sort_key.key, self.sort_key.descending
         for seen, record in enumerate(records):
-            if seen < self.k:
-                reservoir.append(encode(self.sort_key(record)))
-            else:
-                slot = rng.randrange(seen + 1)
-                if slot < self.k:
-                    reservoir[slot] = encode(self.sort_key(record))
+            value = key(record)
+            kind = key_kind(value)
+            if kind not in kinds:
+                kinds[kind] = (value, record)
+            slot = seen if seen < self.k else rng.randrange(seen + 1)
+            if slot < self.k:
+                encoded = encode(Descending(value) if descending else value)
+                if seen < self.k:
+                    reservoir.append(encoded)
+                else:
+                    reservoir[slot] = encoded
         yield from reservoir
+        yield _KeyKinds(kinds)
+
+
+@dataclass(frozen=True)
+class _KeyKinds:
+    """Per kind of sort key a shard holds (`sortkey.key_kind`), its first key and record."""
+
+    first: dict[str, tuple[Any, Any]]
+
+
+def _check_sort_kinds(found: list[_KeyKinds], key: Any) -> None:
+    """Refuse a sort over keys of kinds Python cannot order against each other (None orders with all)."""
+    from zephyr.engine.ops import preview
+    from zephyr.engine.sortkey import UnorderableKeysError, describe_kind
+
+    kinds: dict[str, tuple[Any, Any]] = {}
+    for shard in found:
+        for kind, first in shard.first.items():
+            kinds.setdefault(kind, first)
+    kinds.pop("None", None)
+    unordered = [kind for kind in kinds if kind == "other"]
+    if len(kinds) < 2 and not unordered:
+        return
+    shown = [kinds[k] for k in (unordered or list(kinds)[:2])]
+    what = " and ".join(f"{describe_kind(value)} (record {preview(record)})" for value, record in shown)
+    raise UnorderableKeysError(
+        f"sort(key={O.display_name(key)}): sort keys Python cannot order against each other: {what}. "
+        "Make the sort key one kind for every record (numbers, str, bytes, dates, datetimes or tuples of them), "
+        "e.g. str(value) or float(value), or None for a missing value (None sorts first)"
+    )
 
 
 def _constant_key(record: Any) -> int:

@@ -8,6 +8,7 @@ builds these; the worker only calls `open`, so it never needs to know which kind
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import pickle
@@ -30,6 +31,7 @@ from zephyr.engine.shuffle import (
     iter_values,
     merged_blocks,
 )
+from zephyr.engine.sortkey import UnorderableKeysError
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.fs import join
 
@@ -202,15 +204,18 @@ class GroupInput:
 
     def _reduced(self, groups: Iterator[tuple[Any, Iterator[Any]]], task: ShardTask) -> Iterator[Any]:
         reducer = self.reducer
-        for key, items in groups:
-            try:
-                yield from as_records(reducer(key, items))
-            except Exception as error:  # noqa: BLE001
-                raise UserCodeError(
-                    f"reducer {callable_name(reducer)} failed in stage {task.stage_index}, shard {task.shard}, "
-                    f"for key {preview(key)}: {type(error).__name__}: {error}",
-                    traceback_text=traceback.format_exc(),
-                ) from None
+        with _naming_stage(task):
+            for key, items in groups:
+                try:
+                    yield from as_records(reducer(key, items))
+                except UnorderableKeysError:
+                    raise  # met while the reducer read its group: the shuffle's sort keys, not the reducer
+                except Exception as error:  # noqa: BLE001
+                    raise UserCodeError(
+                        f"reducer {callable_name(reducer)} failed in stage {task.stage_index}, shard {task.shard}, "
+                        f"for key {preview(key)}: {type(error).__name__}: {error}",
+                        traceback_text=traceback.format_exc(),
+                    ) from None
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,10 @@ class JoinInput:
         return f"shuffle target {shard}"
 
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
+        with _naming_stage(task):
+            yield from self._joined(task, result)
+
+    def _joined(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         combine = self.combine or _merge_records
         for _, items in iter_groups(_merged(task, result, ordered=True)):
             lefts: list[Any] = []
@@ -296,6 +305,16 @@ def _merged(task: ShardTask, result: ShardResult, *, ordered: bool) -> Iterator[
             )
 
     return _counted_batches(blocks(), result)
+
+
+@contextlib.contextmanager
+def _naming_stage(task: ShardTask) -> Iterator[None]:
+    """Sort keys that cannot be ordered, found while merging a shuffle: the error names the stage."""
+    try:
+        yield
+    except UnorderableKeysError as error:
+        where = f"stage {task.stage_index} ({task.stage_name}), shard {task.shard}"
+        raise UnorderableKeysError(f"{where}: {error}") from None
 
 
 def _describe_shuffle(upstream: tuple[int, ...]) -> str:

@@ -46,6 +46,8 @@ RUN_SCHEMA = pa.schema(
         ("key", pa.large_binary()),
         ("sort", pa.large_binary()),
         ("value", pa.large_binary()),
+        # what restores the key's own type from its canonical bytes (`sortkey.hint`): b"" nearly always
+        ("hint", pa.large_binary()),
     ]
 )
 BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
@@ -242,7 +244,7 @@ def _in_range(batch: pa.RecordBatch, khash_range: tuple[int, int]) -> pa.RecordB
 
 def _pickle_values(batch: pa.RecordBatch) -> pa.RecordBatch:
     values = binary_array([pickle.dumps(record, protocol=5) for record in batch.column(4).to_pylist()])
-    return pa.RecordBatch.from_arrays([*batch.columns[:4], values], schema=RUN_SCHEMA)
+    return pa.RecordBatch.from_arrays([*batch.columns[:4], values, batch.column(5)], schema=RUN_SCHEMA)
 
 
 def records_of(rows: pa.RecordBatch | pa.StructArray) -> list[Any]:
