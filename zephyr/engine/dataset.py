@@ -157,8 +157,16 @@ class Dataset:
         so a group may be larger than memory. A reducer returns one value, or is a generator (or returns
         an iterator) whose items all become records; returning None emits nothing. `combiner(key, items)`
         has the same contract and pre-aggregates on the map side; its outputs are what the reducer sees.
-        Keys and sort keys must be None/bool/int/float/str/bytes or tuples of them to be ordered; any
-        picklable key groups correctly. A field name (`"user"`, or `col("user")`) as key or sort key
+
+        Keys group as Python's `==` says and sort keys order as Python's `sorted` does, by value
+        (zephyr.engine.sortkey): bool, int and float are one numeric order, exact for ints of any size,
+        and equal numbers are one key (1, 1.0 and True: one group, handed to the reducer as the group's
+        first record had it); -0.0 == 0.0; NaN is one key, after inf; None comes first; str by code
+        point, bytes by byte, tuples element by element; dates, datetimes (aware ones by their instant),
+        times and timedeltas by time. Keys of kinds Python cannot order against each other (a str and
+        an int) may still be keys of one group_by, but sort keys of such kinds within one group raise
+        UnorderableKeysError naming both values, the stage and the record; so do sort keys of a type
+        with no order (a dict). Other picklable keys group by equality of their pickles. A field name (`"user"`, or `col("user")`) as key or sort key
         reads that field (missing -> None); over parquet/vortex input the shuffle then takes whole
         Arrow batches at once instead of one record at a time, and records stay Arrow through the
         shuffle (no pickling).
@@ -185,7 +193,8 @@ class Dataset:
         return self._then(O.GroupBy(_field_or_fn(key), reducer, _field_or_fn(sort_by), combiner, num_shards, batch))
 
     def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
-        """Keep the first record (in input order) of every `key(record)` (or field `key`)."""
+        """Keep the first record (in input order) of every `key(record)` (or field `key`); keys are
+        equal as Python's `==` says (1, 1.0 and True are one key; see `group_by`)."""
         return self.group_by(key, _first_of_group, combiner=_first_of_group, num_shards=num_shards)
 
     def union(self, *others: Dataset, num_shards: int | None = None) -> Dataset:
@@ -217,7 +226,12 @@ class Dataset:
         from `samples_per_shard` keys per input shard, then one shuffle sends every record to its range
         and each output shard streams its range in order from disk (external merge; larger than memory is
         fine). `collect()` after it returns records in global order; ties keep no particular order.
-        Keys must be orderable (None/bool/int/float/str/bytes or tuples of them).
+
+        The order is Python's, by value, as for `group_by`'s sort_by: ints and floats in one numeric
+        order (3 between 2.5 and 10), None first, NaN after inf, str by code point, tuples element by
+        element, datetimes by time; `descending=True` is its exact reverse (None last). Keys of kinds
+        Python cannot order against each other (a str and an int) raise UnorderableKeysError before
+        anything is shuffled, naming both and a record of each.
         """
         if samples_per_shard < 1:
             raise ValueError(f"samples_per_shard must be at least 1, got {samples_per_shard}")
@@ -251,7 +265,8 @@ class Dataset:
 
         `combine(left, right)` builds the output record (default `{**left, **right}`); with how="left",
         a left record without match is combined with None (default: the left record as is).
-        Every pair of matching records is emitted (many-to-many joins multiply).
+        Every pair of matching records is emitted (many-to-many joins multiply). Keys match as Python's
+        `==` says: a left 1 matches a right 1.0 (see `group_by`).
         """
         if how not in ("inner", "left"):
             raise ValueError(f"how must be 'inner' or 'left', got {how!r}")
