@@ -166,10 +166,11 @@ class Dataset:
         times and timedeltas by time. Keys of kinds Python cannot order against each other (a str and
         an int) may still be keys of one group_by, but sort keys of such kinds within one group raise
         UnorderableKeysError naming both values, the stage and the record; so do sort keys of a type
-        with no order (a dict). Other picklable keys group by equality of their pickles. A field name (`"user"`, or `col("user")`) as key or sort key
-        reads that field (missing -> None); over parquet/vortex input the shuffle then takes whole
-        Arrow batches at once instead of one record at a time, and records stay Arrow through the
-        shuffle (no pickling).
+        with no order (a dict). Other picklable keys group by equality of their pickles.
+
+        A field name (`"user"`, or `col("user")`) as key or sort key reads that field (missing ->
+        None); over parquet/vortex input the shuffle then takes whole Arrow batches at once instead of
+        one record at a time, and records stay Arrow through the shuffle (no pickling).
 
         batch=True is the Arrow reducer form: `reducer(key, batches)` gets the group's records (dicts
         before the shuffle) as an iterator of `pyarrow.RecordBatch` in sort order, one batch per stretch
@@ -371,21 +372,13 @@ class Dataset:
         the folder as one table): `schema` (a `pyarrow.Schema`) if given, else the union of the
         shards' schemas, applied after the shards are written by rewriting the files that differ.
         """
-        if "{shard" not in pattern:
+        from zephyr.engine.outputs import check_output_pattern
+
+        check_output_pattern(pattern, partition_by)  # its real format fields, before anything runs
+        if partition_by is not None and skip_existing:
             raise ValueError(
-                f"output pattern {pattern!r} has no {{shard}} placeholder, so every shard would write the "
-                "same file; use e.g. 'out/part-{shard:05d}-of-{total:05d}.jsonl.zst'"
+                "skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it"
             )
-        if partition_by is not None:
-            if "{" + partition_by + "}" not in pattern:
-                raise ValueError(
-                    f"output pattern {pattern!r} has no {{{partition_by}}} placeholder for "
-                    f"partition_by={partition_by!r}; use e.g. 'out/{{{partition_by}}}/part-{{shard:05d}}.jsonl.zst'"
-                )
-            if skip_existing:
-                raise ValueError(
-                    "skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it"
-                )
         if format is None:
             from zephyr.engine.io import infer_format
 
