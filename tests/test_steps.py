@@ -9,7 +9,18 @@ import pytest
 
 from zephyr.steps import StepRunner
 
-calls: list[str] = []
+
+
+class _Calls(list):
+    """The steps below append to this log of calls, so they read it: a fingerprint describes the module
+    globals a function reads, and the log's growing content would change every version. It stands for
+    itself by name (`__fingerprint__`): test instrumentation, no part of what the steps compute."""
+
+    def __fingerprint__(self) -> str:
+        return "calls"
+
+
+calls = _Calls()
 
 
 def make_numbers(path, *, config):
@@ -70,7 +81,15 @@ def test_failed_step_leaves_no_marker_and_reruns(tmp_path):
     assert StepRunner(str(tmp_path)).run("broken", unrelated, config={}).summary == {"ok": True}
 
 
-crash: dict[str, int | None] = {"after": None}  # set to make `write_parts` die midway (same code, same version)
+class _Crash(dict):
+    """Set ["after"] to make `write_parts` die midway: a lost worker, same code, same version (so it
+    stands for itself by name, like `calls`)."""
+
+    def __fingerprint__(self) -> str:
+        return "crash switch"
+
+
+crash = _Crash(after=None)
 
 
 def write_parts(path, *, config):

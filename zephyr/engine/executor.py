@@ -264,6 +264,10 @@ def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
                 f"{error}. Functions and the objects they hold must be picklable with cloudpickle; create "
                 "clients, models and open files inside the function (e.g. in map_shard) instead."
             ) from error
+    if stage.unreusable:  # what it reads has no fingerprint: an earlier run's checkpoints may be of other work
+        log(f"stage {stage.index} ({stage.name}): checkpoints not reused, it runs in full: {stage.unreusable}")
+        _remove(stage_url)
+        _remove(join(job.run_url, f"stage-{stage.index}.tasks"))
     # reduce tasks from the scatter sidecars' bytes per target: a large target is split into key-hash
     # ranges, small neighbours are packed together (plan_tasks); tasks start largest first, so a skewed one
     # does not start last and straggle. The stage then has one output shard per task: sinks' {total}, the
@@ -275,7 +279,7 @@ def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
     stats.shards = num_tasks
     shown = stage if num_tasks == stage.num_shards else dataclasses.replace(stage, num_shards=num_tasks)
     done: dict[int, ShardResult] = {}
-    for shard in range(num_tasks):
+    for shard in range(0 if stage.unreusable else num_tasks):
         committed = _load_done(stage_url, shard, stage.fingerprint)
         if committed is not None:
             done[shard] = committed
