@@ -18,10 +18,11 @@ import numpy as np
 import orjson
 import pytest
 
+import zephyr
 from zephyr import Dataset, execution
 from zephyr.versioning import Undescribable, describe, fingerprint, undescribable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(zephyr.__file__).resolve().parents[1]  # the zephyr under test, for the scripts it runs
 
 MODULE = """
 FACTOR = 2
