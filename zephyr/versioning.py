@@ -151,10 +151,13 @@ _MAX_OBJECTS = 10_000  # functions, classes and other objects one description ma
 _MAX_DEPTH = 100
 _INLINE_CHARS = 2048  # str/bytes longer than this are described by a digest
 _INLINE_ITEMS = 256  # plain containers larger than this are described by a digest of their repr
-# what a class's own namespace holds that is no part of what it computes
+# what a class's own namespace holds that is no part of what it computes: documentation, and caches that
+# pickling, abc and typing add to it as it is used (`__slotnames__` appears once an instance is pickled)
 _CLASS_NOISE = frozenset(
     {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__", "__slots__"}
     | {"__dataclass_fields__", "__dataclass_params__", "__match_args__", "__firstlineno__", "__static_attributes__"}
+    | {"__slotnames__", "_abc_impl", "__abstractmethods__", "__parameters__", "__orig_bases__"}
+    | {"__protocol_attrs__", "_is_protocol", "__non_callable_proto_members__", "__callable_proto_members_only__"}
 )
 
 

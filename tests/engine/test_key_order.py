@@ -28,9 +28,7 @@ MIXED = [3, 2.5, -1, -0.5, 10, 0.25]
 
 @pytest.fixture(params=["local", "processes"])
 def backend(request, tmp_path):
-    with execution(
-        backend=request.param, workers=2, scratch=str(tmp_path / "scratch"), progress=False, summary=False
-    ):
+    with execution(backend=request.param, workers=2, scratch=str(tmp_path / "scratch"), progress=False, summary=False):
         yield request.param
 
 
@@ -162,7 +160,8 @@ def test_nan_inf_none_and_negative_zero_have_fixed_places(backend):
     got = [r["x"] for r in Dataset.from_list([{"x": v} for v in values], num_shards=2).sort("x").collect()]
     assert got[0] is None and got[1] == -math.inf and got[2] == -1 and {got[3], got[4]} == {0}
     assert got[5:7] == [1.0, math.inf] and math.isnan(got[7])
-    down = [r["x"] for r in Dataset.from_list([{"x": v} for v in values], num_shards=2).sort("x", descending=True).collect()]
+    records = Dataset.from_list([{"x": v} for v in values], num_shards=2)
+    down = [r["x"] for r in records.sort("x", descending=True).collect()]
     assert math.isnan(down[0]) and down[-1] is None  # descending: the exact reverse
 
 
@@ -194,7 +193,7 @@ def test_a_sort_over_keys_python_cannot_order_is_an_error_naming_both(backend):
     records = [{"x": 3}, {"x": "a"}, {"x": 2}, {"x": None}]
     with pytest.raises(UnorderableKeysError, match=r"int 3 \(record \{'x': 3\}\) and str 'a' \(record") as error:
         Dataset.from_list(records, num_shards=2).sort("x").collect()
-    assert "sort(key=col(\"x\"))" in str(error.value)
+    assert 'sort(key=col("x"))' in str(error.value)
 
 
 def test_a_secondary_sort_over_keys_python_cannot_order_is_an_error_naming_the_stage(backend):
