@@ -249,7 +249,10 @@ class Dataset:
         if num_shards < 1:
             raise ValueError(f"num_shards must be at least 1, got {num_shards}")
         # the shuffle compares encoded sort keys; the samples are encoded the same way
-        ranges = tuple(sorted({sampled[len(sampled) * i // num_shards] for i in range(1, num_shards)}))
+        # no samples (an empty dataset): no boundaries, every record (none) goes to the first shard
+        ranges = tuple(
+            sorted({sampled[len(sampled) * i // num_shards] for i in range(1, num_shards)} if sampled else ())
+        )
         return self._then(O.GroupBy(_constant_key, _emit_in_order, sort_key, None, num_shards, ranges=ranges))
 
     def sorted_merge_join(
