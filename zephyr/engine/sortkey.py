@@ -75,6 +75,7 @@ _EXP_OFFSET = 1100  # frexp exponents of a fraction in (0, 1) lie in [-1073, 0]
 _END = b"\x00\x00"
 _COMPLEMENT = bytes(range(255, -1, -1))  # bytes.translate table: each byte b -> 255 - b
 _NUM_INT = struct.Struct(">BQB")  # tag, magnitude (complemented when negative), no fraction (0x00 / 0xFF)
+_MAGNITUDE = struct.Struct(">Q")
 _FRACTION = struct.Struct(">BHQ")  # 1, exponent + _EXP_OFFSET, 53-bit mantissa (of the magnitude's fraction)
 _DATE_PACK = struct.Struct(">BHBB")
 _DATETIME_PACK = struct.Struct(">BHBBBBBI")
@@ -254,6 +255,12 @@ def decode_key(data: bytes, hint: bytes) -> Any:
 def decode(data: bytes) -> Any:
     """The value `data` encodes: numbers as int when integral, else float; lists come back as tuples.
     `decode_key` with the key's hint gives the value as it was."""
+    tag = data[0]
+    if len(data) == 10 and (tag == _POS and data[9] == 0 or tag == _NEG and data[9] == 0xFF):  # an int, the usual key
+        (magnitude,) = _MAGNITUDE.unpack_from(data, 1)
+        return magnitude if tag == _POS else magnitude - _MASK64
+    if tag == _STR and data.find(b"\x00") == len(data) - 2:  # a str without NUL, the other usual key
+        return data[1:-2].decode("utf-8", "surrogatepass")
     value, end = _decode_at(data, 0)
     if end != len(data):
         raise ValueError(f"trailing bytes after encoded key at offset {end} of {len(data)}")

@@ -240,7 +240,7 @@ def _pieces(
         starts = _group_starts(keys)
         order.check(rows, starts)
         heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
-        hints = pc.take(rows.column(5), starts, memory_pool=SHUFFLE_POOL).to_pylist()
+        hints = _head_hints(rows, starts)
         _tallied(rows, starts, heads, tally)
         column = rows.column(4)
         pickled = pa.types.is_large_binary(column.type)
@@ -261,13 +261,32 @@ def _batch_pieces(
         starts = _group_starts(keys)
         order.check(rows, starts)
         heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
-        hints = pc.take(rows.column(5), starts, memory_pool=SHUFFLE_POOL).to_pylist()
+        hints = _head_hints(rows, starts)
         _tallied(rows, starts, heads, tally)
         column = rows.column(4)
         bounds = starts.tolist()
         bounds.append(len(column))
         for key, key_hint, start, end in zip(heads, hints, bounds, bounds[1:], strict=False):
             yield key, key_hint, _records_batch(column.slice(start, end - start))
+
+
+def _head_hints(rows: pa.RecordBatch, starts: np.ndarray) -> list[bytes]:
+    """The key hints of the groups' first rows; no Arrow call when the chunk has none (ints, strs)."""
+    column = rows.column(5)
+    if _span(column) == 0:
+        return [b""] * len(starts)
+    return pc.take(column, starts, memory_pool=SHUFFLE_POOL).to_pylist()
+
+
+def _single_kind(kinds: np.ndarray) -> int | None:
+    """The one kind of scalar among `kinds` besides None (NONE when all are None), or None when there are
+    several kinds, tuples (compared element by element) or values of no order."""
+    highest = int(kinds.max())
+    if highest in (sortkey.TUPLE, sortkey.OTHER):
+        return None
+    if int(kinds.min()) == highest or not ((kinds != sortkey.NONE) & (kinds != highest)).any():
+        return highest
+    return None
 
 
 class _OrderCheck:
@@ -290,6 +309,14 @@ class _OrderCheck:
             return
         keys = rows.column(2)
         kinds = sortkey.kinds(sorts)
+        n = len(kinds) - 1
+        single = _single_kind(kinds)
+        continues = (
+            self.last is not None and self.last[2] not in (sortkey.NONE, single) and keys[0].as_py() == self.last[0]
+        )
+        if single is not None and not continues:  # one kind of scalar (and None): nothing to compare
+            self.last = (keys[n].as_py(), sorts[n].as_py(), int(kinds[n]))
+            return
         other = np.flatnonzero(kinds == sortkey.OTHER)
         if len(other):
             i = int(other[0])
@@ -319,7 +346,6 @@ class _OrderCheck:
                     f"TypeError), {self._where(rows, i)}. Make the sort key one kind for every record, e.g. "
                     "str(value) or float(value), or None for a missing value (None sorts first)"
                 )
-        n = len(kinds) - 1
         self.last = (keys[n].as_py(), sorts[n].as_py(), int(kinds[n]))
 
     @staticmethod
