@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -397,16 +397,39 @@ class Example:
     memory: str = "16MB"
     tiny_buffers: bool = False  # local only: flushes, run batches and merge fan-in cut small (spills)
     take: int | None = None
-    notes: list[str] = field(default_factory=list, compare=False)
+    source: str = "list"  # or "parquet": one file per shard, read column-wise (Arrow batches, typed columns)
 
-    def build(self) -> Dataset:
-        ds = Dataset.from_list(list(self.records), num_shards=self.shards)
+    def source_records(self, folder: str) -> tuple[list[dict], Dataset]:
+        """The source records as the engine reads them, and the dataset reading them: `from_list`, or
+        parquet files (one per shard's chunk) when every chunk converts to an Arrow table (then each
+        file types its own columns: ints in one, floats in the next). The reference gets the records as
+        parquet gives them back (a field some records of a file lack reads as None there)."""
+        records = list(self.records)
+        if self.source == "parquet" and records:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            n = len(records)
+            chunks = [records[n * i // self.shards : n * (i + 1) // self.shards] for i in range(self.shards)]
+            try:
+                tables = [pa.Table.from_pylist(chunk) for chunk in chunks if chunk]
+            except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError):
+                tables = []  # a field of mixed types, an int beyond 64 bits, a lone surrogate: from_list
+            if tables:
+                paths = [f"{folder}/part-{i:03d}.parquet" for i in range(len(tables))]
+                for table, path in zip(tables, paths, strict=True):
+                    pq.write_table(table, path)
+                read = [record for path in paths for record in pq.read_table(path).to_pylist()]
+                return read, Dataset.from_files(f"{folder}/*.parquet")
+        return records, Dataset.from_list(records, num_shards=self.shards)
+
+    def build(self, source: Dataset) -> Dataset:
         for op in self.chain:
-            ds = op.apply(ds)
-        return ds
+            source = op.apply(source)
+        return source
 
-    def reference(self) -> Ref:
-        ref = Ref(list(self.records))
+    def reference(self, records: list[dict]) -> Ref:
+        ref = Ref(records)
         for op in self.chain:
             ref = op.reference(ref)
         return ref

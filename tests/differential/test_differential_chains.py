@@ -154,43 +154,49 @@ def examples(draw, backends: tuple[str, ...] = ("local",)):
         memory=draw(st.sampled_from(["16MB", "64MB", "1GB"])),
         tiny_buffers=backend == "local" and draw(st.booleans()),
         take=draw(st.one_of(st.none(), st.integers(0, 8))),
+        source=draw(st.sampled_from(["list", "list", "parquet"])),
     )
 
 
 # ------------------------------------------------------------------------------------------ run
 
 
-def run_engine(example: Example) -> list:
+def check(example: Example) -> None:
+    """Run `example` on the engine and hold its output against the reference."""
     with (
-        tempfile.TemporaryDirectory(prefix="zephyr-differential-") as scratch,
+        tempfile.TemporaryDirectory(prefix="zephyr-differential-") as folder,
         tiny_buffers(example.tiny_buffers),
         execution(
             backend=example.backend,
             workers=2,
-            scratch=scratch,
+            scratch=f"{folder}/scratch",
             memory_per_worker=example.memory,
             max_user_retries=0,
             progress=False,
             summary=False,
         ),
     ):
-        ds = example.build()  # a sort samples its keys now
-        return ds.take(example.take) if example.take is not None else ds.collect()
+        records, source = example.source_records(folder)
+        try:
+            ref = example.reference(records)
+        except Unorderable:
+            with pytest.raises(UnorderableKeysError):
+                _run(example, source)
+            return
+        except FieldAbsent as absent:
+            with pytest.raises(BadInputError, match=f"no record has field '{absent}'"):
+                _run(example, source)
+            return
+        got = _run(example, source)
+    _compare(example, got, ref)
 
 
-def check(example: Example) -> None:
-    """Run `example` on the engine and hold its output against the reference."""
-    try:
-        ref = example.reference()
-    except Unorderable:
-        with pytest.raises(UnorderableKeysError):
-            run_engine(example)
-        return
-    except FieldAbsent as absent:
-        with pytest.raises(BadInputError, match=f"no record has field '{absent}'"):
-            run_engine(example)
-        return
-    got = run_engine(example)
+def _run(example: Example, source) -> list:
+    ds = example.build(source)  # a sort samples its keys now
+    return ds.take(example.take) if example.take is not None else ds.collect()
+
+
+def _compare(example: Example, got: list, ref) -> None:
     want = ref.records
     if example.take is not None:
         n = min(example.take, len(want))
