@@ -262,3 +262,74 @@ def test_caches_a_class_gathers_as_it_is_used_do_not_count(tmp_path):
     before = fingerprint(module.make)
     pickle.dumps(module.Scale(3))
     assert "__slotnames__" in vars(module.Scale) and fingerprint(module.make) == before
+
+
+CLASSES = """
+import enum, functools, typing
+from dataclasses import dataclass, field
+
+
+class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+
+class Point(typing.NamedTuple):
+    x: int
+    y: int = 0
+
+
+class Slotted:
+    __slots__ = ("a",)
+
+    def __init__(self, a):
+        self.a = a
+
+
+class Props:
+    scale = 2
+
+    def __init__(self, v):
+        self.v = v
+
+    @property
+    def doubled(self):
+        return self.v * self.scale
+
+    @functools.cached_property
+    def tripled(self):
+        return self.v * 3
+
+    @classmethod
+    def make(cls, v):
+        return cls(v)
+
+    @staticmethod
+    def helper(x):
+        return x + 1
+
+
+@dataclass
+class Bag:
+    items: list = field(default_factory=list)
+
+    def total(self):
+        return sum(self.items)
+
+
+def uses_all(r):
+    return Props.make(r).doubled + Slotted(1).a + Color.RED.value + Point(1).x + Bag([1]).total()
+"""
+
+
+def test_every_kind_of_class_member_is_described(tmp_path):
+    """Properties, cached properties, class and static methods, slots, enums, named tuples, dataclasses:
+    described by what they compute, never undescribable (a property once made a stage rerun every time)."""
+    module = _module(tmp_path, "classes_a", CLASSES)
+    assert undescribable(describe(module.uses_all)) == []
+    for instance in (module.Props(2), module.Slotted(3), module.Color.RED, module.Point(1, 2), module.Bag([1])):
+        assert undescribable(describe(instance)) == [], instance
+    before = fingerprint(module.uses_all)
+    for old, new in (("self.v * self.scale", "self.v + self.scale"), ("self.v * 3", "self.v * 4"), ("x + 1", "x + 2")):
+        changed = _module(tmp_path, f"classes_{abs(hash(new))}", CLASSES.replace(old, new))
+        assert fingerprint(changed.uses_all) != before, new

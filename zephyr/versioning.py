@@ -229,8 +229,12 @@ class _Describer:
         d = functools.partial(self.describe, depth=depth)
         if hasattr(type(value), "__fingerprint__") and not isinstance(value, type):
             return d(value.__fingerprint__(), where)  # a type that says what identifies it
-        if isinstance(value, functools.partial):
+        if isinstance(value, functools.partial | functools.partialmethod):
             return ["partial", d(value.func, where), d(value.args, where), d(value.keywords, where)]
+        if isinstance(value, property):  # members of a class: what they compute
+            return ["property", d(value.fget, where), d(value.fset, where), d(value.fdel, where)]
+        if isinstance(value, functools.cached_property):
+            return ["cached_property", d(value.func, where)]
         if inspect.ismethod(value):
             return ["method", d(value.__func__, where), d(value.__self__, f"{where}.__self__")]
         if inspect.isfunction(value):
