@@ -228,3 +228,22 @@ def test_keys_of_kinds_python_cannot_order_still_group():
         got = Dataset.from_list([{"k": k} for k in keys]).group_by("k", lambda k, it: (k, len(list(it)))).collect()
     assert sorted(got, key=repr) == sorted(collections.Counter(keys).items(), key=repr)
     assert decode(encode((1, "a"))) == (1, "a")
+
+
+def test_runs_record_their_sort_key_kinds_so_one_kind_costs_no_check(tmp_path):
+    from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec, order_checked
+
+    def runs(values, name):
+        writer = ScatterWriter(
+            ShuffleSpec(2, key=lambda r: 0, sort_by=lambda r: r), str(tmp_path / name), shard=0, flush_bytes=1 << 20
+        )
+        for value in values:
+            writer.add(value)
+        return writer.close()
+
+    numbers = runs([3, 2.5, None, True], "numbers")
+    assert {kind for run in numbers for kind in run.sort_kinds} == {0, 1}  # None and numbers
+    assert not order_checked(numbers)
+    assert not order_checked(numbers + runs(["x", None], "text")[:0])
+    assert order_checked(numbers + runs(["x"], "text"))  # a number and a str may meet: checked
+    assert order_checked(runs([(1, "a"), (1, 2)], "tuples"))  # tuples: compared element by element

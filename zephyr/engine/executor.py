@@ -476,6 +476,7 @@ def _result_from_json(data: dict[str, Any]) -> ShardResult:
                 "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]},
                 # JSON keys are strings: back to target ints (a split reduce task finds its batches by them)
                 "khash_starts": {int(target): tuple(starts) for target, starts in run.get("khash_starts", {}).items()},
+                "sort_kinds": tuple(run.get("sort_kinds", ())),
             }
         )
         for run in data["runs"]

@@ -30,6 +30,7 @@ from zephyr.engine.shuffle import (
     iter_groups,
     iter_values,
     merged_blocks,
+    order_checked,
 )
 from zephyr.engine.sortkey import UnorderableKeysError
 from zephyr.engine.task import ShardResult, ShardTask
@@ -200,7 +201,8 @@ class GroupInput:
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         walk = iter_group_batches if self.batch else iter_groups
         giant = task.memory_per_worker // 16  # groups above this are reported (key, records, bytes)
-        return self._reduced(walk(_merged(task, result, ordered=True), giant_bytes=giant), task)
+        check = order_checked(run for runs in task.upstream_runs for run in runs)
+        return self._reduced(walk(_merged(task, result, ordered=True), giant_bytes=giant, check_order=check), task)
 
     def _reduced(self, groups: Iterator[tuple[Any, Iterator[Any]]], task: ShardTask) -> Iterator[Any]:
         reducer = self.reducer
@@ -244,7 +246,8 @@ class JoinInput:
 
     def _joined(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         combine = self.combine or _merge_records
-        for _, items in iter_groups(_merged(task, result, ordered=True)):
+        check = order_checked(run for runs in task.upstream_runs for run in runs)
+        for _, items in iter_groups(_merged(task, result, ordered=True), check_order=check):
             lefts: list[Any] = []
             matched = False
             for side, record in items:

@@ -37,6 +37,7 @@ from zephyr.fs import join, url_to_fs
 
 __all__ = [
     "as_records",
+    "order_checked",
     "iter_group_batches",
     "iter_groups",
     "iter_values",
@@ -228,17 +229,19 @@ def _tallied(rows: pa.RecordBatch, starts: np.ndarray, heads: list[bytes], tally
 
 
 def _pieces(
-    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None
+    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None, check_order: bool = True
 ) -> Iterator[tuple[bytes, bytes, list[Any], bool]]:
     """(key, key hint, values, pickled) for each stretch of one group's rows within a chunk of merged
     rows; a group spanning chunks gives consecutive pieces with the same key. Values are pickled bytes
     (unpickled lazily by the caller) or, from columnar runs, the records themselves (one Arrow
-    conversion a chunk). Sort keys are checked for an order Python has (`_OrderCheck`)."""
-    order = _OrderCheck()
+    conversion a chunk). Sort keys are checked for an order Python has (`_OrderCheck`) unless
+    `check_order` is False (`order_checked`: the runs hold one kind of scalar sort key)."""
+    order = _OrderCheck() if check_order else None
     for rows in _chunks(blocks):
         keys = rows.column(2)
         starts = _group_starts(keys)
-        order.check(rows, starts)
+        if order is not None:
+            order.check(rows, starts)
         heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
         hints = _head_hints(rows, starts)
         _tallied(rows, starts, heads, tally)
@@ -252,14 +255,15 @@ def _pieces(
 
 
 def _batch_pieces(
-    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None
+    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None, check_order: bool = True
 ) -> Iterator[tuple[bytes, bytes, pa.RecordBatch]]:
     """(key, key hint, records as one RecordBatch) for each stretch of one group's rows within a chunk."""
-    order = _OrderCheck()
+    order = _OrderCheck() if check_order else None
     for rows in _chunks(blocks):
         keys = rows.column(2)
         starts = _group_starts(keys)
-        order.check(rows, starts)
+        if order is not None:
+            order.check(rows, starts)
         heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
         hints = _head_hints(rows, starts)
         _tallied(rows, starts, heads, tally)
@@ -276,6 +280,19 @@ def _head_hints(rows: pa.RecordBatch, starts: np.ndarray) -> list[bytes]:
     if _span(column) == 0:
         return [b""] * len(starts)
     return pc.take(column, starts, memory_pool=SHUFFLE_POOL).to_pylist()
+
+
+def order_checked(runs: Iterable[RunFile]) -> bool:
+    """Whether a gather over `runs` must check its sort keys for an order: not when every run recorded
+    the kinds of its sort keys and together they are one kind of scalar (and None), as for a sort_by on
+    a number or str field, or a join's side tags. Then the check costs nothing per merged chunk."""
+    kinds: set[int] = set()
+    for run in runs:
+        if not run.sort_kinds:
+            return True  # not recorded (an intermediate merge, an older checkpoint)
+        kinds.update(run.sort_kinds)
+    kinds.discard(sortkey.NONE)
+    return len(kinds) > 1 or bool(kinds & {sortkey.TUPLE, sortkey.OTHER})
 
 
 def _single_kind(kinds: np.ndarray) -> int | None:
@@ -417,12 +434,13 @@ def _group_starts(keys: pa.Array) -> np.ndarray:
 
 
 def iter_groups(
-    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None
+    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None, check_order: bool = True
 ) -> Iterator[tuple[Any, Iterator[Any]]]:
     """(key, values iterator) per distinct key of merged blocks; pickled values are unpickled lazily.
-    A group of more than `giant_bytes` is reported in the counters (see _Tally)."""
+    A group of more than `giant_bytes` is reported in the counters (see _Tally). Sort keys that cannot
+    be ordered raise UnorderableKeysError (`check_order=False`: the runs are known to hold none)."""
     tally = _Tally(giant_bytes)
-    for _, pieces in itertools.groupby(_pieces(blocks, tally), key=operator.itemgetter(0)):
+    for _, pieces in itertools.groupby(_pieces(blocks, tally, check_order), key=operator.itemgetter(0)):
         key, key_hint, values, pickled = next(pieces)
         yield decode_key(key, key_hint), _unpickled(values, pickled, pieces)  # noqa: B031 - streamed once
     tally.close()
@@ -435,13 +453,13 @@ def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, byt
 
 
 def iter_group_batches(
-    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None
+    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None, check_order: bool = True
 ) -> Iterator[tuple[Any, Iterator[pa.RecordBatch]]]:
     """(key, record batches) per distinct key of merged blocks: the reducer form of
     `group_by(..., batch=True)`. A group's rows come in sort order as one or more RecordBatches (a group
     larger than a chunk of merged rows spans several), so a giant group still streams."""
     tally = _Tally(giant_bytes)
-    for _, pieces in itertools.groupby(_batch_pieces(blocks, tally), key=operator.itemgetter(0)):
+    for _, pieces in itertools.groupby(_batch_pieces(blocks, tally, check_order), key=operator.itemgetter(0)):
         key, key_hint, batch = next(pieces)
         yield decode_key(key, key_hint), itertools.chain([batch], (batch for _, _, batch in pieces))  # noqa: B031
     tally.close()

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from zephyr.engine import sortkey
 from zephyr.engine.sortkey import binary_array
 from zephyr.fs import url_to_fs
 
@@ -90,6 +91,9 @@ class RunFile:
     # per target, the key hash of the first row of each of its batches: a reducer given a key-hash range
     # of the target (a split of a large target) reads only the batches that overlap it
     khash_starts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # the kinds of sort keys the run holds (`sortkey.kinds`: NONE, NUMBER, STR, ...); () when not known.
+    # A gather whose runs all hold one kind of scalar (and None) has no sort keys to check for an order
+    sort_kinds: tuple[int, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -132,7 +136,8 @@ def write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
                 writer.write_batch(batch.to_batches()[0])
                 batch_index += 1
             segments[int(targets[start])] = (first, batch_index, end - start, int(sizes[start:end].sum()))
-    return RunFile(url, segments, value_type(table.schema), starts_of)
+    kinds = tuple(int(k) for k in np.unique(sortkey.kinds(table.column("sort").combine_chunks())))
+    return RunFile(url, segments, value_type(table.schema), starts_of, kinds)
 
 
 def value_type(schema: pa.Schema) -> str:
