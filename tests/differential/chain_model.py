@@ -411,14 +411,13 @@ class Example:
 
             n = len(records)
             chunks = [records[n * i // self.shards : n * (i + 1) // self.shards] for i in range(self.shards)]
+            paths = [f"{folder}/part-{i:03d}.parquet" for i, chunk in enumerate(chunks) if chunk]
             try:
-                tables = [pa.Table.from_pylist(chunk) for chunk in chunks if chunk]
+                for chunk, path in zip([c for c in chunks if c], paths, strict=True):
+                    pq.write_table(pa.Table.from_pylist(chunk), path)
             except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError):
-                tables = []  # a field of mixed types, an int beyond 64 bits, a lone surrogate: from_list
-            if tables:
-                paths = [f"{folder}/part-{i:03d}.parquet" for i in range(len(tables))]
-                for table, path in zip(tables, paths, strict=True):
-                    pq.write_table(table, path)
+                pass  # a field of mixed types, an int beyond 64 bits, a lone surrogate, an empty struct
+            else:
                 read = [record for path in paths for record in pq.read_table(path).to_pylist()]
                 return read, Dataset.from_files(f"{folder}/*.parquet")
         return records, Dataset.from_list(records, num_shards=self.shards)
