@@ -9,7 +9,17 @@ import pytest
 
 from zephyr.steps import StepRunner
 
-calls: list[str] = []
+
+class _Calls(list):
+    """The steps below append to this log of calls, so they read it: a fingerprint describes the module
+    globals a function reads, and the log's growing content would change every version. It stands for
+    itself by name (`__fingerprint__`): test instrumentation, no part of what the steps compute."""
+
+    def __fingerprint__(self) -> str:
+        return "calls"
+
+
+calls = _Calls()
 
 
 def make_numbers(path, *, config):
@@ -70,7 +80,15 @@ def test_failed_step_leaves_no_marker_and_reruns(tmp_path):
     assert StepRunner(str(tmp_path)).run("broken", unrelated, config={}).summary == {"ok": True}
 
 
-crash: dict[str, int | None] = {"after": None}  # set to make `write_parts` die midway (same code, same version)
+class _Crash(dict):
+    """Set ["after"] to make `write_parts` die midway: a lost worker, same code, same version (so it
+    stands for itself by name, like `calls`)."""
+
+    def __fingerprint__(self) -> str:
+        return "crash switch"
+
+
+crash = _Crash(after=None)
 
 
 def write_parts(path, *, config):
@@ -163,3 +181,34 @@ def test_a_second_run_on_the_same_output_root_is_refused_while_the_first_holds_i
         assert runner.run("numbers", make_numbers, config={"n": 3}).summary == {"count": 3}
         assert (tmp_path / ".zephyr-run.lock").exists()
     assert not (tmp_path / ".zephyr-run.lock").exists()
+
+
+def _write_paths(path, *, config, sample):
+    Path(path).mkdir(parents=True, exist_ok=True)
+    files = sorted(str(p) for p in Path(sample).glob("*.txt"))
+    (Path(path) / "list.json").write_text(json.dumps(files))
+    return {"files": files, "store": str(Path(path) / "list.json")}
+
+
+def _read_paths(path, *, config, listed):
+    return {"n": len(json.loads(Path(listed["store"]).read_text())), "tag": config["tag"]}
+
+
+def test_step_versions_do_not_depend_on_how_the_output_root_is_spelled(tmp_path, monkeypatch):
+    """Issue #28 fault 6: `--output O` then the absolute path of O recomputed every step into new version
+    folders. Paths inside the root (in configs, plain inputs, earlier steps' summaries) count relative to it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out" / "sample").mkdir(parents=True)
+    (tmp_path / "out" / "sample" / "a.txt").write_text("a")
+    versions = []
+    for root in ("out", str(tmp_path / "out"), "./out/../out"):
+        with StepRunner(root) as steps:
+            sample = f"{root}/sample"
+            listed = steps.run("list", _write_paths, config={"where": sample}, inputs={"sample": sample})
+            read = steps.run("read", _read_paths, config={"tag": "x"}, inputs={"listed": listed.summary})
+        versions.append((listed.version, read.version, listed.skipped, read.skipped))
+    assert len({v[:2] for v in versions}) == 1, versions
+    assert [v[2:] for v in versions] == [(False, False), (True, True), (True, True)]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name != "_runs") == sorted(
+        ["sample", f"list-{versions[0][0][:10]}", f"read-{versions[0][1][:10]}"]
+    )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import tempfile
 import time
 import uuid
@@ -44,7 +45,7 @@ from zephyr.engine.run_lock import hold_folder
 from zephyr.engine.run_record import RunRecorder, current_run, use_run
 from zephyr.fs import join, url_to_fs
 from zephyr.staged import StagedWork, clear
-from zephyr.versioning import describe, digest
+from zephyr.versioning import describe, digest, undescribable
 
 __all__ = ["DryRunStop", "StepOutput", "StepRunner"]
 
@@ -142,19 +143,22 @@ class StepRunner:
         if not self.is_dry_run:
             self._hold_root()  # before reading the marker: another run may be writing this step
         inputs = dict(inputs or {})
-        version = _version(name, fn, config, inputs)
+        version, unreusable = _version(name, fn, config, inputs, self.root)
         path = join(self.root, f"{name}-{version[:10]}")
         work = StagedWork(join(path, MARKER), _KIND, version)
         marker = work.done()
+        if unreusable:  # its version cannot stand for what its code reads: never reused, rerun every time
+            log(f"step {name}: not reused, it runs every time: {unreusable}")
+        reusable = marker is not None and name not in self.force and not unreusable
         args = {key: value.path if isinstance(value, StepOutput) else value for key, value in inputs.items()}
         if self.is_dry_run:  # reported, never recorded: a dry run leaves no run record
-            if marker is not None and name not in self.force:
+            if reusable:
                 payload = marker.payload
                 print(f"[dry run] step {name!r} (version {version[:10]}) is complete: reused", flush=True)
                 output = StepOutput(name, path, version, payload["summary"], True, payload.get("seconds", 0.0))
             else:
                 output = self._plan(name, fn, config, inputs, args, version, path)
-        elif marker is not None and name not in self.force:
+        elif reusable:
             payload = marker.payload
 
             def reuse() -> StepOutput:
@@ -322,16 +326,40 @@ def _release_quietly(release: Callable[[], None]) -> None:
         release()
 
 
-def _version(name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str, Any]) -> str:
-    code = describe(fn)
-    if isinstance(code, list) and code and code[0] == getattr(fn, "__module__", None):
-        # the module name differs between `zephyr run x.py`, `python x.py` and an import: the code does not
-        code = code[1:]
-    parts = [name, code, describe(config)]
+def _version(name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str, Any], root: str) -> tuple[str, str]:
+    """(the step's version, why it must rerun anyway: "" unless what its code reads cannot be described).
+
+    A user function is described without its module's name (which differs between `zephyr run x.py`,
+    `python x.py` and an import; the code does not). Paths inside the output root count by their path
+    relative to it (`_rooted`), so `--output out` and `--output /abs/out` give the same versions."""
+    parts = [name, describe(fn), describe(config)]
     for key in sorted(inputs):
         value = inputs[key]
         parts.append([key, value.version if isinstance(value, StepOutput) else describe(value)])
-    return digest(parts)
+    parts = _rooted(parts, root)
+    reasons = undescribable(parts)
+    return digest(parts), reasons[0] if reasons else ""
+
+
+def _rooted(described: Any, root: str) -> Any:
+    """`described` with every string naming a path inside the output root `root` (relative or absolute,
+    as `os.path.abspath` resolves it; a bucket root as spelled) written as `<output>/<path within>`."""
+    local = "://" not in root or root.startswith("file://")
+    prefix = os.path.abspath(root.removeprefix("file://")) if local else root.rstrip("/")
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            path = os.path.abspath(item.removeprefix("file://")) if local and "://" not in item else item
+            if path == prefix or path.startswith(prefix + "/"):
+                return "<output>" + path[len(prefix) :]
+            return item
+        if isinstance(item, list | tuple):
+            return [walk(v) for v in item]
+        if isinstance(item, dict):
+            return {walk(k): walk(v) for k, v in item.items()}
+        return item
+
+    return walk(described)
 
 
 def _moved(value: Any, old: str, new: str) -> Any:

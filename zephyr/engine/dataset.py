@@ -188,11 +188,20 @@ class Dataset:
         so a group may be larger than memory. A reducer returns one value, or is a generator (or returns
         an iterator) whose items all become records; returning None emits nothing. `combiner(key, items)`
         has the same contract and pre-aggregates on the map side; its outputs are what the reducer sees.
-        Keys and sort keys must be None/bool/int/float/str/bytes or tuples of them to be ordered; any
-        picklable key groups correctly. A field name (`"user"`, or `col("user")`) as key or sort key
-        reads that field (missing -> None); over parquet/vortex input the shuffle then takes whole
-        Arrow batches at once instead of one record at a time, and records stay Arrow through the
-        shuffle (no pickling).
+
+        Keys group as Python's `==` says and sort keys order as Python's `sorted` does, by value
+        (zephyr.engine.sortkey): bool, int and float are one numeric order, exact for ints of any size,
+        and equal numbers are one key (1, 1.0 and True: one group, handed to the reducer as the group's
+        first record had it); -0.0 == 0.0; NaN is one key, after inf; None comes first; str by code
+        point, bytes by byte, tuples element by element; dates, datetimes (aware ones by their instant),
+        times and timedeltas by time. Keys of kinds Python cannot order against each other (a str and
+        an int) may still be keys of one group_by, but sort keys of such kinds within one group raise
+        UnorderableKeysError naming both values, the stage and the record; so do sort keys of a type
+        with no order (a dict). Other picklable keys group by equality of their pickles.
+
+        A field name (`"user"`, or `col("user")`) as key or sort key reads that field (missing ->
+        None); over parquet/vortex input the shuffle then takes whole Arrow batches at once instead of
+        one record at a time, and records stay Arrow through the shuffle (no pickling).
 
         batch=True is the Arrow reducer form: `reducer(key, batches)` gets the group's records (dicts
         before the shuffle) as an iterator of `pyarrow.RecordBatch` in sort order, one batch per stretch
@@ -222,7 +231,8 @@ class Dataset:
         return self._then(O.GroupBy(key_fn, reducer, sort_fn, combiner, num_shards, batch))
 
     def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
-        """Keep the first record (in input order) of every `key(record)` (or field `key`)."""
+        """Keep the first record (in input order) of every `key(record)` (or field `key`); keys are
+        equal as Python's `==` says (1, 1.0 and True are one key; see `group_by`)."""
         return self.group_by(key, _first_of_group, combiner=_first_of_group, num_shards=num_shards)
 
     def union(self, *others: Dataset, num_shards: int | None = None) -> Dataset:
@@ -254,14 +264,21 @@ class Dataset:
         from `samples_per_shard` keys per input shard, then one shuffle sends every record to its range
         and each output shard streams its range in order from disk (external merge; larger than memory is
         fine). `collect()` after it returns records in global order; ties keep no particular order.
-        Keys must be orderable (None/bool/int/float/str/bytes or tuples of them).
+
+        The order is Python's, by value, as for `group_by`'s sort_by: ints and floats in one numeric
+        order (3 between 2.5 and 10), None first, NaN after inf, str by code point, tuples element by
+        element, datetimes by time; `descending=True` is its exact reverse (None last). Keys of kinds
+        Python cannot order against each other (a str and an int) raise UnorderableKeysError before
+        anything is shuffled, naming both and a record of each.
         """
         if samples_per_shard < 1:
             raise ValueError(f"samples_per_shard must be at least 1, got {samples_per_shard}")
         if isinstance(key, str):
             _refuse_minus_prefix("key", key, f"Sort descending with sort({key[1:]!r}, descending=True).")
         sort_key = _SortKey(key_function("sort", "key", key), descending)
-        sampled = sorted(self.map_shard(_SampleKeys(sort_key, samples_per_shard)).collect())
+        collected = self.map_shard(_SampleKeys(sort_key, samples_per_shard)).collect()
+        _check_sort_kinds([c for c in collected if isinstance(c, _KeyKinds)], sort_key.key)
+        sampled = sorted(c for c in collected if not isinstance(c, _KeyKinds))
         if num_shards is None:
             from zephyr.engine.context import current_config
 
@@ -269,7 +286,10 @@ class Dataset:
         if num_shards < 1:
             raise ValueError(f"num_shards must be at least 1, got {num_shards}")
         # the shuffle compares encoded sort keys; the samples are encoded the same way
-        ranges = tuple(sorted({sampled[len(sampled) * i // num_shards] for i in range(1, num_shards)}))
+        # no samples (an empty dataset): no boundaries, every record (none) goes to the first shard
+        ranges = tuple(
+            sorted({sampled[len(sampled) * i // num_shards] for i in range(1, num_shards)} if sampled else ())
+        )
         return self._then(O.GroupBy(_constant_key, _emit_in_order, sort_key, None, num_shards, ranges=ranges))
 
     def sorted_merge_join(
@@ -287,7 +307,8 @@ class Dataset:
         `left_key`/`right_key` are field names (`"id"`, as in `group_by`) or functions of a record.
         `combine(left, right)` builds the output record (default `{**left, **right}`); with how="left",
         a left record without match is combined with None (default: the left record as is).
-        Every pair of matching records is emitted (many-to-many joins multiply).
+        Every pair of matching records is emitted (many-to-many joins multiply). Keys match as Python's
+        `==` says: a left 1 matches a right 1.0 (see `group_by`).
 
         Example:
             >>> from zephyr import Dataset, execution
@@ -396,26 +417,18 @@ class Dataset:
         the folder as one table): `schema` (a `pyarrow.Schema`) if given, else the union of the
         shards' schemas, applied after the shards are written by rewriting the files that differ.
         """
-        if "{shard" not in pattern:
+        from zephyr.engine.outputs import check_output_pattern
+
+        check_output_pattern(pattern, partition_by)  # its real format fields, before anything runs
+        if partition_by is not None and skip_existing:
             raise ValueError(
-                f"output pattern {pattern!r} has no {{shard}} placeholder, so every shard would write the "
-                "same file; use e.g. 'out/part-{shard:05d}-of-{total:05d}.jsonl.zst'"
+                "skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it"
             )
-        if partition_by is not None:
-            if "{" + partition_by + "}" not in pattern:
-                raise ValueError(
-                    f"output pattern {pattern!r} has no {{{partition_by}}} placeholder for "
-                    f"partition_by={partition_by!r}; use e.g. 'out/{{{partition_by}}}/part-{{shard:05d}}.jsonl.zst'"
-                )
-            if skip_existing:
-                raise ValueError(
-                    "skip_existing cannot tell which partitions a shard wrote; rerun partitioned writes without it"
-                )
-            if schema is not None:
-                raise ValueError(
-                    "schema= is not applied to partitioned writes (each partition file takes its records' schema); "
-                    "cast the records in a map_batches before the write, or drop partition_by"
-                )
+        if partition_by is not None and schema is not None:
+            raise ValueError(
+                "schema= is not applied to partitioned writes (each partition file takes its records' schema); "
+                "cast the records in a map_batches before the write, or drop partition_by"
+            )
         from zephyr.engine.io import infer_format, written_formats
 
         if format is None:
@@ -586,11 +599,8 @@ class _FormattedBatches:
 
 @dataclass(frozen=True)
 class _SortKey:
-    """The sort key of a record; descending keys are the byte-complement of the ascending encoding.
-
-    The encoding of `zephyr.engine.sortkey` is prefix-free and order-preserving, so complementing its
-    bytes reverses the order exactly, for any orderable key type.
-    """
+    """The sort key of a record; a descending one is wrapped in `sortkey.Descending`, whose encoding is
+    the byte-complement of the ascending one (the exact reverse order, for any orderable key type)."""
 
     key: Callable[[Any], Any]
     descending: bool
@@ -607,14 +617,16 @@ class _SortKey:
         value = self.key(record)
         if not self.descending:
             return value
-        from zephyr.engine.sortkey import encode
+        from zephyr.engine.sortkey import Descending
 
-        return bytes(255 - b for b in encode(value))
+        return Descending(value)
 
 
 @dataclass(frozen=True)
 class _SampleKeys:
-    """Up to `k` encoded sort keys of a shard, sampled uniformly (reservoir sampling, fixed seed)."""
+    """Up to `k` encoded sort keys of a shard, sampled uniformly (reservoir sampling, fixed seed), then
+    one `_KeyKinds`: the first record of each kind of key the shard holds (a number, a str, ...), so that
+    `sort` refuses keys Python cannot order against each other before anything is shuffled."""
 
     sort_key: _SortKey
     k: int
@@ -622,18 +634,55 @@ class _SampleKeys:
     def __call__(self, records: Iterable[Any]) -> Iterable[Any]:
         import random
 
-        from zephyr.engine.sortkey import encode
+        from zephyr.engine.sortkey import Descending, encode, key_kind
 
         rng = random.Random(0x5EED)
         reservoir: list[bytes] = []
+        kinds: dict[str, tuple[Any, Any]] = {}
+        key, descending = self.sort_key.key, self.sort_key.descending
         for seen, record in enumerate(records):
-            if seen < self.k:
-                reservoir.append(encode(self.sort_key(record)))
-            else:
-                slot = rng.randrange(seen + 1)
-                if slot < self.k:
-                    reservoir[slot] = encode(self.sort_key(record))
+            value = key(record)
+            kind = key_kind(value)
+            if kind not in kinds:
+                kinds[kind] = (value, record)
+            slot = seen if seen < self.k else rng.randrange(seen + 1)
+            if slot < self.k:
+                encoded = encode(Descending(value) if descending else value)
+                if seen < self.k:
+                    reservoir.append(encoded)
+                else:
+                    reservoir[slot] = encoded
         yield from reservoir
+        yield _KeyKinds(kinds)
+
+
+@dataclass(frozen=True)
+class _KeyKinds:
+    """Per kind of sort key a shard holds (`sortkey.key_kind`), its first key and record."""
+
+    first: dict[str, tuple[Any, Any]]
+
+
+def _check_sort_kinds(found: list[_KeyKinds], key: Any) -> None:
+    """Refuse a sort over keys of kinds Python cannot order against each other (None orders with all)."""
+    from zephyr.engine.ops import preview
+    from zephyr.engine.sortkey import UnorderableKeysError, describe_kind
+
+    kinds: dict[str, tuple[Any, Any]] = {}
+    for shard in found:
+        for kind, first in shard.first.items():
+            kinds.setdefault(kind, first)
+    kinds.pop("None", None)
+    unordered = [kind for kind in kinds if kind == "other"]
+    if len(kinds) < 2 and not unordered:
+        return
+    shown = [kinds[k] for k in (unordered or list(kinds)[:2])]
+    what = " and ".join(f"{describe_kind(value)} (record {preview(record)})" for value, record in shown)
+    raise UnorderableKeysError(
+        f"sort(key={O.display_name(key)}): sort keys Python cannot order against each other: {what}. "
+        "Make the sort key one kind for every record (numbers, str, bytes, dates, datetimes or tuples of them), "
+        "e.g. str(value) or float(value), or None for a missing value (None sorts first)"
+    )
 
 
 def _constant_key(record: Any) -> int:

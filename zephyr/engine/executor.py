@@ -246,6 +246,8 @@ class _Tasks:
 def _run_stage(job: _Job, stage: Stage, stats: StageStats) -> list[ShardResult]:
     """Run one stage: plan its tasks, take what checkpoints already hold, schedule the rest."""
     stage_pickle = _ship(job, stage)
+    if stage.unreusable:
+        _forget_checkpoints(job, stage)  # before planning: the reduce plan kept beside them is not reused either
     tasks = _plan_tasks(job, stage)
     stats.shards = tasks.count
     done = _resume(job, stage, tasks.count)
@@ -282,6 +284,14 @@ def _ship(job: _Job, stage: Stage) -> str:
     return stage_pickle
 
 
+def _forget_checkpoints(job: _Job, stage: Stage) -> None:
+    """Remove an unreusable stage's checkpoints and reduce plan: what it reads has no fingerprint, so what an
+    earlier run committed under its name may be of other work (`Stage.unreusable` says why)."""
+    log(f"stage {stage.index} ({stage.name}): checkpoints not reused, it runs in full: {stage.unreusable}")
+    _remove(join(job.run_url, f"stage-{stage.index}"))
+    _remove(join(job.run_url, f"stage-{stage.index}.tasks"))
+
+
 def _plan_tasks(job: _Job, stage: Stage) -> _Tasks:
     """A stage's tasks. A shuffle read whose input is splittable gets reduce tasks from the scatter sidecars'
     bytes per target: a large target is split into key-hash ranges, small neighbours are packed together
@@ -300,7 +310,7 @@ def _resume(job: _Job, stage: Stage, num_tasks: int) -> dict[int, ShardResult]:
     """The tasks an earlier run of this stage committed whose files are all still there."""
     stage_url = join(job.run_url, f"stage-{stage.index}")
     done: dict[int, ShardResult] = {}
-    for shard in range(num_tasks):
+    for shard in range(0 if stage.unreusable else num_tasks):
         committed = _load_done(stage_url, shard, stage.fingerprint)
         if committed is not None:
             done[shard] = committed
@@ -510,6 +520,7 @@ def _result_from_json(data: dict[str, Any]) -> ShardResult:
                 "segments": {int(seg[0]): tuple(seg[1:]) for seg in run["segments"]},
                 # JSON keys are strings: back to target ints (a split reduce task finds its batches by them)
                 "khash_starts": {int(target): tuple(starts) for target, starts in run.get("khash_starts", {}).items()},
+                "sort_kinds": tuple(run.get("sort_kinds", ())),
             }
         )
         for run in data["runs"]

@@ -10,6 +10,7 @@ large shuffle target may be split into key-hash ranges) and `locations` (the URL
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import pickle
@@ -31,7 +32,9 @@ from zephyr.engine.shuffle import (
     iter_groups,
     iter_values,
     merged_blocks,
+    order_checked,
 )
+from zephyr.engine.sortkey import UnorderableKeysError
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.errors import UserCodeError
 from zephyr.fs import join
@@ -233,19 +236,23 @@ class GroupInput(Input):
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         walk = iter_group_batches if self.batch else iter_groups
         giant = task.memory_per_worker // 16  # groups above this are reported (key, records, bytes)
-        return self._reduced(walk(_merged(task, result, ordered=True), giant_bytes=giant), task)
+        check = order_checked(run for runs in task.upstream_runs for run in runs)
+        return self._reduced(walk(_merged(task, result, ordered=True), giant_bytes=giant, check_order=check), task)
 
     def _reduced(self, groups: Iterator[tuple[Any, Iterator[Any]]], task: ShardTask) -> Iterator[Any]:
         reducer = self.reducer
-        for key, items in groups:
-            try:
-                yield from as_records(reducer(key, items))
-            except Exception as error:  # noqa: BLE001
-                raise UserCodeError(
-                    f"reducer {callable_name(reducer)} failed in stage {task.stage_index}, shard {task.shard}, "
-                    f"for key {preview(key)}: {type(error).__name__}: {error}",
-                    traceback_text=traceback.format_exc(),
-                ) from None
+        with _naming_stage(task):
+            for key, items in groups:
+                try:
+                    yield from as_records(reducer(key, items))
+                except UnorderableKeysError:
+                    raise  # met while the reducer read its group: the shuffle's sort keys, not the reducer
+                except Exception as error:  # noqa: BLE001
+                    raise UserCodeError(
+                        f"reducer {callable_name(reducer)} failed in stage {task.stage_index}, shard {task.shard}, "
+                        f"for key {preview(key)}: {type(error).__name__}: {error}",
+                        traceback_text=traceback.format_exc(),
+                    ) from None
 
 
 @dataclass(frozen=True)
@@ -269,8 +276,13 @@ class JoinInput(Input):
         return f"shuffle target {shard}"
 
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
+        with _naming_stage(task):
+            yield from self._joined(task, result)
+
+    def _joined(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         combine = self.combine or _merge_records
-        for _, items in iter_groups(_merged(task, result, ordered=True)):
+        check = order_checked(run for runs in task.upstream_runs for run in runs)
+        for _, items in iter_groups(_merged(task, result, ordered=True), check_order=check):
             lefts: list[Any] = []
             matched = False
             for side, record in items:
@@ -331,6 +343,16 @@ def _merged(task: ShardTask, result: ShardResult, *, ordered: bool) -> Iterator[
             )
 
     return _counted_batches(blocks(), result)
+
+
+@contextlib.contextmanager
+def _naming_stage(task: ShardTask) -> Iterator[None]:
+    """Sort keys that cannot be ordered, found while merging a shuffle: the error names the stage."""
+    try:
+        yield
+    except UnorderableKeysError as error:
+        where = f"stage {task.stage_index} ({task.stage_name}), shard {task.shard}"
+        raise UnorderableKeysError(f"{where}: {error}") from None
 
 
 def _describe_shuffle(upstream: tuple[int, ...]) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "PartitionedSink",
     "ShardWriterSink",
     "Collect",
+    "check_output_pattern",
     "StageOutput",
     "pattern_folder",
     "read_results",
@@ -351,3 +352,61 @@ def remove_stale_outputs(pattern: str, written: list[str]) -> list[str]:
     for path in stale:
         fs.rm_file(path)
     return stale
+
+
+def check_output_pattern(pattern: str, partition_by: str | None = None) -> None:
+    """Refuse, before anything runs, an output pattern whose real format fields (as `str.format` reads
+    them: `string.Formatter().parse`) are not `{shard}` (required: else every shard writes one file and
+    all but the last are lost), `{total}` and, with `partition_by`, that field (required, and written
+    plainly as `{field}`: partition files are found by it). `part-{{shard:05d}}` has no field at all:
+    doubled braces are literal text, a slip of nested f-strings. Format specs are tried once, so a
+    `{shard:05q}` fails here and not in every worker."""
+    allowed = {"shard", "total", *([partition_by] if partition_by else [])}
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(pattern)]
+    except ValueError as error:
+        raise ValueError(
+            f"output pattern {pattern!r} is not a valid format string ({error}); write placeholders as "
+            "{shard}, {total} (e.g. 'out/part-{shard:05d}-of-{total:05d}.jsonl.zst') and a literal brace as {{ or }}"
+        ) from None
+    names = {
+        re.split(r"[.\[]", name, maxsplit=1)[0]: (name, spec, conversion)
+        for name, spec, conversion in fields
+        if name is not None
+    }
+    example = "'out/part-{shard:05d}-of-{total:05d}.jsonl.zst'"
+    if "shard" not in names:
+        escaped = (
+            " It has '{{shard': doubled braces are literal text in str.format (a nested f-string makes them);"
+            if "{{shard" in pattern
+            else ""
+        )
+        raise ValueError(
+            f"output pattern {pattern!r} has no {{shard}} placeholder, so every shard would write the same file and "
+            f"all but one would be lost.{escaped} use single braces, e.g. {example}"
+        )
+    unknown = sorted(set(names) - allowed)
+    if unknown:
+        raise ValueError(
+            f"output pattern {pattern!r} has placeholder(s) {', '.join('{' + u + '}' for u in unknown)} that no shard "
+            f"fills: a pattern may use {', '.join('{' + a + '}' for a in sorted(allowed))}"
+            + ("" if partition_by else " (and a field named by partition_by=)")
+        )
+    if partition_by is not None:
+        if partition_by not in names:
+            raise ValueError(
+                f"output pattern {pattern!r} has no {{{partition_by}}} placeholder for partition_by={partition_by!r}; "
+                f"use e.g. 'out/{{{partition_by}}}/part-{{shard:05d}}.jsonl.zst'"
+            )
+        if names[partition_by] != (partition_by, "", None):
+            raise ValueError(
+                f"output pattern {pattern!r}: write the partition field plainly as {{{partition_by}}} (no format "
+                "spec or conversion): the files of each partition are found by it"
+            )
+    try:
+        pattern.format(shard=0, total=1, **({partition_by: "value"} if partition_by else {}))
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as error:
+        raise ValueError(
+            f"output pattern {pattern!r} does not format: {type(error).__name__}: {error}; shard and total are ints "
+            f"(e.g. {{shard:05d}})"
+        ) from None

@@ -46,7 +46,7 @@ from zephyr.engine.pipeline import (
 from zephyr.engine.shuffle import ShuffleSpec
 from zephyr.errors import PlanError
 from zephyr.fs import url_to_fs
-from zephyr.versioning import describe, digest
+from zephyr.versioning import describe, digest, undescribable
 
 __all__ = ["Stage", "Plan", "plan", "is_expression"]
 
@@ -64,6 +64,9 @@ class Stage:
     num_shards: int
     fingerprint: str
     resources: tuple[Any, ...] = ()  # what its ops ask of a worker (`resources=` of map & co), in op order
+    # why its checkpoints may not be reused ("" when they may): its fingerprint could not describe what
+    # its code reads (an open file, a live client: `versioning.undescribable`), or it reads a stage that reruns
+    unreusable: str = ""
 
     @property
     def upstream(self) -> tuple[int, ...]:
@@ -181,20 +184,28 @@ class _Planner:
             batches_in = stage_input.batch_rows is not None
         pipeline = Pipeline(steps, batches_in=batches_in, want_batches=output.takes_batches)
         output = dataclasses.replace(output, batches=pipeline.emits_batches)
-        upstream = [self._built(i).fingerprint for i in stage_input.upstream]
-        fingerprint = digest(
-            [
-                builder.num_shards,
-                _describe_fields(stage_input),
-                [describe(s) for s in steps],
-                pipeline.batches_in,
-                pipeline.want_batches,
-                _describe_fields(output),
-                upstream,
-            ]
-        )
+        upstream = [self._built(i) for i in stage_input.upstream]
+        described = [
+            builder.num_shards,
+            _describe_fields(stage_input),
+            [describe(s, s.name) for s in steps],
+            pipeline.batches_in,
+            pipeline.want_batches,
+            _describe_fields(output),
+            [stage.fingerprint for stage in upstream],
+        ]
+        reasons = undescribable(described) + [
+            f"it reads stage {stage.index}, which reruns" for stage in upstream if stage.unreusable
+        ]
         stage = Stage(
-            builder.index, stage_input, pipeline, output, builder.num_shards, fingerprint, tuple(builder.resources)
+            builder.index,
+            stage_input,
+            pipeline,
+            output,
+            builder.num_shards,
+            digest(described),
+            tuple(builder.resources),
+            reasons[0] if reasons else "",
         )
         self.stages[builder.index] = stage
         return builder.index

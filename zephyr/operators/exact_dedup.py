@@ -26,7 +26,6 @@ import functools
 import re
 import struct
 import unicodedata
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from zephyr.engine.io import read_batches
 from zephyr.engine.sortkey import decode, encode
 from zephyr.engine.task import ShardContext
 from zephyr.fs import atomic_write, join, url_to_fs
+from zephyr.versioning import describe, digest
 
 __all__ = ["dedup_documents", "dedup_paragraphs", "normalize_for_hash", "text_hash"]
 
@@ -335,6 +335,11 @@ class _Annotate:
     drop: bool
     table_url: str
 
+    def __fingerprint__(self) -> list:
+        # sizes and keepers are what the decision pass computed, and the table's name digests its work:
+        # describing the (possibly million-entry) lookups again would cost seconds per plan
+        return ["exact-dedup-annotate", self.text_field, self.drop, self.table_url.rsplit("/", 1)[-1]]
+
     def __call__(self, docs: Iterable[dict], context: ShardContext) -> Iterator[dict]:
         shard = context.shard
         sizes, keepers, field_name, drop = self.sizes, self.keepers, self.text_field, self.drop
@@ -381,7 +386,7 @@ def dedup_documents(
     order = order_key or _FieldOrder("id")
     config = current_config()
     buckets = _BUCKETS_PER_SHARD * (num_shards or config.num_workers)
-    table_url = join(config.scratch_url, f"exact-dedup-{uuid.uuid4().hex[:12]}")
+    table_url = join(config.scratch_url, f"exact-dedup-{_table_name(ds, text_field, order, buckets, num_shards)}")
     try:
         run = (
             ds.map_shard(_HashRank(text_field, order, table_url, buckets), with_context=True)
@@ -414,6 +419,18 @@ def dedup_documents(
     annotate = _Annotate(text_field, sizes, keepers, drop, table_url)
     weakref.finalize(annotate, _remove, table_url)
     return ds.map_shard(annotate, with_context=True)
+
+
+def _table_name(
+    ds: Dataset, text_field: str, order: Callable[[dict], Any], buckets: int, num_shards: int | None
+) -> str:
+    """The decision pass's scratch folder name: a digest of what it computes (the input's plan and the
+    settings), so a rerun of the same work plans the same decision pass and resumes its checkpoints, and
+    its success removes what a killed run left (a random name made every run a new job)."""
+    from zephyr.engine.plan import plan
+
+    source = plan(ds, current_config()).fingerprint
+    return digest([source, text_field, describe(order), buckets, num_shards, describe(_HashRank)])[:12]
 
 
 def _remove(url: str) -> None:

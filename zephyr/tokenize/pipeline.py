@@ -78,6 +78,8 @@ class TokenizeConfig:
             # Ids differ only next to a forced cut in a stretch with no safe split point, so a
             # non-default size is hashed; the default stays out so existing stores keep their hash.
             spec.pop("max_chunk_chars")
+        if os.path.exists(spec["source"]):  # a local tokenizer file counts by where it is, however spelled
+            spec["source"] = os.path.abspath(spec["source"])
         payload = {**asdict(self), "tokenizer": spec, "tokenizer_hash": tokenizer_hash, "store_version": 1}
         return xxhash.xxh3_64_hexdigest(json.dumps(payload, sort_keys=True).encode())
 

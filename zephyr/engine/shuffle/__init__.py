@@ -24,7 +24,14 @@ gather (reduce side).
 
 from __future__ import annotations
 
-from zephyr.engine.shuffle.gather import as_records, iter_group_batches, iter_groups, iter_values, merged_blocks
+from zephyr.engine.shuffle.gather import (
+    as_records,
+    iter_group_batches,
+    iter_groups,
+    iter_values,
+    merged_blocks,
+    order_checked,
+)
 from zephyr.engine.shuffle.pieces import ReducePiece, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.shuffle.runs import RunFile, ShuffleSpec
 from zephyr.engine.shuffle.scatter import ScatterWriter, column_keyed, records_to_batch, scatters_batches
@@ -40,6 +47,7 @@ __all__ = [
     "iter_groups",
     "iter_values",
     "merged_blocks",
+    "order_checked",
     "plan_tasks",
     "records_to_batch",
     "scatters_batches",

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from zephyr.engine import sortkey
 from zephyr.engine.shuffle.runs import (
     BATCH_BYTES,
     BATCH_TYPES,
@@ -31,11 +32,12 @@ from zephyr.engine.shuffle.runs import (
     segment_batches,
     value_type,
 )
-from zephyr.engine.sortkey import decode
+from zephyr.engine.sortkey import UnorderableKeysError, decode, decode_key
 from zephyr.fs import join, naming_the_file, url_to_fs
 
 __all__ = [
     "as_records",
+    "order_checked",
     "iter_group_batches",
     "iter_groups",
     "iter_values",
@@ -230,38 +232,150 @@ def _tallied(rows: pa.RecordBatch, starts: np.ndarray, heads: list[bytes], tally
         tally.add(key, count, size)
 
 
-def _pieces(blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None) -> Iterator[tuple[bytes, list[Any], bool]]:
-    """(key, values, pickled) for each stretch of one group's rows within a chunk of merged rows; a group
-    spanning chunks gives consecutive pieces with the same key. Values are pickled bytes (unpickled
-    lazily by the caller) or, from columnar runs, the records themselves (one Arrow conversion a chunk)."""
+def _pieces(
+    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None, check_order: bool = True
+) -> Iterator[tuple[bytes, bytes, list[Any], bool]]:
+    """(key, key hint, values, pickled) for each stretch of one group's rows within a chunk of merged
+    rows; a group spanning chunks gives consecutive pieces with the same key. Values are pickled bytes
+    (unpickled lazily by the caller) or, from columnar runs, the records themselves (one Arrow
+    conversion a chunk). Sort keys are checked for an order Python has (`_OrderCheck`) unless
+    `check_order` is False (`order_checked`: the runs hold one kind of scalar sort key)."""
+    order = _OrderCheck() if check_order else None
     for rows in _chunks(blocks):
         keys = rows.column(2)
         starts = _group_starts(keys)
+        if order is not None:
+            order.check(rows, starts)
         heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
+        hints = _head_hints(rows, starts)
         _tallied(rows, starts, heads, tally)
         column = rows.column(4)
         pickled = pa.types.is_large_binary(column.type)
         values = column.to_pylist() if pickled else records_of(column)
         bounds = starts.tolist()
         bounds.append(len(values))
-        for key, start, end in zip(heads, bounds, bounds[1:], strict=False):
-            yield key, values[start:end], pickled
+        for key, key_hint, start, end in zip(heads, hints, bounds, bounds[1:], strict=False):
+            yield key, key_hint, values[start:end], pickled
 
 
 def _batch_pieces(
-    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None
-) -> Iterator[tuple[bytes, pa.RecordBatch]]:
-    """(key, records as one RecordBatch) for each stretch of one group's rows within a chunk."""
+    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None, check_order: bool = True
+) -> Iterator[tuple[bytes, bytes, pa.RecordBatch]]:
+    """(key, key hint, records as one RecordBatch) for each stretch of one group's rows within a chunk."""
+    order = _OrderCheck() if check_order else None
     for rows in _chunks(blocks):
         keys = rows.column(2)
         starts = _group_starts(keys)
+        if order is not None:
+            order.check(rows, starts)
         heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
+        hints = _head_hints(rows, starts)
         _tallied(rows, starts, heads, tally)
         column = rows.column(4)
         bounds = starts.tolist()
         bounds.append(len(column))
-        for key, start, end in zip(heads, bounds, bounds[1:], strict=False):
-            yield key, _records_batch(column.slice(start, end - start))
+        for key, key_hint, start, end in zip(heads, hints, bounds, bounds[1:], strict=False):
+            yield key, key_hint, _records_batch(column.slice(start, end - start))
+
+
+def _head_hints(rows: pa.RecordBatch, starts: np.ndarray) -> list[bytes]:
+    """The key hints of the groups' first rows; no Arrow call when the chunk has none (ints, strs)."""
+    column = rows.column(5)
+    if _span(column) == 0:
+        return [b""] * len(starts)
+    return pc.take(column, starts, memory_pool=SHUFFLE_POOL).to_pylist()
+
+
+def order_checked(runs: Iterable[RunFile]) -> bool:
+    """Whether a gather over `runs` must check its sort keys for an order: not when every run recorded
+    the kinds of its sort keys and together they are one kind of scalar (and None), as for a sort_by on
+    a number or str field, or a join's side tags. Then the check costs nothing per merged chunk."""
+    kinds: set[int] = set()
+    for run in runs:
+        if not run.sort_kinds:
+            return True  # not recorded (an intermediate merge, an older checkpoint)
+        kinds.update(run.sort_kinds)
+    kinds.discard(sortkey.NONE)
+    return len(kinds) > 1 or bool(kinds & {sortkey.TUPLE, sortkey.OTHER})
+
+
+def _single_kind(kinds: np.ndarray) -> int | None:
+    """The one kind of scalar among `kinds` besides None (NONE when all are None), or None when there are
+    several kinds, tuples (compared element by element) or values of no order."""
+    highest = int(kinds.max())
+    if highest in (sortkey.TUPLE, sortkey.OTHER):
+        return None
+    if int(kinds.min()) == highest or not ((kinds != sortkey.NONE) & (kinds != highest)).any():
+        return highest
+    return None
+
+
+class _OrderCheck:
+    """Sort keys within a group (and all keys of a `Dataset.sort` target, one group) must be ones Python
+    can order against each other, as `sorted` would require: where two neighbours in the merged order
+    are of kinds it cannot compare (a number and a str; None meets anything), or one is of a type with
+    no order at all, raise UnorderableKeysError naming both values and the record. Neighbours suffice:
+    the encoding orders kinds apart, so mixed kinds in a group always meet somewhere.
+
+    Cost: one vectorized pass over the sort keys' first bytes per chunk of merged rows, nothing when the
+    shuffle has no sort keys; a Python comparison only for neighbouring tuples and kinds that differ."""
+
+    def __init__(self) -> None:
+        self.last: tuple[bytes, bytes, int] | None = None  # the previous chunk's last (key, sort key, kind)
+
+    def check(self, rows: pa.RecordBatch, starts: np.ndarray) -> None:
+        sorts = rows.column(3)
+        if _span(sorts) == 0:  # no sort keys (a group_by without sort_by): nothing to order
+            self.last = None
+            return
+        keys = rows.column(2)
+        kinds = sortkey.kinds(sorts)
+        n = len(kinds) - 1
+        single = _single_kind(kinds)
+        continues = (
+            self.last is not None and self.last[2] not in (sortkey.NONE, single) and keys[0].as_py() == self.last[0]
+        )
+        if single is not None and not continues:  # one kind of scalar (and None): nothing to compare
+            self.last = (keys[n].as_py(), sorts[n].as_py(), int(kinds[n]))
+            return
+        other = np.flatnonzero(kinds == sortkey.OTHER)
+        if len(other):
+            i = int(other[0])
+            value = decode(sorts[i].as_py())
+            raise UnorderableKeysError(
+                f"a sort key of type {type(value).__name__} has no order (it was compared by its pickle): "
+                f"{sortkey.describe_kind(value)}, {self._where(rows, i)}. Sort keys must be None, numbers, "
+                "str, bytes, dates/datetimes/times/timedeltas or tuples of them: return one of those "
+                "(e.g. str(value), or a number)"
+            )
+        same = np.ones(len(kinds), bool)
+        same[starts] = False
+        previous = np.empty_like(kinds)
+        previous[1:] = kinds[:-1]
+        if self.last is not None and keys[0].as_py() == self.last[0]:
+            same[0], previous[0] = True, self.last[2]
+        mixed = same & (kinds != previous) & (kinds != sortkey.NONE) & (previous != sortkey.NONE)
+        tuples = same & (kinds == sortkey.TUPLE) & (previous == sortkey.TUPLE)
+        for i in np.flatnonzero(mixed | tuples).tolist():
+            before = sorts[i - 1].as_py() if i else self.last[1]  # type: ignore[index]
+            pair = sortkey.unorderable(before, sorts[i].as_py())
+            if pair is not None:
+                a, b = pair
+                raise UnorderableKeysError(
+                    f"sort keys Python cannot order against each other: {sortkey.describe_kind(a)} and "
+                    f"{sortkey.describe_kind(b)} ('<' between {type(a).__name__} and {type(b).__name__} raises "
+                    f"TypeError), {self._where(rows, i)}. Make the sort key one kind for every record, e.g. "
+                    "str(value) or float(value), or None for a missing value (None sorts first)"
+                )
+        self.last = (keys[n].as_py(), sorts[n].as_py(), int(kinds[n]))
+
+    @staticmethod
+    def _where(rows: pa.RecordBatch, i: int) -> str:
+        from zephyr.engine.ops import preview
+
+        value = rows.column(4)[i].as_py()
+        record = pickle.loads(value) if isinstance(value, bytes) else value
+        return f"in the group of key {preview(decode(rows.column(2)[i].as_py()))}, at record {preview(record)}"
 
 
 def _records_batch(values: pa.Array) -> pa.RecordBatch:
@@ -324,33 +438,34 @@ def _group_starts(keys: pa.Array) -> np.ndarray:
 
 
 def iter_groups(
-    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None
+    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None, check_order: bool = True
 ) -> Iterator[tuple[Any, Iterator[Any]]]:
     """(key, values iterator) per distinct key of merged blocks; pickled values are unpickled lazily.
-    A group of more than `giant_bytes` is reported in the counters (see _Tally)."""
+    A group of more than `giant_bytes` is reported in the counters (see _Tally). Sort keys that cannot
+    be ordered raise UnorderableKeysError (`check_order=False`: the runs are known to hold none)."""
     tally = _Tally(giant_bytes)
-    for _, pieces in itertools.groupby(_pieces(blocks, tally), key=operator.itemgetter(0)):
-        key, values, pickled = next(pieces)
-        yield decode(key), _unpickled(values, pickled, pieces)  # noqa: B031 - the group streams to its reducer once
+    for _, pieces in itertools.groupby(_pieces(blocks, tally, check_order), key=operator.itemgetter(0)):
+        key, key_hint, values, pickled = next(pieces)
+        yield decode_key(key, key_hint), _unpickled(values, pickled, pieces)  # noqa: B031 - streamed once
     tally.close()
 
 
-def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, list[Any], bool]]) -> Iterator[Any]:
+def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, bytes, list[Any], bool]]) -> Iterator[Any]:
     yield from map(pickle.loads, values) if pickled else values
-    for _, piece, piece_pickled in more:
+    for _, _, piece, piece_pickled in more:
         yield from map(pickle.loads, piece) if piece_pickled else piece
 
 
 def iter_group_batches(
-    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None
+    blocks: Iterable[pa.RecordBatch], *, giant_bytes: int | None = None, check_order: bool = True
 ) -> Iterator[tuple[Any, Iterator[pa.RecordBatch]]]:
     """(key, record batches) per distinct key of merged blocks: the reducer form of
     `group_by(..., batch=True)`. A group's rows come in sort order as one or more RecordBatches (a group
     larger than a chunk of merged rows spans several), so a giant group still streams."""
     tally = _Tally(giant_bytes)
-    for _, pieces in itertools.groupby(_batch_pieces(blocks, tally), key=operator.itemgetter(0)):
-        key, batch = next(pieces)
-        yield decode(key), itertools.chain([batch], (batch for _, batch in pieces))  # noqa: B031 - streamed once
+    for _, pieces in itertools.groupby(_batch_pieces(blocks, tally, check_order), key=operator.itemgetter(0)):
+        key, key_hint, batch = next(pieces)
+        yield decode_key(key, key_hint), itertools.chain([batch], (batch for _, _, batch in pieces))  # noqa: B031
     tally.close()
 
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from zephyr.engine import sortkey
 from zephyr.engine.sortkey import binary_array
 from zephyr.fs import naming_the_file, url_to_fs
 
@@ -46,6 +47,8 @@ RUN_SCHEMA = pa.schema(
         ("key", pa.large_binary()),
         ("sort", pa.large_binary()),
         ("value", pa.large_binary()),
+        # what restores the key's own type from its canonical bytes (`sortkey.hint`): b"" nearly always
+        ("hint", pa.large_binary()),
     ]
 )
 BATCH_BYTES = 256 << 10  # target payload per record batch in a run file
@@ -88,6 +91,9 @@ class RunFile:
     # per target, the key hash of the first row of each of its batches: a reducer given a key-hash range
     # of the target (a split of a large target) reads only the batches that overlap it
     khash_starts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # the kinds of sort keys the run holds (`sortkey.kinds`: NONE, NUMBER, STR, ...); () when not known.
+    # A gather whose runs all hold one kind of scalar (and None) has no sort keys to check for an order
+    sort_kinds: tuple[int, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -134,7 +140,8 @@ def write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
                 writer.write_batch(batch.to_batches()[0])
                 batch_index += 1
             segments[int(targets[start])] = (first, batch_index, end - start, int(sizes[start:end].sum()))
-    return RunFile(url, segments, value_type(table.schema), starts_of)
+    kinds = tuple(int(k) for k in np.unique(sortkey.kinds(table.column("sort").combine_chunks())))
+    return RunFile(url, segments, value_type(table.schema), starts_of, kinds)
 
 
 def value_type(schema: pa.Schema) -> str:
@@ -246,7 +253,7 @@ def _in_range(batch: pa.RecordBatch, khash_range: tuple[int, int]) -> pa.RecordB
 
 def _pickle_values(batch: pa.RecordBatch) -> pa.RecordBatch:
     values = binary_array([pickle.dumps(record, protocol=5) for record in batch.column(4).to_pylist()])
-    return pa.RecordBatch.from_arrays([*batch.columns[:4], values], schema=RUN_SCHEMA)
+    return pa.RecordBatch.from_arrays([*batch.columns[:4], values, batch.column(5)], schema=RUN_SCHEMA)
 
 
 def records_of(rows: pa.RecordBatch | pa.StructArray) -> list[Any]:

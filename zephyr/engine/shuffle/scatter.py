@@ -25,7 +25,7 @@ from zephyr.engine.shuffle.runs import (
     records_of,
     write_run,
 )
-from zephyr.engine.sortkey import binary_array, decode, encode, encode_array
+from zephyr.engine.sortkey import binary_array, decode_key, encode, encode_keys, hint
 from zephyr.fs import join
 
 __all__ = [
@@ -89,13 +89,14 @@ class ScatterWriter:
         spec = self.spec
         value = pickle.dumps(record if spec.tag is None else (spec.tag, record), protocol=5)
         if spec.key is None:
-            target, khash, key, sort = (self.shard + self.records) % spec.num_targets, 0, b"", b""
+            target, khash, key, sort, key_hint = (self.shard + self.records) % spec.num_targets, 0, b"", b"", b""
         else:
-            key = encode(spec.key(record))
+            key_value = spec.key(record)
+            key, key_hint = encode(key_value), hint(key_value)
             khash = key_hash(key)
             sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
             target = khash % spec.num_targets if spec.ranges is None else bisect.bisect_right(spec.ranges, sort)
-        self._append(target, khash, key, sort, value)
+        self._append(target, khash, key, sort, value, key_hint)
         self.records += 1
         if self._buffered >= self.flush_bytes:
             self.flush()
@@ -130,8 +131,8 @@ class ScatterWriter:
             records = None
         elif records is None:
             records = records_of(batch)
-        keys = _encoded(batch, spec.key, records)
-        sorts = _empty_binary(batch.num_rows) if spec.sort_by is None else _encoded(batch, spec.sort_by, records)
+        keys, hints = _encoded(batch, spec.key, records, hints=True)
+        sorts = _empty_binary(batch.num_rows) if spec.sort_by is None else _encoded(batch, spec.sort_by, records)[0]
         khashes = _hash_array(keys)
         if spec.ranges is None:
             targets = (khashes % np.uint64(spec.num_targets)).astype(np.int32)
@@ -140,7 +141,7 @@ class ScatterWriter:
             targets = np.fromiter((bisect.bisect_right(ranges, s) for s in sorts.to_pylist()), np.int32, batch.num_rows)
         values = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
         part = pa.RecordBatch.from_arrays(
-            [pa.array(targets), pa.array(khashes), keys, sorts, values], names=RUN_SCHEMA.names
+            [pa.array(targets), pa.array(khashes), keys, sorts, values, hints], names=RUN_SCHEMA.names
         )
         if self._columnar and part.schema != self._columnar[0].schema:
             self.flush()  # a run holds one value type
@@ -150,13 +151,14 @@ class ScatterWriter:
         if self._buffered >= self.flush_bytes:
             self.flush()
 
-    def _append(self, target: int, khash: int, key: bytes, sort: bytes, value: bytes) -> None:
+    def _append(self, target: int, khash: int, key: bytes, sort: bytes, value: bytes, key_hint: bytes) -> None:
         self._targets.append(target)
         self._khashes.append(khash)
         self._keys.append(key)
         self._sorts.append(sort)
         self._values.append(value)
-        self._buffered += len(key) + len(sort) + len(value) + _ROW_OVERHEAD
+        self._hints.append(key_hint)
+        self._buffered += len(key) + len(sort) + len(value) + len(key_hint) + _ROW_OVERHEAD
 
     def _reset(self) -> None:
         self._targets: list[int] = []
@@ -164,6 +166,7 @@ class ScatterWriter:
         self._keys: list[bytes] = []
         self._sorts: list[bytes] = []
         self._values: list[bytes] = []
+        self._hints: list[bytes] = []
         self._columnar: list[pa.RecordBatch] = []
         self._buffered = 0
 
@@ -173,16 +176,7 @@ class ScatterWriter:
         if not self._targets:
             self._buffered = 0
             return
-        table = pa.table(
-            [
-                pa.array(np.fromiter(self._targets, np.int32, len(self._targets))),
-                pa.array(np.fromiter(self._khashes, np.uint64, len(self._khashes))),
-                binary_column(self._keys),
-                binary_column(self._sorts),
-                binary_column(self._values),
-            ],
-            schema=RUN_SCHEMA,
-        )
+        table = self._buffered_table()
         self._reset()
         # Arrow's sort is stable: equal keys keep their input order. A reshard sorts by target only.
         names = ("target",) if self.spec.key is None else ("target", "khash", "key", "sort")
@@ -209,27 +203,35 @@ class ScatterWriter:
         spec = self.spec
         combiner = spec.combiner
         assert combiner is not None  # only a combining shuffle combines
-        rows = zip(*(table.column(n).to_pylist() for n in ("target", "khash", "key", "sort", "value")), strict=False)
+        rows = zip(*(table.column(n).to_pylist() for n in RUN_SCHEMA.names), strict=False)
         for (target, khash, key), group in itertools.groupby(rows, key=lambda r: r[:3]):
+            first = next(group)
+            key_hint = first[5]  # the group's key as its first record had it (1, 1.0 and True are one key)
             combined = []
-            for record in as_records(combiner(decode(key), (pickle.loads(r[4]) for r in group))):
+            values = (pickle.loads(r[4]) for r in itertools.chain([first], group))
+            for record in as_records(combiner(decode_key(key, key_hint), values)):
                 sort = self._tag if spec.sort_by is None else self._tag + encode(spec.sort_by(record))
                 combined.append((sort, pickle.dumps(record, protocol=5)))
             combined.sort(key=lambda r: r[0])
             for sort, value in combined:
-                self._append(target, khash, key, sort, value)
-        out = pa.table(
+                self._append(target, khash, key, sort, value, key_hint)
+        out = self._buffered_table()
+        self._reset()
+        return out
+
+    def _buffered_table(self) -> pa.Table:
+        """The rows buffered by `_append` as one table of RUN_SCHEMA."""
+        return pa.table(
             [
-                pa.array(self._targets, pa.int32()),
-                pa.array(self._khashes, pa.uint64()),
+                pa.array(np.fromiter(self._targets, np.int32, len(self._targets))),
+                pa.array(np.fromiter(self._khashes, np.uint64, len(self._khashes))),
                 binary_column(self._keys),
                 binary_column(self._sorts),
                 binary_column(self._values),
+                binary_column(self._hints),
             ],
             schema=RUN_SCHEMA,
         )
-        self._reset()
-        return out
 
 
 _ARROW_TYPES: dict[type, pa.DataType] = {
@@ -297,23 +299,30 @@ def _field(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _encoded(batch: pa.RecordBatch, key: Any, records: list[Any] | None) -> pa.Array:
-    """The encoded keys of a batch's rows: column-wise for a field, else `key(record)` per record."""
+def _encoded(
+    batch: pa.RecordBatch, key: Any, records: list[Any] | None, *, hints: bool = False
+) -> tuple[pa.Array, pa.Array | None]:
+    """The encoded keys of a batch's rows, and with `hints` their hints (`sortkey.hint`): column-wise for
+    a field, else `key(record)` per record."""
     if isinstance(key, Column):
-        return encode_array(_field(batch, key.name))
+        return encode_keys(_field(batch, key.name), hints=hints)
     assert records is not None  # key functions get the batch's records
-    return _encode_values([key(record) for record in records])
+    return _encode_values([key(record) for record in records], hints)
 
 
-def _encode_values(values: list[Any]) -> pa.Array:
-    """`encode` of each value; all-int or all-str values (the usual keys) are encoded column-wise."""
+def _encode_values(values: list[Any], hints: bool) -> tuple[pa.Array, pa.Array | None]:
+    """`encode` (and `hint`) of each value; all-int, all-float or all-str values (the usual keys) are
+    encoded column-wise."""
     kinds = set(map(type, values))
-    if len(kinds) == 1 and (kinds <= {int, str}):
+    if len(kinds) == 1 and (kinds <= {int, str, float}):
+        arrow_type = {int: pa.int64(), float: pa.float64(), str: pa.large_string()}[kinds.pop()]
         try:
-            return encode_array(pa.array(values, pa.int64() if int in kinds else pa.large_string()))
+            array = pa.array(values, arrow_type)
         except (pa.ArrowException, OverflowError, UnicodeError):
             pass  # an int beyond 64 bits, a lone surrogate: the generic encoding below
-    return binary_array(list(map(encode, values)))
+        else:
+            return encode_keys(array, hints=hints)
+    return binary_array(list(map(encode, values))), binary_array(list(map(hint, values))) if hints else None
 
 
 def _empty_binary(n: int) -> pa.Array:
