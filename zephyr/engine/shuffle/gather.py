@@ -470,6 +470,8 @@ def iter_group_batches(
 
 
 def iter_values(blocks: Iterable[pa.RecordBatch]) -> Iterator[Any]:
+    """Every record of merged shuffle blocks, in block order, with no grouping: what a reshard or union reads
+    (pickled values unpickled, columnar ones turned back into dicts)."""
     for rows in _chunks(blocks):
         column = rows.column(4)
         if pa.types.is_large_binary(column.type):

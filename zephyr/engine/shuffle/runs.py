@@ -101,6 +101,9 @@ class RunFile:
 
 
 def key_hash(key_bytes: bytes) -> int:
+    """The 64-bit hash of an encoded key (xxh3): its shuffle target is `key_hash % targets`. It hashes the key's
+    canonical bytes (`sortkey.encode`), so equal keys (1, 1.0 and True) land in one target, and is stable
+    across processes and machines (Python's `hash` of a str is salted per process)."""
     return xxhash.xxh3_64_intdigest(key_bytes)
 
 
@@ -145,6 +148,9 @@ def write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
 
 
 def value_type(schema: pa.Schema) -> str:
+    """What a run's value column holds, as `RunFile.value_type` records it: "" for pickled records, else the
+    Arrow struct type (as text) of a columnar run; a merge over runs of both kinds pickles the columnar
+    ones' values (`segment_batches`)."""
     kind = schema.field("value").type
     return "" if pa.types.is_large_binary(kind) else str(kind)
 
