@@ -37,39 +37,14 @@ from pathlib import Path
 import yaml
 
 from zephyr.ablate import ablation_config_from_dict, run_ablation
-from zephyr.ablate.sample_text import (
-    news_articles,
-    package_readmes,
-    python_sources,
-    take_chars,
-    train_bpe_tokenizer,
-    write_jsonl,
-)
+from zephyr.ablate.sample_text import write_sample_stores
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def build_sample_stores(root: Path, *, tokenizer: str, chars: int) -> dict[str, str]:
     """Tokenize ~``chars`` characters each of prose and code into ``root/stores/{prose,code}``."""
-    from zephyr.tokenize import tokenize_dataset
-
-    if (SHARED_DATA / "aeb-dev" / "ground-truth.json").is_file():
-        prose = take_chars(news_articles(SHARED_DATA), chars)
-    else:
-        prose = take_chars(package_readmes(), chars)
-    code = take_chars(python_sources(), chars)
-    write_jsonl(prose, root / "text" / "prose.jsonl")
-    write_jsonl(code, root / "text" / "code.jsonl")
-    if tokenizer == "small":
-        tokenizer = train_bpe_tokenizer(
-            [d["text"] for d in prose + code], root / "tokenizer" / "tokenizer.json", vocab_size=1024
-        )
-    stores = {}
-    for name in ("prose", "code"):
-        out = root / "stores" / name
-        tokenize_dataset(str(root / "text" / f"{name}.jsonl"), str(out), tokenizer=tokenizer, validation_fraction=0.15)
-        stores[name] = str(out)
-    return stores
+    return write_sample_stores(root, chars=chars, tokenizer=tokenizer, shared_data=SHARED_DATA)
 
 
 def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:

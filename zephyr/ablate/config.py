@@ -65,6 +65,7 @@ __all__ = [
     "ExposureSpec",
     "TrainSettings",
     "IsoflopSpec",
+    "TransferSpec",
     "LadderSpec",
     "AblationConfig",
     "MODEL_PRESETS",
@@ -264,6 +265,34 @@ class IsoflopSpec:
 
 
 @dataclass(frozen=True)
+class TransferSpec:
+    """The learning-rate transfer check: the recipe's rate times each multiplier at each width (baseline only).
+
+    A ladder predicts well only if the recipe's hyperparameters are as good at the target's size as at
+    the ladder's; a rate tuned at one size and scaled wrongly bends the curve. Transfer holds when at
+    every width the recipe's own rate (multiplier 1) is within ``tolerance`` (relative) of the best.
+    """
+
+    widths: tuple[int, ...]
+    multipliers: tuple[float, ...] = (0.5, 1.0, 2.0)
+    tolerance: float = 0.005
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "widths", tuple(sorted({int(w) for w in self.widths})))
+        object.__setattr__(self, "multipliers", tuple(sorted({float(m) for m in self.multipliers})))
+        require(
+            bool(self.widths),
+            "ladder.transfer.widths is empty; give two or more widths (e.g. the smallest and largest ladder width).",
+        )
+        require(
+            1.0 in self.multipliers and len(self.multipliers) >= 3 and all(m > 0 for m in self.multipliers),
+            f"ladder.transfer.multipliers must hold 1 (the recipe's rate) and values on both sides of it, e.g. "
+            f"[0.5, 1, 2]; got {list(self.multipliers)}.",
+        )
+        require(self.tolerance >= 0, f"ladder.transfer.tolerance must be >= 0, got {self.tolerance}.")
+
+
+@dataclass(frozen=True)
 class LadderSpec:
     """A scaling ladder: small runs of one recipe, a law fitted per mixture, a prediction at the target.
 
@@ -274,7 +303,8 @@ class LadderSpec:
     target (with ``target_seeds``, default the first seed) to measure the prediction's error.
     ``law`` picks the prediction: ``compute`` (``L(C)`` through the ladder widths), ``joint``
     (``L(N, D)`` through every run), or ``auto`` (``compute`` when there are ladder widths, else
-    ``joint``). ``bootstrap`` resamples for the intervals (0: none).
+    ``joint``). ``bootstrap`` resamples for the intervals (0: none). ``transfer`` adds the
+    learning-rate transfer check (:class:`TransferSpec`) on the baseline mixture.
     """
 
     widths: tuple[int, ...] = ()
@@ -286,6 +316,7 @@ class LadderSpec:
     bootstrap: int = 1000
     verify: bool = False
     target_seeds: tuple[int, ...] | None = None
+    transfer: TransferSpec | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "widths", tuple(sorted(int(w) for w in self.widths)))
@@ -313,7 +344,12 @@ class LadderSpec:
             self.target_flops is None or (self.target_flops > 0 and math.isfinite(self.target_flops)),
             f"ladder.target_flops must be a finite number > 0, got {self.target_flops}.",
         )
-        for width in (*self.widths, *(self.isoflop.widths if self.isoflop else ()), *filter(None, [self.target_width])):
+        for width in (
+            *self.widths,
+            *(self.isoflop.widths if self.isoflop else ()),
+            *(self.transfer.widths if self.transfer else ()),
+            *filter(None, [self.target_width]),
+        ):
             self.recipe.check_width(width)
         require(
             self.target_width is None or not self.widths or self.target_width > max(self.widths),

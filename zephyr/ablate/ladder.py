@@ -10,7 +10,9 @@ ablation run per (mixture, point, seed), fingerprinted and reused like any other
 :mod:`zephyr.ablate.ladder_fit` fits and reports.
 
 Point names (also the run directories' prefixes): ``w64`` a ladder width at the recipe's tokens per
-parameter, ``iso3e+11-w48`` width 48 at an isoflop budget of 3e11 FLOPs, ``target-w160`` the target.
+parameter, ``iso3e+11-w48`` width 48 at an isoflop budget of 3e11 FLOPs, ``lr0.5-w32`` width 32 at
+half the recipe's learning rate (the transfer check; the baseline mixture only), ``target-w160``
+the target.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from .config import LadderSpec
 
 __all__ = ["LadderPoint", "ladder_points"]
 
-PointKind = Literal["ladder", "isoflop", "target"]
+PointKind = Literal["ladder", "isoflop", "transfer", "target"]
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,12 @@ class LadderPoint:
     layers: int
     heads: int
     intermediate: int
+    lr_multiplier: float = 1.0  # a transfer-check run: the recipe's learning rate times this
 
     @staticmethod
-    def of(name: str, kind: PointKind, run: RecipeRun, budget: float | None = None) -> LadderPoint:
+    def of(
+        name: str, kind: PointKind, run: RecipeRun, budget: float | None = None, lr_multiplier: float = 1.0
+    ) -> LadderPoint:
         return LadderPoint(
             name=name,
             kind=kind,
@@ -63,10 +68,11 @@ class LadderPoint:
             steps=run.steps,
             batch_size=run.batch_size,
             seq_len=run.seq_len,
-            learning_rate=run.optimizer.learning_rate,
+            learning_rate=run.optimizer.learning_rate * lr_multiplier,
             layers=run.model.num_layers,
             heads=run.model.num_heads,
             intermediate=run.model.intermediate_dim,
+            lr_multiplier=lr_multiplier,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -112,12 +118,19 @@ def ladder_points(spec: LadderSpec, recipe: ScalingRecipe) -> tuple[list[tuple[L
                 "smaller widths or a smaller recipe.base_batch_size.",
             )
             points.extend(kept)
+    if spec.transfer is not None:
+        for width in spec.transfer.widths:
+            run = recipe.run(width)
+            for mult in spec.transfer.multipliers:
+                if mult == 1.0 and width in spec.widths:
+                    continue  # the ladder's own run at this width is the x1 run
+                points.append((LadderPoint.of(f"lr{mult:g}-w{width}", "transfer", run, lr_multiplier=mult), run))
     if spec.target_width is not None:
         target = recipe.run(spec.target_width)
     else:
         assert spec.target_flops is not None  # LadderSpec checks one of them is given
         target = recipe.run(recipe.width_for_flops(spec.target_flops), flops=spec.target_flops)
-    largest = max(run.flops for _, run in points)
+    largest = max(run.flops for point, run in points if point.kind != "transfer")
     require(
         target.flops > largest,
         f"the target ({target.describe()}) does not cost more than the largest ladder run ({largest:.3g} FLOPs); "

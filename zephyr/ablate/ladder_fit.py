@@ -51,6 +51,7 @@ __all__ = [
     "Holdout",
     "MixtureLadder",
     "PairDifference",
+    "TransferCheck",
     "LadderReport",
     "build_ladder_report",
 ]
@@ -123,6 +124,28 @@ class MixtureLadder:
 
 
 @dataclass(frozen=True)
+class TransferCheck:
+    """The baseline's decision value at one width for each learning-rate multiplier of the recipe's rate."""
+
+    width: int
+    losses: dict[float, float]
+    tolerance: float
+
+    @property
+    def best(self) -> float:
+        return min(self.losses, key=lambda m: self.losses[m])
+
+    @property
+    def recipe_gap(self) -> float:
+        """How much worse the recipe's own rate is than the best multiplier tried (relative, >= 0)."""
+        return self.losses[1.0] / self.losses[self.best] - 1
+
+    @property
+    def holds(self) -> bool:
+        return self.recipe_gap <= self.tolerance
+
+
+@dataclass(frozen=True)
 class PairDifference:
     """Predicted ``worse - better`` at the target (> 0), with its bootstrap interval."""
 
@@ -157,6 +180,12 @@ class LadderReport:
     target_flops: float  # one target run per mixture
     recipe: dict[str, object]
     notes: tuple[str, ...]
+    transfer: tuple[TransferCheck, ...] = ()  # the learning-rate transfer check, when asked for
+    transfer_flops: float = 0.0  # its runs, outside the ladder's
+
+    @property
+    def transfer_holds(self) -> bool | None:
+        return all(t.holds for t in self.transfer) if self.transfer else None
 
     @property
     def decided(self) -> bool:
@@ -165,7 +194,7 @@ class LadderReport:
     @property
     def extrapolation(self) -> float:
         """Target FLOPs over the largest ladder run's."""
-        return self.target.flops / max(p.flops for p in self.points if p.kind != "target")
+        return self.target.flops / max(p.flops for p in self.points if p.kind in ("ladder", "isoflop"))
 
     @property
     def ladder_flops_share(self) -> float:
@@ -346,7 +375,7 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
     if metric != cfg.metric:
         notes.append(f"fits use loss: bits per byte is unknown for some eval set (asked for {cfg.metric})")
     target = plan.points[-1]
-    fitted = [p for p in plan.points if p.kind != "target"]
+    fitted = [p for p in plan.points if p.kind in ("ladder", "isoflop")]
     values: dict[tuple[str, str], dict[int, float]] = {}
     for r in results:
         values.setdefault((r.mixture, r.point), {})[r.seed] = _decision_value(r, sets, metric)
@@ -486,8 +515,12 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
         if all(v is not None for v in measured.values())
         else None
     )
-    flops_of = {p.name: p.flops for p in plan.points}
-    ladder_flops = math.fsum(flops_of[r.point] for r in plan.runs if r.point != target.name)
+    by_point = {p.name: p for p in plan.points}
+    ladder_flops = math.fsum(
+        by_point[r.point].flops for r in plan.runs if by_point[r.point].kind in ("ladder", "isoflop")
+    )
+    transfer_flops = math.fsum(by_point[r.point].flops for r in plan.runs if by_point[r.point].kind == "transfer")
+    transfer = _transfer_checks(plan, values)
     return LadderReport(
         metric=metric,
         decision_sets=tuple(sets),
@@ -507,7 +540,27 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
         target_flops=target.flops * len(plan.mixtures),
         recipe=dataclasses.asdict(plan.recipe),
         notes=tuple(notes),
+        transfer=transfer,
+        transfer_flops=transfer_flops,
     )
+
+
+def _transfer_checks(plan: AblationPlan, values: dict[tuple[str, str], dict[int, float]]) -> tuple[TransferCheck, ...]:
+    spec = plan.config.ladder
+    if spec is None or spec.transfer is None:
+        return ()
+    base, seed = plan.config.baseline.name, plan.config.seeds[0]
+    checks = []
+    for width in spec.transfer.widths:
+        losses = {}
+        for mult in spec.transfer.multipliers:
+            name = f"w{width}" if mult == 1.0 and width in spec.widths else f"lr{mult:g}-w{width}"
+            found = values.get((base, name), {})
+            if seed not in found:
+                raise ValueError(f"the transfer check's run {name} of {base!r} (seed {seed}) has not finished.")
+            losses[mult] = found[seed]
+        checks.append(TransferCheck(width, losses, spec.transfer.tolerance))
+    return tuple(checks)
 
 
 def _try_joint(points: Sequence[PointValues]) -> JointLaw | None:

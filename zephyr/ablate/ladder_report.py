@@ -49,9 +49,10 @@ def format_ladder_report(report: LadderReport) -> str:
         else "L(N, D) = E + A N^-alpha + B D^-beta through every run"
     )
     lines = [
-        f"Scaling ladder: {len(report.mixtures)} mixtures x {sum(p.kind != 'target' for p in report.points)} points "
-        f"({', '.join(sorted(kinds - {'target'}))}) x {seeds} seed(s); target {t.name}: {t.params:,} params, "
-        f"{t.tokens:,} tokens, {t.flops:.3g} FLOPs",
+        f"Scaling ladder: {len(report.mixtures)} mixtures x "
+        f"{sum(p.kind in ('ladder', 'isoflop') for p in report.points)} points "
+        f"({', '.join(sorted(kinds - {'target', 'transfer'}))}) x {seeds} seed(s); target {t.name}: "
+        f"{t.params:,} params, {t.tokens:,} tokens, {t.flops:.3g} FLOPs",
         f"decision value: {report.metric} on {', '.join(report.decision_sets)}; law: {law}; {pct} bootstrap "
         f"({report.bootstrap} draws)",
         f"extrapolation {report.extrapolation:.1f}x the largest ladder run; the ladder (every run, mixture and seed) "
@@ -111,6 +112,19 @@ def format_ladder_report(report: LadderReport) -> str:
     if report.ranking_measured is not None:
         agree = "agrees with" if report.ranking_measured == report.ranking else "DIFFERS from"
         lines.append(f"ranking measured at the target: {' < '.join(report.ranking_measured)} ({agree} the prediction)")
+    if report.transfer:
+        verdict = "holds" if report.transfer_holds else "FAILS"
+        lines.append("")
+        lines.append(
+            f"learning-rate transfer ({report.baseline}, {report.transfer_flops:.3g} FLOPs outside the ladder's): "
+            f"{verdict}"
+        )
+        for t in report.transfer:
+            losses = ", ".join(f"x{m:g} {v:.4f}" for m, v in sorted(t.losses.items()))
+            lines.append(
+                f"  width {t.width}: {losses}; best x{t.best:g}, the recipe's rate {100 * t.recipe_gap:.2f}% worse "
+                f"(tolerance {100 * t.tolerance:g}%)"
+            )
     if report.notes:
         lines.append("")
         lines.extend(f"note: {n}" for n in report.notes)
@@ -180,6 +194,18 @@ def ladder_json(report: LadderReport) -> dict[str, Any]:
             "ladder_flops_share": report.ladder_flops_share,
             "recipe": report.recipe,
             "notes": list(report.notes),
+            "transfer": [
+                {
+                    "width": t.width,
+                    "losses": {f"{m:g}": v for m, v in t.losses.items()},
+                    "best_multiplier": t.best,
+                    "recipe_gap": t.recipe_gap,
+                    "holds": t.holds,
+                }
+                for t in report.transfer
+            ],
+            "transfer_holds": report.transfer_holds,
+            "transfer_flops": report.transfer_flops,
         }
     )
 

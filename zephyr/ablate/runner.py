@@ -226,11 +226,13 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
         notes.extend(ladder_notes)
         points = tuple(point for point, _ in planned)
         for point, run in planned:
+            optimizer = recipe.optimizer_fields(run.width, run.tokens, run.steps)
+            optimizer["learning_rate"] *= point.lr_multiplier
             sizes.append(
                 _Size(
                     point.name,
                     recipe.model_fields(run.width),
-                    recipe.optimizer_fields(run.width, run.tokens, run.steps),
+                    optimizer,
                     run.steps,
                     run.batch_size,
                     run.seq_len,
@@ -245,7 +247,7 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
     for mix in resolved:
         store_ids = {p: (store_summary(p).config_hash, store_summary(p).tokens) for p, _ in mix.components.values()}
         for size in sizes:
-            for seed in _seeds_of(config, size):
+            for seed in _seeds_of(config, size, mix.name):
                 runs.append(_run_spec(config, out, mix, size, seed, eval_paths, eos_id, store_ids))
     single = config.ladder is None
     return AblationPlan(
@@ -275,7 +277,9 @@ class _Size:
     kind: str = ""
 
 
-def _seeds_of(config: AblationConfig, size: _Size) -> tuple[int, ...]:
+def _seeds_of(config: AblationConfig, size: _Size, mixture: str) -> tuple[int, ...]:
+    if size.kind == "transfer":  # a property of the recipe, not of a mixture: checked on the baseline, one seed
+        return config.seeds[:1] if mixture == config.baseline.name else ()
     if size.kind != "target":
         return config.seeds
     assert config.ladder is not None

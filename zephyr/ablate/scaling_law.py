@@ -197,7 +197,7 @@ def fit_compute_law(
         lambda a: float(_two_column_fits(x, y, w, np.array([a]))[2][0]),
         bounds=(lo, hi),
         method="bounded",
-        options={"xatol": 1e-7},
+        options={"xatol": 1e-10},
     )
     if found.fun <= scores[i]:
         alpha = float(found.x)

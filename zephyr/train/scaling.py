@@ -5,14 +5,19 @@ shape family, learning rate and batch rules that transfer across sizes, the same
 token budgets set by one rule. `ScalingRecipe` is that rule, a function of the model's width
 (``hidden_dim``, the one size parameter):
 
-- shape: ``num_heads = width / head_dim``, ``num_layers = max(min_layers, round(width / aspect_ratio))``,
-  ``intermediate_dim = mlp_ratio * width`` rounded up to ``mlp_multiple``, kv heads every ``kv_group``
-  query heads, QK-norm on (it keeps attention logits bounded as the learning rate moves with size);
+- shape: ``num_heads`` nearest ``width / head_dim`` (whole heads of even size),
+  ``num_layers = max(min_layers, round(width / aspect_ratio))``, ``intermediate_dim = mlp_ratio *
+  width`` rounded up to ``mlp_multiple``, kv heads every ``kv_group`` query heads, QK-norm on (it
+  keeps attention logits bounded as the learning rate moves with size);
 - tokens: ``tokens_per_param * N`` (compute-optimal at Chinchilla's 20 by default), or a FLOP budget
   divided by the FLOPs per token (isoflop runs);
 - learning rate: ``base_lr * (base_width / width) ** lr_width_exponent * (base_tokens / tokens) **
-  lr_tokens_exponent``: Adam's best step shrinks about as 1/width for hidden matrices (muP's rule), and
-  a longer horizon wants a lower rate (Delphi's ``(T0/T)^0.3`` token-horizon correction);
+  lr_tokens_exponent``: Adam's best step shrinks with width (muP's 1/width for hidden matrices; less
+  where tied embeddings hold much of the model) and with a longer horizon (Delphi's ``(T0/T)^0.3``
+  token-horizon correction). The defaults are the optima of learning-rate sweeps on CPU-sized models
+  (widths 12 to 40 at 20 tokens per parameter, prose and code; docs/ladder.md): 0.0136, 0.0095,
+  0.007 and 0.006 at widths 12, 16, 32 and 40, which ``0.0072 * (32 / w)^0.5 * (1e6 / T)^0.2``
+  follows within 25%. At other scales, check them with ``ladder.transfer`` before trusting a ladder;
 - batch: ``base_batch_size * (tokens / base_tokens) ** batch_tokens_exponent`` sequences, a multiple of
   ``batch_multiple``, at least ``min_batch_size`` (the critical batch grows with the horizon);
 - schedule: warmup over ``warmup_fraction`` of the steps, then warmup-stable-decay with a linear
@@ -30,6 +35,7 @@ non-embedding count.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -92,11 +98,11 @@ class ScalingRecipe:
     init_std: float = 0.02
     tokens_per_param: float = 20.0
     count_embeddings: bool = True
-    base_width: int = 256
-    base_tokens: float = 1e8
-    base_lr: float = 3e-3
-    lr_width_exponent: float = 1.0
-    lr_tokens_exponent: float = 0.3
+    base_width: int = 32  # the learning rate is base_lr at this width and base_tokens tokens
+    base_tokens: float = 1e6
+    base_lr: float = 7.2e-3
+    lr_width_exponent: float = 0.5
+    lr_tokens_exponent: float = 0.2
     base_batch_size: int = 32
     batch_tokens_exponent: float = 0.0
     min_batch_size: int = 8
@@ -144,7 +150,16 @@ class ScalingRecipe:
             self.schedule in ("wsd", "cosine"), f"recipe.schedule must be 'wsd' or 'cosine', got {self.schedule!r}."
         )
         require(self.min_steps >= 1, f"recipe.min_steps must be >= 1, got {self.min_steps}.")
-        owned = {"vocab_size", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim"}
+        owned = {
+            "vocab_size",
+            "hidden_dim",
+            "intermediate_dim",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_seq_len",
+        }
         clash = sorted(owned & set(self.extra_model))
         require(
             not clash,
@@ -154,16 +169,25 @@ class ScalingRecipe:
         object.__setattr__(self, "extra_model", dict(self.extra_model))
 
     # ------------------------------------------------------------------------------------ shapes
+    def heads(self, width: int) -> int | None:
+        """Query heads for ``width``: the count nearest ``width / head_dim`` that splits it into whole, even
+        heads (RoPE rotates pairs) and whole kv groups; None when no count does."""
+        if not isinstance(width, int) or width < 2:
+            return None
+        divisors = {d for k in range(1, math.isqrt(width) + 1) if width % k == 0 for d in (k, width // k)}
+        counts = [h for h in divisors if (width // h) % 2 == 0 and h % self.kv_group == 0]
+        wanted = width / self.head_dim
+        return min(counts, key=lambda h: (abs(math.log(h / wanted)), h)) if counts else None
+
     def check_width(self, width: int) -> None:
         """Refuse a width the shape rule cannot use, naming the nearest ones it can."""
-        ok = isinstance(width, int) and width >= self.head_dim and width % (self.head_dim * self.kv_group) == 0
-        if not ok:
-            step = self.head_dim * self.kv_group
-            below = max(step, (int(width) // step) * step) if isinstance(width, int | float) else step
+        if self.heads(width) is None:
+            step = 2 * self.kv_group
+            near = max(step, (int(width) // step) * step) if isinstance(width, int | float) and width > 0 else step
             require(
                 False,
-                f"width {width!r} must be a positive multiple of head_dim x kv_group = {step} (whole heads and kv "
-                f"groups); the nearest are {below} and {below + step}, or change recipe.head_dim.",
+                f"width {width!r} cannot be split into whole heads of even size in groups of kv_group={self.kv_group}; "
+                f"use a multiple of {step} (e.g. {near} or {near + step}).",
             )
 
     def model_fields(self, width: int) -> dict[str, Any]:
@@ -174,7 +198,7 @@ class ScalingRecipe:
             "recipe.vocab_size is unset: give it, or let the ablation set it from its stores' tokenizer "
             "(dataclasses.replace(recipe, vocab_size=...)).",
         )
-        heads = width // self.head_dim
+        heads = self.heads(width) or 1
         return {
             "vocab_size": self.vocab_size,
             "hidden_dim": width,
@@ -182,6 +206,7 @@ class ScalingRecipe:
             "num_layers": max(self.min_layers, round(width / self.aspect_ratio)),
             "num_heads": heads,
             "num_kv_heads": heads // self.kv_group,
+            "head_dim": width // heads,
             "max_seq_len": self.seq_len,
             "qk_norm": self.qk_norm,
             "tie_embeddings": self.tie_embeddings,
@@ -198,11 +223,9 @@ class ScalingRecipe:
         """``N`` for the tokens-per-parameter rule (embeddings counted unless ``count_embeddings`` is off)."""
         return self.model(width).num_params(include_embeddings=self.count_embeddings)
 
-    def widths(self, low: int, high: int) -> list[int]:
-        """Every width the shape rule allows in ``[low, high]``."""
-        step = self.head_dim * self.kv_group
-        first = max(step, -(-low // step) * step)
-        return list(range(first, high + 1, step))
+    def widths(self, low: int, high: int) -> Iterator[int]:
+        """Every width the shape rule allows in ``[low, high]``, smallest first."""
+        return (w for w in range(max(2, low), high + 1) if self.heads(w) is not None)
 
     # ------------------------------------------------------------------------------------ runs
     def batch_size(self, tokens: float) -> int:
@@ -270,9 +293,8 @@ class ScalingRecipe:
     def width_for_flops(self, flops: float, *, max_width: int = 65536) -> int:
         """The width whose compute-optimal run (``tokens_per_param``) costs closest to ``flops`` (in log)."""
         require(flops > 0, f"the FLOP budget must be > 0, got {flops}.")
-        step = self.head_dim * self.kv_group
-        best, best_gap = step, math.inf
-        for width in range(step, max_width + 1, step):
+        best, best_gap = 0, math.inf
+        for width in self.widths(2 * self.kv_group, max_width):
             model = self.model(width)
             cost = (
                 model.flops_per_token(self.seq_len)

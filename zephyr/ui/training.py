@@ -1,21 +1,33 @@
-"""Ablations and training: curves from `metrics.jsonl`, verdicts and paired differences from `report.json`.
+"""Ablations and training: curves from `metrics.jsonl`, verdicts and paired differences from `report.json`,
+scaling-ladder fits and predictions from `ladder.json`.
 
 A training run is a folder with `metrics.jsonl` (zephyr/train/trainer.py: one JSON object per step with
 `loss`, `eval/<set>/loss`, `eval/<set>/bpb`, plus start/end events). An ablation report is a
 `report.json` written by `zephyr.ablate.report.write_report` (rows with per-seed values and paired
-differences with t intervals, verdicts, and per-run curves).
+differences with t intervals, verdicts, and per-run curves). A ladder report is a `ladder.json` written
+by `zephyr.ablate.ladder_report.write_ladder_report` (per mixture the runs, the fitted law, the
+prediction at the target with its interval and, once verified, the measured loss).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 from typing import Any
 
 from zephyr.fs import open_url
 from zephyr.ui.source import Root
 
-__all__ = ["list_training", "training_view", "training_budgets", "list_reports", "report_view"]
+__all__ = [
+    "list_training",
+    "training_view",
+    "training_budgets",
+    "list_reports",
+    "report_view",
+    "list_ladders",
+    "ladder_view",
+]
 
 
 def list_training(root: Root) -> list[str]:
@@ -144,3 +156,45 @@ def report_view(root: Root, path: str) -> dict:
         "notes": data.get("notes") or [],
     }
     return out
+
+
+def list_ladders(root: Root) -> list[str]:
+    """Folders holding a scaling-ladder report (`ladder.json` with mixtures and a target)."""
+    out = []
+    for rel in root.json_files("ladder.json"):
+        try:
+            data = root.read_json(rel)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "mixtures" in data and "target" in data:
+            out.append(posixpath.dirname(rel))
+    return out
+
+
+def _law_curve(law: dict | None, lo: float, hi: float, points: int = 40) -> list[list[float]]:
+    """``L(C) = E + A C^-alpha`` sampled evenly in log10 C over [lo, hi] (log10 FLOPs)."""
+    if not law:
+        return []
+    step = (hi - lo) / (points - 1)
+    xs = [lo + i * step for i in range(points)]
+    return [[x, law["E"] + law["A"] * 10 ** (-law["alpha"] * x)] for x in xs]
+
+
+def ladder_view(root: Root, path: str) -> dict:
+    """The ladder report, plus chart series on a log10-FLOPs axis: per mixture its runs, its fitted law from
+    the smallest run to the target, the predicted point and (once verified) the measured one."""
+    rel = posixpath.join(path, "ladder.json") if path not in ("", ".") else "ladder.json"
+    data = root.read_json(rel)
+    target = data.get("target") or {}
+    flops = [p["flops"] for p in data.get("points") or [] if p.get("flops")]
+    lo = math.log10(min(flops)) if flops else 0.0
+    hi = math.log10(target["flops"]) if target.get("flops") else lo + 1
+    series: dict[str, list[list[float]]] = {}
+    for m in data.get("mixtures") or []:
+        name = m["mixture"]
+        series[f"{name} runs"] = sorted([math.log10(p["flops"]), p["mean"]] for p in m.get("points") or [])
+        series[f"{name} fit"] = _law_curve(m.get("law") or m.get("optima_law"), lo, hi)
+        series[f"{name} predicted"] = [[hi, m["predicted"]]] if m.get("predicted") is not None else []
+        if m.get("measured_mean") is not None:
+            series[f"{name} measured"] = [[hi, m["measured_mean"]]]
+    return {"path": path, **data, "chart": series}
