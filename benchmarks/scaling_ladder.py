@@ -56,14 +56,14 @@ RECIPE = {
 }
 SETTINGS = {
     "quick": {
-        "chars": 5_000_000,
+        "chars": 7_000_000,
         "widths": [10, 12, 16, 20, 24],
         "target": 48,
         "seeds": [0],
         "mixtures": {"prose_heavy": 0.75, "code_heavy": 0.25},
     },
     "full": {
-        "chars": 12_000_000,
+        "chars": 14_000_000,
         "widths": [12, 16, 20, 24, 28],
         "target": 64,
         "seeds": [0, 1],

@@ -154,7 +154,7 @@ def _compute_loss(laws):
 
 
 def test_prediction_interval_and_a_decided_ranking(tmp_path: Path) -> None:
-    spec = LadderSpec(widths=(8, 10, 12, 16, 20), target_width=40, recipe=RECIPE, bootstrap=400)
+    spec = LadderSpec(widths=(8, 10, 12, 16, 20), target_width=40, recipe=RECIPE, bootstrap=400, law="compute")
     plan = _plan(tmp_path, spec, ["bad", "good"], (0, 1))
     truth = _compute_loss(LAWS)
     report = build_ladder_report(plan, _results(plan, truth, noise=0.002))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from zephyr.ablate.scaling_law import (
+    choose_compute_law,
     fit_compute_law,
     fit_joint_law,
     fit_power,
@@ -49,6 +50,19 @@ def test_compute_law_without_a_floor() -> None:
     flops = np.geomspace(1e9, 1e12, 5)
     law = fit_compute_law(flops, 40.0 * flops**-0.12)
     assert law.E == 0.0 and law.alpha == pytest.approx(0.12, rel=1e-6) and law.A == pytest.approx(40.0, rel=1e-5)
+
+
+def test_the_floor_is_kept_only_when_the_points_show_it() -> None:
+    """AICc: a clear floor is kept; a floor the noise hides is dropped for the pure power law."""
+    flops = np.geomspace(1e10, 1e12, 7)
+    curved = 3.0 + 40.0 * flops**-0.25  # the loss halfway to its floor: strong curvature in log-log
+    chosen = choose_compute_law(flops, curved)
+    assert chosen.floor and chosen.E == pytest.approx(3.0, rel=1e-4)
+    rng = np.random.default_rng(0)
+    noisy = 30.0 * flops[:5] ** -0.08 * (1 + 0.003 * rng.standard_normal(5))
+    chosen = choose_compute_law(flops[:5], noisy)
+    assert not chosen.floor and chosen.E == 0 and chosen.alpha == pytest.approx(0.08, abs=0.01)
+    assert fit_compute_law(flops[:4], curved[:4]).aicc == math.inf  # four points cannot weigh three parameters
 
 
 def test_compute_law_needs_three_distinct_computes() -> None:

@@ -301,10 +301,12 @@ class LadderSpec:
     per parameter, and a joint ``L(N, D)``). The target is ``target_width`` at the recipe's tokens
     per parameter, or the compute-optimal width for ``target_flops``. ``verify`` also trains the
     target (with ``target_seeds``, default the first seed) to measure the prediction's error.
-    ``law`` picks the prediction: ``compute`` (``L(C)`` through the ladder widths), ``joint``
-    (``L(N, D)`` through every run), or ``auto`` (``compute`` when there are ladder widths, else
-    ``joint``). ``bootstrap`` resamples for the intervals (0: none). ``transfer`` adds the
-    learning-rate transfer check (:class:`TransferSpec`) on the baseline mixture.
+    ``law`` picks the prediction: ``compute`` (``L(C) = E + A C^-alpha`` through the ladder
+    widths), ``power`` (the same with ``E = 0``), ``joint`` (``L(N, D)`` through every run), or
+    ``auto`` (with ladder widths, ``compute`` or ``power`` by the small-sample Akaike criterion,
+    refitted so in every bootstrap draw; without, ``joint``). ``bootstrap`` resamples for the
+    intervals (0: none). ``transfer`` adds the learning-rate transfer check (:class:`TransferSpec`)
+    on the baseline mixture.
     """
 
     widths: tuple[int, ...] = ()
@@ -312,7 +314,7 @@ class LadderSpec:
     target_flops: float | None = None
     isoflop: IsoflopSpec | None = None
     recipe: ScalingRecipe = field(default_factory=ScalingRecipe)
-    law: Literal["auto", "compute", "joint"] = "auto"
+    law: Literal["auto", "compute", "power", "joint"] = "auto"
     bootstrap: int = 1000
     verify: bool = False
     target_seeds: tuple[int, ...] | None = None
@@ -357,11 +359,12 @@ class LadderSpec:
             "ladder predicts a larger run.",
         )
         require(
-            self.law in ("auto", "compute", "joint"), f"ladder.law must be auto, compute or joint, got {self.law!r}."
+            self.law in ("auto", "compute", "power", "joint"),
+            f"ladder.law must be auto, compute, power or joint, got {self.law!r}.",
         )
         require(
-            self.law != "compute" or bool(self.widths),
-            "ladder.law: compute fits L(C) through the ladder widths; give ladder.widths or use law: joint.",
+            self.law not in ("compute", "power") or bool(self.widths),
+            f"ladder.law: {self.law} fits L(C) through the ladder widths; give ladder.widths or use law: joint.",
         )
         require(
             self.law != "joint" or self.isoflop is not None,

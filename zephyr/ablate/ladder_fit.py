@@ -6,7 +6,9 @@ the one-size report):
 
 - ``compute`` law: ``L(C) = E + A C^-alpha`` through the ladder widths (one point per width, the
   mean over seeds), evaluated at the target's FLOPs. The target follows the same recipe, so it
-  sits on the same curve.
+  sits on the same curve. By default (``law: auto``) the floor ``E`` is kept only when the
+  small-sample Akaike criterion prefers it to the pure power law (``E = 0``), in the full fit and
+  again in every bootstrap draw, so the interval carries the choice's uncertainty too.
 - ``joint`` law: ``L(N, D)`` through every ladder and isoflop run, evaluated at the target's size
   and tokens (used when the ladder has no compute-optimal widths, or asked for).
 - isoflop optima: per budget the vertex of a parabola in ``log N``; power laws of the optimal size
@@ -39,6 +41,7 @@ from .scaling_law import (
     IsoflopOptimum,
     JointLaw,
     PowerFit,
+    choose_compute_law,
     fit_compute_law,
     fit_joint_law,
     fit_power,
@@ -233,8 +236,12 @@ def _decision_value(result: RunResult, sets: Sequence[str], metric: str) -> floa
     return math.fsum(float(v) for v in values if v is not None) / len(values)
 
 
-def _fit_compute(points: Sequence[PointValues]) -> ComputeLaw:
-    return fit_compute_law([p.point.flops for p in points], [p.mean for p in points])
+def _fit_compute(points: Sequence[PointValues], law: str = "auto") -> ComputeLaw:
+    """The ladder's ``L(C)``: with a floor (``compute``), without (``power``), or chosen by AICc (``auto``)."""
+    flops, losses = [p.point.flops for p in points], [p.mean for p in points]
+    if law == "auto":
+        return choose_compute_law(flops, losses)
+    return fit_compute_law(flops, losses, floor=law == "compute")
 
 
 def _fit_joint(points: Sequence[PointValues], start: tuple[float, float] | None = None) -> JointLaw:
@@ -394,15 +401,16 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
         per_mixture[m.name] = pts
 
     ladder_idx = [i for i, p in enumerate(fitted) if p.kind == "ladder"]
-    method = spec.law if spec.law != "auto" else ("compute" if ladder_idx else "joint")
+    method = "joint" if spec.law == "joint" or not ladder_idx else "compute"
+    law_choice = spec.law if spec.law in ("compute", "power") else "auto"
     full: dict[str, ComputeLaw | JointLaw] = {}
     if method == "compute":
         fit_points = {n: [pts[i] for i in ladder_idx] for n, pts in per_mixture.items()}
         for name, pts in fit_points.items():
-            full[name] = _fit_compute(pts)
+            full[name] = _fit_compute(pts, law_choice)
 
         def predict(name: str, pts: list[PointValues]) -> float:
-            return float(_fit_compute(pts).predict(target.flops))
+            return float(_fit_compute(pts, law_choice).predict(target.flops))
 
         distinct = _MIN_DISTINCT
     else:
@@ -465,7 +473,9 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
         if len(ladder_pts) >= 4:
             largest = max(ladder_pts, key=lambda p: p.point.flops)
             rest = [p for p in ladder_pts if p is not largest]
-            holdout = Holdout(largest.point.name, float(_fit_compute(rest).predict(largest.point.flops)), largest.mean)
+            holdout = Holdout(
+                largest.point.name, float(_fit_compute(rest, law_choice).predict(largest.point.flops)), largest.mean
+            )
         mixtures.append(
             MixtureLadder(
                 mixture=m.name,

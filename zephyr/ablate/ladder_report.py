@@ -26,7 +26,8 @@ __all__ = ["format_ladder_report", "ladder_json", "write_ladder_report", "plot_l
 
 def _law_text(m: MixtureLadder) -> str:
     if m.law is not None:
-        return f"E {m.law.E:.4f}  A {m.law.A:.4g}  alpha {m.law.alpha:.4f}  rmse {100 * m.law.rmse:.2f}%"
+        form = "E + A C^-alpha" if m.law.floor else "A C^-alpha (no floor: AICc prefers it)"
+        return f"{form}: E {m.law.E:.4f}  A {m.law.A:.4g}  alpha {m.law.alpha:.4f}  rmse {100 * m.law.rmse:.2f}%"
     if m.joint is not None:
         j = m.joint
         return f"E {j.E:.4f}  A {j.A:.4g} N^-{j.alpha:.4f}  B {j.B:.4g} D^-{j.beta:.4f}  rmse {100 * j.rmse:.2f}%"
@@ -44,7 +45,7 @@ def format_ladder_report(report: LadderReport) -> str:
     kinds = {p.kind for p in report.points}
     seeds = len(report.mixtures[0].points[0].values) if report.mixtures and report.mixtures[0].points else 0
     law = (
-        "L(C) = E + A C^-alpha through the ladder widths"
+        "L(C) through the ladder widths"
         if report.mixtures and report.mixtures[0].method == "compute"
         else "L(N, D) = E + A N^-alpha + B D^-beta through every run"
     )

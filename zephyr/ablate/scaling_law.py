@@ -32,6 +32,7 @@ __all__ = [
     "IsoflopOptimum",
     "PowerFit",
     "fit_compute_law",
+    "choose_compute_law",
     "fit_joint_law",
     "joint_identifiable",
     "isoflop_minimum",
@@ -44,16 +45,38 @@ _MAX_EXPONENT = 3.0
 
 @dataclass(frozen=True)
 class ComputeLaw:
-    """``L(C) = E + A * C^-alpha``; ``rmse`` is the root mean square relative residual of the fit."""
+    """``L(C) = E + A * C^-alpha``; ``rmse`` is the root mean square relative residual of the fit.
+
+    ``points`` counts distinct compute values (a point drawn twice by a bootstrap is still one
+    measurement of the curve); ``floor`` is False for a pure power law (E held at 0, two parameters).
+    """
 
     E: float
     A: float
     alpha: float
     rmse: float
     points: int
+    floor: bool = True
 
     def predict(self, flops: float | np.ndarray) -> float | np.ndarray:
         return self.E + self.A * np.power(np.asarray(flops, dtype=float), -self.alpha)
+
+    @property
+    def parameters(self) -> int:
+        return 3 if self.floor else 2
+
+    @property
+    def aicc(self) -> float:
+        """Akaike's criterion with the small-sample correction, on the relative residuals (lower is better).
+
+        ``n ln(rmse^2) + 2k + 2k(k+1)/(n-k-1)``: infinite when ``n <= k + 1`` (too few points to weigh
+        ``k`` parameters). Five points charge a third parameter 20 more than a second, so a floor
+        ``E`` is kept only when the curvature it buys is far above the noise.
+        """
+        n, k = self.points, self.parameters
+        if n - k - 1 <= 0:
+            return math.inf
+        return n * math.log(max(self.rmse, 1e-12) ** 2) + 2 * k + 2 * k * (k + 1) / (n - k - 1)
 
 
 @dataclass(frozen=True)
@@ -175,17 +198,30 @@ def _two_column_fits(x: np.ndarray, y: np.ndarray, w: np.ndarray, alphas: np.nda
 
 
 def fit_compute_law(
-    flops: Sequence[float], losses: Sequence[float], *, weights: Sequence[float] | None = None
+    flops: Sequence[float],
+    losses: Sequence[float],
+    *,
+    weights: Sequence[float] | None = None,
+    floor: bool = True,
 ) -> ComputeLaw:
-    """Fit ``L(C) = E + A * C^-alpha``: at least three distinct compute values (the law has three parameters)."""
+    """Fit ``L(C) = E + A * C^-alpha`` (at least three distinct compute values), or with ``floor=False`` the
+    pure power law ``A * C^-alpha`` (E held at 0; two or more)."""
     from scipy.optimize import minimize_scalar
 
     c, y, w = _checked(flops, losses, weights, "fit_compute_law")
     distinct = len(np.unique(c[w > 0]))
-    if distinct < 3:
+    needed = 3 if floor else 2
+    if distinct < needed:
         raise ValueError(
-            f"fit_compute_law needs runs at 3 or more distinct compute values (E, A and alpha), got {distinct}; "
-            "add ladder sizes."
+            f"fit_compute_law needs runs at {needed} or more distinct compute values "
+            f"({'E, A and alpha' if floor else 'A and alpha'}), got {distinct}; add ladder sizes."
+        )
+    if not floor:
+        slope, intercept = np.polyfit(np.log(c), np.log(y), 1, w=np.sqrt(w))
+        fitted = np.exp(intercept) * c**slope
+        rmse = float(math.sqrt(np.sum(w * ((fitted - y) / y) ** 2) / np.sum(w)))
+        return ComputeLaw(
+            E=0.0, A=float(np.exp(intercept)), alpha=float(-slope), rmse=rmse, points=distinct, floor=False
         )
     ref = float(np.exp(np.mean(np.log(c))))  # fit in C / ref: columns near 1 keep the solve well conditioned
     x = c / ref
@@ -202,7 +238,22 @@ def fit_compute_law(
     if found.fun <= scores[i]:
         alpha = float(found.x)
     e, a, rmse = (float(v[0]) for v in _two_column_fits(x, y, w, np.array([alpha])))
-    return ComputeLaw(E=e, A=a * ref**alpha, alpha=alpha, rmse=rmse, points=len(c))
+    return ComputeLaw(E=e, A=a * ref**alpha, alpha=alpha, rmse=rmse, points=distinct)
+
+
+def choose_compute_law(flops: Sequence[float], losses: Sequence[float]) -> ComputeLaw:
+    """The law with a floor ``E`` or the pure power law, whichever has the lower `ComputeLaw.aicc`.
+
+    A short ladder cannot tell a floor from a slightly smaller exponent: with five points spanning
+    ten times the compute, 0.5% noise on one point moved ``E`` from 0 to 3.3 nats and the prediction
+    at 12x from 2% low to 6% high (docs/ladder.md). The power law is kept unless the curvature
+    the floor explains is far larger than the noise; ties go to the simpler law.
+    """
+    power = fit_compute_law(flops, losses, floor=False)
+    if len(np.unique(np.asarray(flops, dtype=float))) < 3:
+        return power
+    floored = fit_compute_law(flops, losses)
+    return floored if floored.aicc < power.aicc else power
 
 
 def joint_identifiable(params: Sequence[float] | np.ndarray, tokens: Sequence[float] | np.ndarray) -> bool:
