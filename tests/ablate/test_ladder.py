@@ -15,8 +15,6 @@ import yaml
 from zephyr.ablate.config import (
     AblationConfig,
     Component,
-    IsoflopSpec,
-    LadderSpec,
     MixtureSpec,
     TrainSettings,
     ablation_config_from_dict,
@@ -24,6 +22,7 @@ from zephyr.ablate.config import (
 from zephyr.ablate.ladder import ladder_points
 from zephyr.ablate.ladder_fit import build_ladder_report
 from zephyr.ablate.ladder_report import format_ladder_report, ladder_json, write_ladder_report
+from zephyr.ablate.ladder_spec import IsoflopSpec, LadderSpec
 from zephyr.ablate.runner import AblationPlan, ResolvedMixture, RunResult, RunSpec
 from zephyr.cli import main as zephyr_main
 from zephyr.config import ConfigError

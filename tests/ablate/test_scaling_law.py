@@ -28,8 +28,8 @@ def test_compute_law_recovers_its_parameters_exactly() -> None:
     flops = np.geomspace(1e10, 3e11, 5)
     losses = 2.1 + 850.0 * flops**-0.27
     law = fit_compute_law(flops, losses)
-    assert law.E == pytest.approx(2.1, rel=1e-6)
-    assert law.A == pytest.approx(850.0, rel=1e-5)
+    assert pytest.approx(2.1, rel=1e-6) == law.E
+    assert pytest.approx(850.0, rel=1e-5) == law.A
     assert law.alpha == pytest.approx(0.27, rel=1e-6)
     assert law.rmse < 1e-7 and law.points == 5
     assert law.predict(3e12) == pytest.approx(2.1 + 850.0 * 3e12**-0.27, rel=1e-9)  # 10x past the last point
@@ -49,7 +49,7 @@ def test_compute_law_without_a_floor() -> None:
     """A pure power law (E = 0) is found on the boundary, not pushed to a negative floor."""
     flops = np.geomspace(1e9, 1e12, 5)
     law = fit_compute_law(flops, 40.0 * flops**-0.12)
-    assert law.E == 0.0 and law.alpha == pytest.approx(0.12, rel=1e-6) and law.A == pytest.approx(40.0, rel=1e-5)
+    assert law.E == 0.0 and law.alpha == pytest.approx(0.12, rel=1e-6) and pytest.approx(40.0, rel=1e-5) == law.A
 
 
 def test_the_floor_is_kept_only_when_the_points_show_it() -> None:
@@ -57,7 +57,7 @@ def test_the_floor_is_kept_only_when_the_points_show_it() -> None:
     flops = np.geomspace(1e10, 1e12, 7)
     curved = 3.0 + 40.0 * flops**-0.25  # the loss halfway to its floor: strong curvature in log-log
     chosen = choose_compute_law(flops, curved)
-    assert chosen.floor and chosen.E == pytest.approx(3.0, rel=1e-4)
+    assert chosen.floor and pytest.approx(3.0, rel=1e-4) == chosen.E
     rng = np.random.default_rng(0)
     noisy = 30.0 * flops[:5] ** -0.08 * (1 + 0.003 * rng.standard_normal(5))
     chosen = choose_compute_law(flops[:5], noisy)

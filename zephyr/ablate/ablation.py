@@ -121,7 +121,11 @@ def run_ablation(
         plan = dataclasses.replace(plan, notes=(*plan.notes, note))
         log(f"note: {note}")
     if plan.points:
-        sizes = f"{len(plan.points) - 1} ladder points (+ target {plan.points[-1].name})"
+        fitted = sum(p.kind in ("ladder", "isoflop") for p in plan.points)
+        transfer = sum(p.kind == "transfer" for p in plan.points)
+        sizes = f"{fitted} ladder points (+ target {plan.points[-1].name}" + (
+            f", {transfer} transfer-check runs)" if transfer else ")"
+        )
         log(
             f"ladder {out}: {len(plan.mixtures)} mixtures x {sizes} x {len(config.seeds)} seeds = {len(plan.runs)} "
             f"runs; {len(cached)} finished, {len(pending)} to run"

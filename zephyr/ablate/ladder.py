@@ -24,7 +24,7 @@ from typing import Any, Literal
 from zephyr.config import ConfigError, require
 from zephyr.train.scaling import RecipeRun, ScalingRecipe
 
-from .config import LadderSpec
+from .ladder_spec import LadderSpec
 
 __all__ = ["LadderPoint", "ladder_points"]
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ladder import LadderPoint
+from .ladder_spec import LadderSpec
 from .runner import AblationPlan, RunResult
 from .scaling_law import (
     ComputeLaw,
@@ -367,6 +368,133 @@ def _describe(plan: AblationPlan) -> dict[str, str]:
     }
 
 
+def _values_by_point(
+    plan: AblationPlan, results: Sequence[RunResult], metric: str
+) -> dict[tuple[str, str], dict[int, float]]:
+    """(mixture, point) -> {seed: decision value} over every finished run."""
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for r in results:
+        out.setdefault((r.mixture, r.point), {})[r.seed] = _decision_value(r, plan.config.decision_sets, metric)
+    return out
+
+
+def _fitted_points(
+    plan: AblationPlan, values: dict[tuple[str, str], dict[int, float]], fitted: Sequence[LadderPoint]
+) -> dict[str, list[PointValues]]:
+    """Every mixture's values at every ladder and isoflop point (all seeds), in the plan's point order."""
+    seeds = plan.config.seeds
+    per_mixture: dict[str, list[PointValues]] = {}
+    for m in plan.mixtures:
+        pts = []
+        for p in fitted:
+            found = values.get((m.name, p.name), {})
+            missing = sorted(set(seeds) - set(found))
+            if missing:
+                raise ValueError(
+                    f"mixture {m.name!r} has no finished run at ladder point {p.name} for seed(s) {missing}; "
+                    "train the ladder first (zephyr ablate CONFIG without --report-only)."
+                )
+            pts.append(PointValues(p, {s: found[s] for s in seeds}))
+        per_mixture[m.name] = pts
+    return per_mixture
+
+
+@dataclass(frozen=True)
+class _Fitter:
+    """How the target is predicted: from which points, by which law, with how many distinct points per draw."""
+
+    method: str  # "compute" | "joint"
+    indices: tuple[int, ...]  # of the fitted points the law goes through
+    law: str  # compute: "auto" | "compute" | "power"
+    distinct: int
+
+    def fit(self, points: Sequence[PointValues], start: tuple[float, float] | None = None) -> ComputeLaw | JointLaw:
+        return _fit_compute(points, self.law) if self.method == "compute" else _fit_joint(points, start)
+
+    @staticmethod
+    def predict_at(law: ComputeLaw | JointLaw, target: LadderPoint) -> float:
+        if isinstance(law, ComputeLaw):
+            return float(law.predict(target.flops))
+        return float(law.predict(target.params, target.tokens))
+
+
+def _fitter(spec: LadderSpec, fitted: Sequence[LadderPoint]) -> _Fitter:
+    ladder_idx = tuple(i for i, p in enumerate(fitted) if p.kind == "ladder")
+    if spec.law != "joint" and ladder_idx:
+        return _Fitter("compute", ladder_idx, spec.law if spec.law in ("compute", "power") else "auto", _MIN_DISTINCT)
+    if not joint_identifiable([p.params for p in fitted], [p.tokens for p in fitted]):
+        raise ValueError(
+            "ladder.law joint: the runs do not vary size and tokens independently enough to fit L(N, D); add "
+            "isoflop budgets or widths."
+        )
+    return _Fitter("joint", tuple(range(len(fitted))), "joint", 5)
+
+
+def _mixture_ladder(
+    name: str,
+    pts: list[PointValues],
+    fitter: _Fitter,
+    law: ComputeLaw | JointLaw,
+    samples: np.ndarray | None,
+    target: LadderPoint,
+    measured: dict[int, float],
+    spec: LadderSpec,
+    seeds: Sequence[int],
+    confidence: float,
+    rng: np.random.Generator,
+) -> MixtureLadder:
+    """One mixture's fits around its prediction: isoflop optima and ratio, the optima's law, the holdout."""
+    optima = _optima(pts) if any(p.point.kind == "isoflop" for p in pts) else []
+    ratio, params_fit, tokens_fit = _ratio_at(optima, target.flops)
+    ratio_interval = None
+    if optima and spec.bootstrap:
+        iso = [p for p in pts if p.point.kind == "isoflop"]
+        ratios = _isoflop_ratio_interval(iso, seeds, target.flops, spec.bootstrap, rng)
+        ratio_interval = _percentiles(ratios, confidence) if len(ratios) else None
+    inside = [o for o in optima if o.inside]
+    optima_law = fit_compute_law([o.flops for o in inside], [o.loss for o in inside]) if len(inside) >= 3 else None
+    holdout = None
+    ladder_pts = [p for p in pts if p.point.kind == "ladder"]
+    if fitter.method == "compute" and len(ladder_pts) >= 4:
+        largest = max(ladder_pts, key=lambda p: p.point.flops)
+        rest = [p for p in ladder_pts if p is not largest]
+        holdout = Holdout(
+            largest.point.name, float(_fit_compute(rest, fitter.law).predict(largest.point.flops)), largest.mean
+        )
+    return MixtureLadder(
+        mixture=name,
+        points=tuple(pts),
+        method=fitter.method,
+        law=law if isinstance(law, ComputeLaw) else None,
+        joint=law if isinstance(law, JointLaw) else _try_joint(pts),
+        optima=tuple(optima),
+        optima_law=optima_law,
+        params_fit=params_fit,
+        tokens_fit=tokens_fit,
+        tokens_per_param=ratio,
+        tokens_per_param_interval=ratio_interval,
+        predicted=_Fitter.predict_at(law, target),
+        interval=_percentiles(samples, confidence) if samples is not None and len(samples) else None,
+        holdout=holdout,
+        measured=measured,
+    )
+
+
+def _ranking(
+    mixtures: Sequence[MixtureLadder], boot: dict[str, np.ndarray], confidence: float
+) -> tuple[tuple[str, ...], tuple[PairDifference, ...]]:
+    """Mixtures by predicted value (best first) and each adjacent pair's paired bootstrap difference."""
+    by_name = {m.mixture: m for m in mixtures}
+    ranking = tuple(sorted(by_name, key=lambda n: by_name[n].predicted))
+    pairs = []
+    for better, worse in zip(ranking, ranking[1:], strict=False):
+        low, high = (
+            _percentiles(boot[worse] - boot[better], confidence) if len(boot.get(better, ())) else (-math.inf, math.inf)
+        )
+        pairs.append(PairDifference(better, worse, by_name[worse].predicted - by_name[better].predicted, low, high))
+    return ranking, tuple(pairs)
+
+
 def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, seed: int = 0) -> LadderReport:
     """Fit every mixture's ladder from ``results`` (its finished runs) and predict the target; see the module doc.
 
@@ -375,165 +503,71 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
     cfg, spec = plan.config, plan.config.ladder
     if spec is None or not plan.points or plan.recipe is None:
         raise ValueError("build_ladder_report needs the plan of a ladder ablation (ladder: in the config).")
-    sets = cfg.decision_sets
-    have_bpb = all(r.eval.get(s, {}).get("bpb") is not None for r in results for s in sets)
+    have_bpb = all(r.eval.get(s, {}).get("bpb") is not None for r in results for s in cfg.decision_sets)
     metric = cfg.metric if cfg.metric == "loss" or have_bpb else "loss"
     notes = list(plan.notes)
     if metric != cfg.metric:
         notes.append(f"fits use loss: bits per byte is unknown for some eval set (asked for {cfg.metric})")
     target = plan.points[-1]
     fitted = [p for p in plan.points if p.kind in ("ladder", "isoflop")]
-    values: dict[tuple[str, str], dict[int, float]] = {}
-    for r in results:
-        values.setdefault((r.mixture, r.point), {})[r.seed] = _decision_value(r, sets, metric)
-    per_mixture: dict[str, list[PointValues]] = {}
-    for m in plan.mixtures:
-        pts = []
-        for p in fitted:
-            found = values.get((m.name, p.name), {})
-            missing = sorted(set(cfg.seeds) - set(found))
-            if missing:
-                raise ValueError(
-                    f"mixture {m.name!r} has no finished run at ladder point {p.name} for seed(s) {missing}; "
-                    "train the ladder first (zephyr ablate CONFIG without --report-only)."
-                )
-            pts.append(PointValues(p, {s: found[s] for s in cfg.seeds}))
-        per_mixture[m.name] = pts
+    values = _values_by_point(plan, results, metric)
+    per_mixture = _fitted_points(plan, values, fitted)
+    fitter = _fitter(spec, fitted)
+    fit_points = {n: [pts[i] for i in fitter.indices] for n, pts in per_mixture.items()}
+    full = {name: fitter.fit(pts) for name, pts in fit_points.items()}
 
-    ladder_idx = [i for i, p in enumerate(fitted) if p.kind == "ladder"]
-    method = "joint" if spec.law == "joint" or not ladder_idx else "compute"
-    law_choice = spec.law if spec.law in ("compute", "power") else "auto"
-    full: dict[str, ComputeLaw | JointLaw] = {}
-    if method == "compute":
-        fit_points = {n: [pts[i] for i in ladder_idx] for n, pts in per_mixture.items()}
-        for name, pts in fit_points.items():
-            full[name] = _fit_compute(pts, law_choice)
+    def predict(name: str, pts: list[PointValues]) -> float:
+        law = full[name]
+        start = (law.alpha, law.beta) if isinstance(law, JointLaw) else None  # a draw starts from the full fit
+        return _Fitter.predict_at(fitter.fit(pts, start), target)
 
-        def predict(name: str, pts: list[PointValues]) -> float:
-            return float(_fit_compute(pts, law_choice).predict(target.flops))
-
-        distinct = _MIN_DISTINCT
-    else:
-        fit_points = per_mixture
-        if not joint_identifiable([p.params for p in fitted], [p.tokens for p in fitted]):
-            raise ValueError(
-                "ladder.law joint: the runs do not vary size and tokens independently enough to fit L(N, D); add "
-                "isoflop budgets or widths."
-            )
-        for name, pts in fit_points.items():
-            full[name] = _fit_joint(pts)
-
-        def predict(name: str, pts: list[PointValues]) -> float:
-            law = full[name]
-            assert isinstance(law, JointLaw)
-            return float(_fit_joint(pts, start=(law.alpha, law.beta)).predict(target.params, target.tokens))
-
-        distinct = 5
     rng = np.random.default_rng(seed)
-    n_fit = len(next(iter(fit_points.values())))
-    resamplable = n_fit > distinct or len(cfg.seeds) > 1
+    resamplable = len(fitter.indices) > fitter.distinct or len(cfg.seeds) > 1
     if spec.bootstrap and not resamplable:
         notes.append(
-            f"no intervals: {n_fit} ladder points for a law of {distinct} parameters and one seed leave nothing to "
-            "resample (every draw refits the same points); add a width or a seed"
+            f"no intervals: {len(fitter.indices)} ladder points for a law of {fitter.distinct} parameters and one "
+            "seed leave nothing to resample (every draw refits the same points); add a width or a seed"
         )
     boot = (
-        _bootstrap(fit_points, cfg.seeds, predict, spec.bootstrap, rng, distinct)
+        _bootstrap(fit_points, cfg.seeds, predict, spec.bootstrap, rng, fitter.distinct)
         if spec.bootstrap and resamplable
         else {}
     )
     kept = min((len(v) for v in boot.values()), default=0)
     if boot and kept < spec.bootstrap * 0.9:
         notes.append(f"{spec.bootstrap - kept} of {spec.bootstrap} bootstrap draws were degenerate and skipped")
-
     mixtures = []
     for m in plan.mixtures:
-        pts = per_mixture[m.name]
-        law = full[m.name]
-        predicted = (
-            float(law.predict(target.flops))
-            if isinstance(law, ComputeLaw)
-            else float(law.predict(target.params, target.tokens))
+        ladder = _mixture_ladder(
+            m.name,
+            per_mixture[m.name],
+            fitter,
+            full[m.name],
+            boot.get(m.name),
+            target,
+            dict(values.get((m.name, target.name), {})),
+            spec,
+            cfg.seeds,
+            cfg.confidence,
+            rng,
         )
-        interval = _percentiles(boot[m.name], cfg.confidence) if len(boot.get(m.name, ())) else None
-        optima = _optima(pts) if any(p.point.kind == "isoflop" for p in pts) else []
-        ratio, params_fit, tokens_fit = _ratio_at(optima, target.flops)
-        ratio_interval = None
-        if optima and spec.bootstrap:
-            samples = _isoflop_ratio_interval(
-                [p for p in pts if p.point.kind == "isoflop"], cfg.seeds, target.flops, spec.bootstrap, rng
-            )
-            ratio_interval = _percentiles(samples, cfg.confidence) if len(samples) else None
-        optima_law = None
-        if len({o.flops for o in optima if o.inside}) >= 3:
-            inside = [o for o in optima if o.inside]
-            optima_law = fit_compute_law([o.flops for o in inside], [o.loss for o in inside])
-        holdout = None
-        ladder_pts = [pts[i] for i in ladder_idx]
-        if len(ladder_pts) >= 4:
-            largest = max(ladder_pts, key=lambda p: p.point.flops)
-            rest = [p for p in ladder_pts if p is not largest]
-            holdout = Holdout(
-                largest.point.name, float(_fit_compute(rest, law_choice).predict(largest.point.flops)), largest.mean
-            )
-        mixtures.append(
-            MixtureLadder(
-                mixture=m.name,
-                points=tuple(pts),
-                method=method,
-                law=law if isinstance(law, ComputeLaw) else None,
-                joint=law if isinstance(law, JointLaw) else (_try_joint(pts)),
-                optima=tuple(optima),
-                optima_law=optima_law,
-                params_fit=params_fit,
-                tokens_fit=tokens_fit,
-                tokens_per_param=ratio,
-                tokens_per_param_interval=ratio_interval,
-                predicted=predicted,
-                interval=interval,
-                holdout=holdout,
-                measured=dict(values.get((m.name, target.name), {})),
-            )
-        )
-        if optima and not all(o.inside for o in optima):
-            edge = [f"{o.flops:.3g}" for o in optima if not o.inside]
+        mixtures.append(ladder)
+        if ladder.optima and not all(o.inside for o in ladder.optima):
+            edge = [f"{o.flops:.3g}" for o in ladder.optima if not o.inside]
             notes.append(
                 f"{m.name}: isoflop budget(s) {edge} have their minimum outside the widths tried (or no minimum): "
                 "widen ladder.isoflop.widths there"
             )
-
-    ranking = tuple(
-        sorted((m.mixture for m in mixtures), key=lambda n: next(x.predicted for x in mixtures if x.mixture == n))
-    )
-    by_name = {m.mixture: m for m in mixtures}
-    pairs = []
-    for better, worse in zip(ranking, ranking[1:], strict=False):
-        mean = by_name[worse].predicted - by_name[better].predicted
-        if len(boot.get(better, ())):
-            low, high = _percentiles(boot[worse] - boot[better], cfg.confidence)
-        else:
-            low, high = -math.inf, math.inf
-        pairs.append(PairDifference(better, worse, mean, low, high))
+    ranking, pairs = _ranking(mixtures, boot, cfg.confidence)
     widths = [p for p in fitted if p.kind == "ladder"]
     reference = max(widths or fitted, key=lambda p: p.flops)
-    ranking_ladder = tuple(
-        sorted(by_name, key=lambda n: next(p.mean for p in by_name[n].points if p.point.name == reference.name))
-    )
+    at_reference = {m.mixture: next(p.mean for p in m.points if p.point.name == reference.name) for m in mixtures}
     measured = {m.mixture: m.measured_mean for m in mixtures}
-    ranking_measured = (
-        tuple(sorted(measured, key=lambda n: measured[n] or 0.0))
-        if all(v is not None for v in measured.values())
-        else None
-    )
     by_point = {p.name: p for p in plan.points}
-    ladder_flops = math.fsum(
-        by_point[r.point].flops for r in plan.runs if by_point[r.point].kind in ("ladder", "isoflop")
-    )
-    transfer_flops = math.fsum(by_point[r.point].flops for r in plan.runs if by_point[r.point].kind == "transfer")
-    transfer = _transfer_checks(plan, values)
+    kinds = [by_point[r.point].kind for r in plan.runs]
     return LadderReport(
         metric=metric,
-        decision_sets=tuple(sets),
+        decision_sets=tuple(cfg.decision_sets),
         confidence=cfg.confidence,
         bootstrap=kept,
         baseline=cfg.baseline.name,
@@ -542,16 +576,24 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
         points=plan.points,
         mixtures=tuple(mixtures),
         ranking=ranking,
-        pairs=tuple(pairs),
-        ranking_ladder=ranking_ladder,
+        pairs=pairs,
+        ranking_ladder=tuple(sorted(at_reference, key=lambda n: at_reference[n])),
         ladder_point=reference.name,
-        ranking_measured=ranking_measured,
-        ladder_flops=ladder_flops,
+        ranking_measured=(
+            tuple(sorted(measured, key=lambda n: measured[n] or 0.0))
+            if all(v is not None for v in measured.values())
+            else None
+        ),
+        ladder_flops=math.fsum(
+            by_point[r.point].flops for r, k in zip(plan.runs, kinds, strict=True) if k in ("ladder", "isoflop")
+        ),
         target_flops=target.flops * len(plan.mixtures),
         recipe=dataclasses.asdict(plan.recipe),
         notes=tuple(notes),
-        transfer=transfer,
-        transfer_flops=transfer_flops,
+        transfer=_transfer_checks(plan, values),
+        transfer_flops=math.fsum(
+            by_point[r.point].flops for r, k in zip(plan.runs, kinds, strict=True) if k == "transfer"
+        ),
     )
 
 

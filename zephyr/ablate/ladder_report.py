@@ -269,7 +269,7 @@ def plot_ladder(report: LadderReport, path: str | Path) -> str:
         ax.errorbar(
             [t.flops],
             [m.predicted],
-            yerr=[[m.predicted - lo], [hi - m.predicted]],
+            yerr=[[max(m.predicted - lo, 0.0)], [max(hi - m.predicted, 0.0)]],  # a percentile interval may miss it
             fmt="D",
             color=color,
             mfc="white",
