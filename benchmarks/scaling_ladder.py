@@ -9,11 +9,16 @@
 2. Mixtures of the two stores (quick: prose-heavy and code-heavy; full: a balanced one too), evaluated
    on both validation splits (mean eval loss in nats per token decides).
 3. A scaling ladder per mixture (`zephyr ablate` with `ladder:`): every width trained with one
-   ScalingRecipe at 20 tokens per parameter, L(C) = E + A C^-alpha fitted per mixture, bootstrap
-   intervals, the loss predicted at the target; `verify` then trains each target and measures it.
+   ScalingRecipe at 20 tokens per parameter, L(N) = E + A N^-alpha fitted per mixture on
+   non-embedding parameters (the floor kept only when AICc wants it; L(C)'s exponent reported too),
+   bootstrap intervals, the loss predicted at the target; `verify` then trains each target.
    Quick: widths 10-24 (two layers) predicting width 48 (three layers), 12x past the largest ladder
    run; full: widths 12-28 predicting width 64, 31x, two seeds per ladder width.
-4. ``--transfer`` (on in the full run): the ladder's learning-rate transfer check (``ladder.transfer``):
+4. Full run only: isoflop sweeps of the same mixtures (3e10, 1e11 and 3e11 FLOPs, widths 8-40, one
+   seed, their own output folder and compute): each budget's compute-optimal size from a parabola
+   in log N, the data's compute-optimal tokens per parameter at the target, and L(N, D) fitted
+   through every isoflop run predicting the same target (a second, independent prediction).
+5. ``--transfer`` (on in the full run): the ladder's learning-rate transfer check (``ladder.transfer``):
    the recipe's rate times 0.5, 1 and 2 at the smallest and the largest ladder width, on the first
    mixture; transfer holds when the recipe's own rate is within 0.5% of the best at both. Its runs
    are reported apart from the ladder's compute.
@@ -68,6 +73,7 @@ SETTINGS = {
         "target": 64,
         "seeds": [0, 1],
         "mixtures": {"prose_heavy": 0.75, "balanced": 0.5, "code_heavy": 0.25},
+        "isoflop": {"budgets": [3e10, 1e11, 3e11], "widths": [8, 12, 16, 20, 24, 32, 40]},
     },
 }
 GOALS = {"quick": (10.0, 0.25, 0.03), "full": (30.0, 0.25, 0.02)}  # extrapolation >=, ladder share <=, |error| <
@@ -102,6 +108,34 @@ def ladder_config(stores: dict[str, str], out: Path, setting: dict, recipe: dict
     }
 
 
+def isoflop_config(stores: dict[str, str], out: Path, setting: dict, recipe: dict, target_flops: float) -> dict:
+    """The same mixtures' isoflop sweeps (one seed), predicting the same target's compute with L(N, D)."""
+    config = ladder_config(stores, out, {**setting, "seeds": [0]}, recipe, transfer=False)
+    config["ladder"] = {
+        "isoflop": setting["isoflop"],
+        "target_flops": target_flops,
+        "recipe": recipe,
+        "bootstrap": 500,
+        "law": "joint",
+    }
+    return config
+
+
+def isoflop_summary(outcome_ladder, measured: dict[str, float | None]) -> dict:
+    """Tokens per parameter at the target per mixture, and the joint law's prediction against the measured target."""
+    out = {}
+    for m in outcome_ladder.mixtures:
+        truth = measured.get(m.mixture)
+        out[m.mixture] = {
+            "tokens_per_param": m.tokens_per_param,
+            "tokens_per_param_interval": m.tokens_per_param_interval,
+            "optima": [(o.flops, o.params, o.tokens, o.inside) for o in m.optima],
+            "joint_prediction": m.predicted,
+            "joint_error": (m.predicted - truth) / truth if truth else None,
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="two mixtures, widths 10-24 -> 48 (about 10 minutes)")
@@ -123,10 +157,24 @@ def main(argv: list[str] | None = None) -> int:
     stores_s = time.perf_counter() - t0
     print(f"stores built in {stores_s:.0f}s: {stores}", flush=True)
     config = ladder_config(stores, out / "ladder", setting, RECIPE, transfer=args.transfer or not args.quick)
-    outcome = run_ablation(ablation_config_from_dict(config), log=lambda line: print(line, file=sys.stderr, flush=True))
-    wall = time.perf_counter() - t0
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    outcome = run_ablation(ablation_config_from_dict(config), log=log)
     report = outcome.ladder
     assert report is not None
+    isoflop = None
+    if "isoflop" in setting:
+        iso_config = isoflop_config(stores, out / "isoflop", setting, RECIPE, report.target.flops)
+        iso = run_ablation(ablation_config_from_dict(iso_config), log=log).ladder
+        assert iso is not None
+        isoflop = isoflop_summary(iso, {m.mixture: m.measured_mean for m in report.mixtures})
+        for name, row in isoflop.items():
+            print(
+                f"isoflop {name}: compute-optimal tokens per parameter at the target {row['tokens_per_param']:.1f} "
+                f"{row['tokens_per_param_interval']}; L(N, D) predicts the target at {row['joint_prediction']:.4f} "
+                f"(error {100 * (row['joint_error'] or float('nan')):+.2f}%)",
+                flush=True,
+            )
+    wall = time.perf_counter() - t0
     load_end = _load()
     errors = {m.mixture: m.error for m in report.mixtures}
     worst = max(abs(e) for e in errors.values() if e is not None)
@@ -137,14 +185,18 @@ def main(argv: list[str] | None = None) -> int:
         "prediction_error": worst < error_goal,
     }
     print()
-    print(f"{'mixture':<14} {'predicted':>10} {'interval':>20} {'measured':>10} {'error':>8} {'alpha':>7} {'E':>7}")
+    print(
+        f"{'mixture':<14} {'predicted':>10} {'interval':>20} {'measured':>10} {'error':>8} {'holdout':>8} "
+        f"{'alpha_N':>8} {'alpha_C':>8} {'E':>6}"
+    )
+    nan = float("nan")
     for m in report.mixtures:
         interval = f"[{m.interval[0]:.4f}, {m.interval[1]:.4f}]" if m.interval else "-"
-        law = m.law
         print(
-            f"{m.mixture:<14} {m.predicted:>10.4f} {interval:>20} {m.measured_mean or float('nan'):>10.4f} "
-            f"{100 * (m.error or float('nan')):>+7.2f}% {law.alpha if law else float('nan'):>7.3f} "
-            f"{law.E if law else float('nan'):>7.3f}"
+            f"{m.mixture:<14} {m.predicted:>10.4f} {interval:>20} {m.measured_mean or nan:>10.4f} "
+            f"{100 * (m.error or nan):>+7.2f}% {100 * (m.holdout.error if m.holdout else nan):>+7.2f}% "
+            f"{m.law.alpha if m.law else nan:>8.4f} {m.compute_law.alpha if m.compute_law else nan:>8.4f} "
+            f"{m.law.E if m.law else nan:>6.3f}"
         )
     print(
         f"extrapolation {report.extrapolation:.1f}x (goal >= {extrapolation_goal:g}x), ladder FLOPs "
@@ -168,13 +220,16 @@ def main(argv: list[str] | None = None) -> int:
         "ladder_flops_share": report.ladder_flops_share,
         "ladder_flops": report.ladder_flops,
         "target_flops": report.target_flops,
+        "law_axis": report.axis,
         "exponents": {m.mixture: m.law.alpha if m.law else None for m in report.mixtures},
+        "compute_exponents": {m.mixture: m.compute_law.alpha if m.compute_law else None for m in report.mixtures},
         "floors": {m.mixture: m.law.E if m.law else None for m in report.mixtures},
         "ranking_predicted": list(report.ranking),
         "ranking_measured": list(report.ranking_measured) if report.ranking_measured else None,
         "ranking_decided": report.decided,
         "ranking_verdict": report.verdict(),
         "ranking_agrees": report.ranking_measured == report.ranking,
+        "isoflop": isoflop,
         "transfer": {
             "holds": report.transfer_holds,
             "flops": report.transfer_flops,

@@ -153,7 +153,9 @@ def _compute_loss(laws):
 
 
 def test_prediction_interval_and_a_decided_ranking(tmp_path: Path) -> None:
-    spec = LadderSpec(widths=(8, 10, 12, 16, 20), target_width=40, recipe=RECIPE, bootstrap=400, law="compute")
+    spec = LadderSpec(
+        widths=(8, 10, 12, 16, 20), target_width=40, recipe=RECIPE, bootstrap=400, law="compute", axis="flops"
+    )
     plan = _plan(tmp_path, spec, ["bad", "good"], (0, 1))
     truth = _compute_loss(LAWS)
     report = build_ladder_report(plan, _results(plan, truth, noise=0.002))
@@ -179,7 +181,7 @@ def test_prediction_interval_and_a_decided_ranking(tmp_path: Path) -> None:
 def test_a_ranking_that_flips_past_the_ladder(tmp_path: Path) -> None:
     """ "steep" loses on every ladder run but wins at the target: what one size cannot tell."""
     laws = {"flat": (3.0, 6.3, 0.1), "steep": (2.0, 3391.0, 0.3)}  # they cross near 2e11 FLOPs
-    spec = LadderSpec(widths=(12, 14, 16, 18, 20), target_width=48, recipe=RECIPE, bootstrap=300)
+    spec = LadderSpec(widths=(12, 14, 16, 18, 20), target_width=48, recipe=RECIPE, bootstrap=300, axis="flops")
     plan = _plan(tmp_path, spec, ["flat", "steep"], (0,))
     truth = _compute_loss(laws)
     assert all(truth("flat", p) < truth("steep", p) for p in plan.points[:-1])
@@ -187,6 +189,28 @@ def test_a_ranking_that_flips_past_the_ladder(tmp_path: Path) -> None:
     report = build_ladder_report(plan, _results(plan, truth))
     assert report.ranking_ladder == ("flat", "steep") and report.ranking == ("steep", "flat")
     assert "the ranking changes between the ladder's largest run and the target" in format_ladder_report(report)
+
+
+def test_the_law_is_fitted_on_non_embedding_parameters_by_default(tmp_path: Path) -> None:
+    """Truth a power law in non-embedding parameters (Kaplan's count, across depths 2 to 4): recovered exactly,
+    its compute exponent reported beside it, and its curve drawn along the recipe up to the target."""
+    spec = LadderSpec(widths=(12, 16, 20, 24, 28), target_width=64, recipe=RECIPE, bootstrap=200)
+    plan = _plan(tmp_path, spec, ["a", "b"], (0,))
+    laws = {"a": 40.0, "b": 44.0}
+
+    def truth(mixture, point):
+        return laws[mixture] * point.non_embedding_params**-0.1
+
+    report = build_ladder_report(plan, _results(plan, truth))
+    target = plan.points[-1]
+    assert report.axis == "non_embedding_params" and target.layers == 4 and plan.points[0].layers == 2
+    for m in report.mixtures:
+        assert m.predicted == pytest.approx(truth(m.mixture, target), rel=1e-6)
+        assert not m.law.floor and m.law.alpha == pytest.approx(0.1, rel=1e-6)
+        assert m.compute_law is not None and m.compute_law.alpha != pytest.approx(0.1, abs=0.005)
+        assert m.curve[-1] == (target.flops, pytest.approx(m.predicted)) and len(m.curve) > 10
+        assert all(a[0] < b[0] for a, b in zip(m.curve, m.curve[1:], strict=False))  # rising compute
+    assert "L(N_ne) through the ladder widths" in format_ladder_report(report)
 
 
 def test_noise_larger_than_the_gap_is_undecided(tmp_path: Path) -> None:
@@ -302,7 +326,7 @@ def test_tiny_ladder_end_to_end(ablation_stores, tmp_path: Path, capsys) -> None
     path.write_text(yaml.safe_dump(_ladder_yaml(ablation_stores, out, [code_heavy, balanced])))
     assert zephyr_main(["ablate", str(path)]) == 0  # no --verify: the new mixture's target is predicted, not trained
     err = capsys.readouterr().err
-    assert "10 finished, 4 to run" in err
+    assert "12 runs; 8 finished, 4 to run" in err  # without --verify the targets are not planned
     assert {str(p): p.stat().st_mtime_ns for p in (out / "runs").rglob("result.json") if str(p) in stamps} == stamps
     assert not any(p.name.startswith("target") for p in (out / "runs" / "balanced").iterdir())
     report = json.loads((out / "ladder.json").read_text())

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from zephyr.ablate.scaling_law import (
-    choose_compute_law,
-    fit_compute_law,
+    choose_loss_law,
     fit_joint_law,
+    fit_loss_law,
     fit_power,
     isoflop_minimum,
     joint_identifiable,
@@ -27,7 +27,7 @@ def chinchilla(n, d):
 def test_compute_law_recovers_its_parameters_exactly() -> None:
     flops = np.geomspace(1e10, 3e11, 5)
     losses = 2.1 + 850.0 * flops**-0.27
-    law = fit_compute_law(flops, losses)
+    law = fit_loss_law(flops, losses)
     assert pytest.approx(2.1, rel=1e-6) == law.E
     assert pytest.approx(850.0, rel=1e-5) == law.A
     assert law.alpha == pytest.approx(0.27, rel=1e-6)
@@ -39,7 +39,7 @@ def test_compute_law_with_noise_extrapolates_close() -> None:
     rng = np.random.default_rng(3)
     flops = np.geomspace(1e10, 3e11, 6)
     truth = 2.1 + 850.0 * flops**-0.27
-    law = fit_compute_law(flops, truth * (1 + 0.002 * rng.standard_normal(6)))
+    law = fit_loss_law(flops, truth * (1 + 0.002 * rng.standard_normal(6)))
     target = 2.1 + 850.0 * 3e12**-0.27
     assert abs(law.predict(3e12) / target - 1) < 0.01  # 0.2% noise, 10x extrapolation: within 1%
     assert 0.001 < law.rmse < 0.004
@@ -48,7 +48,7 @@ def test_compute_law_with_noise_extrapolates_close() -> None:
 def test_compute_law_without_a_floor() -> None:
     """A pure power law (E = 0) is found on the boundary, not pushed to a negative floor."""
     flops = np.geomspace(1e9, 1e12, 5)
-    law = fit_compute_law(flops, 40.0 * flops**-0.12)
+    law = fit_loss_law(flops, 40.0 * flops**-0.12)
     assert law.E == 0.0 and law.alpha == pytest.approx(0.12, rel=1e-6) and pytest.approx(40.0, rel=1e-5) == law.A
 
 
@@ -56,20 +56,20 @@ def test_the_floor_is_kept_only_when_the_points_show_it() -> None:
     """AICc: a clear floor is kept; a floor the noise hides is dropped for the pure power law."""
     flops = np.geomspace(1e10, 1e12, 7)
     curved = 3.0 + 40.0 * flops**-0.25  # the loss halfway to its floor: strong curvature in log-log
-    chosen = choose_compute_law(flops, curved)
+    chosen = choose_loss_law(flops, curved)
     assert chosen.floor and pytest.approx(3.0, rel=1e-4) == chosen.E
     rng = np.random.default_rng(0)
     noisy = 30.0 * flops[:5] ** -0.08 * (1 + 0.003 * rng.standard_normal(5))
-    chosen = choose_compute_law(flops[:5], noisy)
+    chosen = choose_loss_law(flops[:5], noisy)
     assert not chosen.floor and chosen.E == 0 and chosen.alpha == pytest.approx(0.08, abs=0.01)
-    assert fit_compute_law(flops[:4], curved[:4]).aicc == math.inf  # four points cannot weigh three parameters
+    assert fit_loss_law(flops[:4], curved[:4]).aicc == math.inf  # four points cannot weigh three parameters
 
 
 def test_compute_law_needs_three_distinct_computes() -> None:
     with pytest.raises(ValueError, match="3 or more distinct compute values"):
-        fit_compute_law([1e10, 1e10, 2e10], [3.0, 3.0, 2.9])
+        fit_loss_law([1e10, 1e10, 2e10], [3.0, 3.0, 2.9])
     with pytest.raises(ValueError, match="finite number > 0"):
-        fit_compute_law([1e10, 2e10, 4e10], [3.0, float("nan"), 2.9])
+        fit_loss_law([1e10, 2e10, 4e10], [3.0, float("nan"), 2.9])
 
 
 def test_joint_law_recovers_chinchilla_from_isoflop_runs() -> None:

@@ -34,23 +34,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephyr.config import ConfigError
+from zephyr.train.scaling import ScalingRecipe
+
 from .ladder import LadderPoint
 from .ladder_spec import LadderSpec
 from .runner import AblationPlan, RunResult
 from .scaling_law import (
-    ComputeLaw,
     IsoflopOptimum,
     JointLaw,
+    LossLaw,
     PowerFit,
-    choose_compute_law,
-    fit_compute_law,
+    choose_loss_law,
     fit_joint_law,
+    fit_loss_law,
     fit_power,
     isoflop_minimum,
     joint_identifiable,
 )
 
 __all__ = [
+    "axis_value",
     "PointValues",
     "Holdout",
     "MixtureLadder",
@@ -95,11 +99,13 @@ class MixtureLadder:
 
     mixture: str
     points: tuple[PointValues, ...]  # ladder and isoflop points; the target is in `measured`
-    method: str  # "compute" | "joint" | "optima": what `predicted` comes from
-    law: ComputeLaw | None
+    method: str  # "ladder" (L(x) through the ladder widths) | "joint" (L(N, D)): what `predicted` comes from
+    law: LossLaw | None  # L(x) on the ladder's axis (LadderReport.axis)
+    compute_law: LossLaw | None  # L(C) through the same runs, for the compute exponent (the same law when axis=flops)
+    curve: tuple[tuple[float, float], ...]  # (FLOPs, predicted value) along the recipe, smallest width to target
     joint: JointLaw | None
     optima: tuple[IsoflopOptimum, ...]
-    optima_law: ComputeLaw | None
+    optima_law: LossLaw | None
     params_fit: PowerFit | None  # compute-optimal N against C, from the isoflop optima
     tokens_fit: PowerFit | None  # compute-optimal D against C
     tokens_per_param: float | None  # compute-optimal D/N at the target's compute (isoflop)
@@ -166,6 +172,7 @@ class PairDifference:
 
 @dataclass(frozen=True)
 class LadderReport:
+    axis: str  # what the ladder law is a function of: non_embedding_params | params | flops
     metric: str
     decision_sets: tuple[str, ...]
     confidence: float
@@ -237,12 +244,17 @@ def _decision_value(result: RunResult, sets: Sequence[str], metric: str) -> floa
     return math.fsum(float(v) for v in values if v is not None) / len(values)
 
 
-def _fit_compute(points: Sequence[PointValues], law: str = "auto") -> ComputeLaw:
-    """The ladder's ``L(C)``: with a floor (``compute``), without (``power``), or chosen by AICc (``auto``)."""
-    flops, losses = [p.point.flops for p in points], [p.mean for p in points]
+def axis_value(point: LadderPoint, axis: str) -> float:
+    """Where a point sits on the ladder law's axis: its non-embedding parameters, parameters or FLOPs."""
+    return float(getattr(point, axis))
+
+
+def _fit_ladder(points: Sequence[PointValues], law: str, axis: str) -> LossLaw:
+    """The ladder's ``L(x)``: with a floor (``compute``), without (``power``), or chosen by AICc (``auto``)."""
+    x, losses = [axis_value(p.point, axis) for p in points], [p.mean for p in points]
     if law == "auto":
-        return choose_compute_law(flops, losses)
-    return fit_compute_law(flops, losses, floor=law == "compute")
+        return choose_loss_law(x, losses)
+    return fit_loss_law(x, losses, floor=law == "compute")
 
 
 def _fit_joint(points: Sequence[PointValues], start: tuple[float, float] | None = None) -> JointLaw:
@@ -401,44 +413,62 @@ def _fitted_points(
 
 @dataclass(frozen=True)
 class _Fitter:
-    """How the target is predicted: from which points, by which law, with how many distinct points per draw."""
+    """How the target is predicted: from which points, by which law, on which axis, with how many distinct
+    points per draw."""
 
-    method: str  # "compute" | "joint"
+    method: str  # "ladder" | "joint"
     indices: tuple[int, ...]  # of the fitted points the law goes through
-    law: str  # compute: "auto" | "compute" | "power"
+    law: str  # ladder: "auto" | "compute" | "power"
+    axis: str
     distinct: int
 
-    def fit(self, points: Sequence[PointValues], start: tuple[float, float] | None = None) -> ComputeLaw | JointLaw:
-        return _fit_compute(points, self.law) if self.method == "compute" else _fit_joint(points, start)
+    def fit(self, points: Sequence[PointValues], start: tuple[float, float] | None = None) -> LossLaw | JointLaw:
+        return _fit_ladder(points, self.law, self.axis) if self.method == "ladder" else _fit_joint(points, start)
 
-    @staticmethod
-    def predict_at(law: ComputeLaw | JointLaw, target: LadderPoint) -> float:
-        if isinstance(law, ComputeLaw):
-            return float(law.predict(target.flops))
-        return float(law.predict(target.params, target.tokens))
+    def predict_at(self, law: LossLaw | JointLaw, point: LadderPoint) -> float:
+        if isinstance(law, LossLaw):
+            return float(law.predict(axis_value(point, self.axis)))
+        return float(law.predict(point.params, point.tokens))
 
 
 def _fitter(spec: LadderSpec, fitted: Sequence[LadderPoint]) -> _Fitter:
     ladder_idx = tuple(i for i, p in enumerate(fitted) if p.kind == "ladder")
     if spec.law != "joint" and ladder_idx:
-        return _Fitter("compute", ladder_idx, spec.law if spec.law in ("compute", "power") else "auto", _MIN_DISTINCT)
+        law = spec.law if spec.law in ("compute", "power") else "auto"
+        return _Fitter("ladder", ladder_idx, law, spec.axis, _MIN_DISTINCT)
     if not joint_identifiable([p.params for p in fitted], [p.tokens for p in fitted]):
         raise ValueError(
             "ladder.law joint: the runs do not vary size and tokens independently enough to fit L(N, D); add "
             "isoflop budgets or widths."
         )
-    return _Fitter("joint", tuple(range(len(fitted))), "joint", 5)
+    return _Fitter("joint", tuple(range(len(fitted))), "joint", "params", 5)
+
+
+def _curve(
+    fitter: _Fitter, law: LossLaw | JointLaw, recipe: ScalingRecipe, low: int, target: LadderPoint
+) -> tuple[tuple[float, float], ...]:
+    """The law's prediction along the recipe (every width from ``low`` to the target's), as (FLOPs, value)."""
+    out = []
+    for width in recipe.widths(low, target.width - 1):
+        try:
+            run = recipe.run(width)
+        except ConfigError:  # too few steps at this width: not a run the recipe would make
+            continue
+        out.append((run.flops, fitter.predict_at(law, LadderPoint.of("", "ladder", run))))
+    out.append((target.flops, fitter.predict_at(law, target)))
+    return tuple(out)
 
 
 def _mixture_ladder(
     name: str,
     pts: list[PointValues],
     fitter: _Fitter,
-    law: ComputeLaw | JointLaw,
+    law: LossLaw | JointLaw,
     samples: np.ndarray | None,
     target: LadderPoint,
     measured: dict[int, float],
     spec: LadderSpec,
+    recipe: ScalingRecipe,
     seeds: Sequence[int],
     confidence: float,
     rng: np.random.Generator,
@@ -452,20 +482,24 @@ def _mixture_ladder(
         ratios = _isoflop_ratio_interval(iso, seeds, target.flops, spec.bootstrap, rng)
         ratio_interval = _percentiles(ratios, confidence) if len(ratios) else None
     inside = [o for o in optima if o.inside]
-    optima_law = fit_compute_law([o.flops for o in inside], [o.loss for o in inside]) if len(inside) >= 3 else None
+    optima_law = fit_loss_law([o.flops for o in inside], [o.loss for o in inside]) if len(inside) >= 3 else None
     holdout = None
     ladder_pts = [p for p in pts if p.point.kind == "ladder"]
-    if fitter.method == "compute" and len(ladder_pts) >= 4:
+    if fitter.method == "ladder" and len(ladder_pts) >= 4:
         largest = max(ladder_pts, key=lambda p: p.point.flops)
         rest = [p for p in ladder_pts if p is not largest]
-        holdout = Holdout(
-            largest.point.name, float(_fit_compute(rest, fitter.law).predict(largest.point.flops)), largest.mean
-        )
+        holdout = Holdout(largest.point.name, fitter.predict_at(fitter.fit(rest), largest.point), largest.mean)
+    compute_law = None
+    if isinstance(law, LossLaw):
+        compute_law = law if fitter.axis == "flops" else _fit_ladder(ladder_pts, fitter.law, "flops")
+    low = min((p.point.width for p in (ladder_pts or pts)), default=target.width)
     return MixtureLadder(
         mixture=name,
         points=tuple(pts),
         method=fitter.method,
-        law=law if isinstance(law, ComputeLaw) else None,
+        law=law if isinstance(law, LossLaw) else None,
+        compute_law=compute_law,
+        curve=_curve(fitter, law, recipe, low, target),
         joint=law if isinstance(law, JointLaw) else _try_joint(pts),
         optima=tuple(optima),
         optima_law=optima_law,
@@ -473,7 +507,7 @@ def _mixture_ladder(
         tokens_fit=tokens_fit,
         tokens_per_param=ratio,
         tokens_per_param_interval=ratio_interval,
-        predicted=_Fitter.predict_at(law, target),
+        predicted=fitter.predict_at(law, target),
         interval=_percentiles(samples, confidence) if samples is not None and len(samples) else None,
         holdout=holdout,
         measured=measured,
@@ -519,7 +553,7 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
     def predict(name: str, pts: list[PointValues]) -> float:
         law = full[name]
         start = (law.alpha, law.beta) if isinstance(law, JointLaw) else None  # a draw starts from the full fit
-        return _Fitter.predict_at(fitter.fit(pts, start), target)
+        return fitter.predict_at(fitter.fit(pts, start), target)
 
     rng = np.random.default_rng(seed)
     resamplable = len(fitter.indices) > fitter.distinct or len(cfg.seeds) > 1
@@ -547,6 +581,7 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
             target,
             dict(values.get((m.name, target.name), {})),
             spec,
+            plan.recipe,
             cfg.seeds,
             cfg.confidence,
             rng,
@@ -566,6 +601,7 @@ def build_ladder_report(plan: AblationPlan, results: Sequence[RunResult], *, see
     by_point = {p.name: p for p in plan.points}
     kinds = [by_point[r.point].kind for r in plan.runs]
     return LadderReport(
+        axis=fitter.axis if fitter.method == "ladder" else "params",
         metric=metric,
         decision_sets=tuple(cfg.decision_sets),
         confidence=cfg.confidence,

@@ -24,10 +24,17 @@ from .ladder_fit import LadderReport, MixtureLadder
 __all__ = ["format_ladder_report", "ladder_json", "write_ladder_report", "plot_ladder"]
 
 
-def _law_text(m: MixtureLadder) -> str:
+_AXIS_SYMBOL = {"non_embedding_params": "N_ne", "params": "N", "flops": "C"}
+
+
+def _law_text(m: MixtureLadder, axis: str) -> str:
+    x = _AXIS_SYMBOL.get(axis, axis)
     if m.law is not None:
-        form = "E + A C^-alpha" if m.law.floor else "A C^-alpha (no floor: AICc prefers it)"
-        return f"{form}: E {m.law.E:.4f}  A {m.law.A:.4g}  alpha {m.law.alpha:.4f}  rmse {100 * m.law.rmse:.2f}%"
+        form = f"E + A {x}^-alpha" if m.law.floor else f"A {x}^-alpha (no floor: AICc prefers it)"
+        text = f"{form}: E {m.law.E:.4f}  A {m.law.A:.4g}  alpha {m.law.alpha:.4f}  rmse {100 * m.law.rmse:.2f}%"
+        if m.compute_law is not None and axis != "flops":
+            text += f"; in compute: alpha_C {m.compute_law.alpha:.4f}"
+        return text
     if m.joint is not None:
         j = m.joint
         return f"E {j.E:.4f}  A {j.A:.4g} N^-{j.alpha:.4f}  B {j.B:.4g} D^-{j.beta:.4f}  rmse {100 * j.rmse:.2f}%"
@@ -45,8 +52,8 @@ def format_ladder_report(report: LadderReport) -> str:
     kinds = {p.kind for p in report.points}
     seeds = len(report.mixtures[0].points[0].values) if report.mixtures and report.mixtures[0].points else 0
     law = (
-        "L(C) through the ladder widths"
-        if report.mixtures and report.mixtures[0].method == "compute"
+        f"L({_AXIS_SYMBOL.get(report.axis, report.axis)}) through the ladder widths ({report.axis})"
+        if report.mixtures and report.mixtures[0].method == "ladder"
         else "L(N, D) = E + A N^-alpha + B D^-beta through every run"
     )
     lines = [
@@ -71,7 +78,7 @@ def format_ladder_report(report: LadderReport) -> str:
     lines.append("")
     for m in report.mixtures:
         lines.append(f"{m.mixture}: {report.descriptions.get(m.mixture, '')}")
-        lines.append(f"  fit: {_law_text(m)}")
+        lines.append(f"  fit: {_law_text(m, report.axis)}")
         if m.holdout is not None:
             h = m.holdout
             lines.append(
@@ -152,6 +159,8 @@ def ladder_json(report: LadderReport) -> dict[str, Any]:
                 "description": report.descriptions.get(m.mixture, ""),
                 "method": m.method,
                 "law": asdict(m.law) if m.law else None,
+                "compute_law": asdict(m.compute_law) if m.compute_law else None,
+                "curve": [list(p) for p in m.curve],
                 "joint": asdict(m.joint) if m.joint else None,
                 "points": [
                     {"point": p.point.name, "flops": p.point.flops, "values": p.values, "mean": p.mean}
@@ -174,6 +183,7 @@ def ladder_json(report: LadderReport) -> dict[str, Any]:
         )
     return _finite(
         {
+            "axis": report.axis,
             "metric": report.metric,
             "decision_sets": list(report.decision_sets),
             "confidence": report.confidence,
@@ -261,8 +271,8 @@ def plot_ladder(report: LadderReport, path: str | Path) -> str:
                 alpha=0.5,
                 label=None if ladder else m.mixture,
             )
-        if m.law is not None:
-            ax.plot(grid, m.law.predict(grid), "-", color=color, lw=1.2, alpha=0.8)
+        if m.curve:
+            ax.plot([c for c, _ in m.curve], [v for _, v in m.curve], "-", color=color, lw=1.2, alpha=0.8)
         if m.optima_law is not None:
             ax.plot(grid, m.optima_law.predict(grid), ":", color=color, lw=1.0, alpha=0.8)
         lo, hi = m.interval if m.interval is not None else (m.predicted, m.predicted)

@@ -171,29 +171,19 @@ def list_ladders(root: Root) -> list[str]:
     return out
 
 
-def _law_curve(law: dict | None, lo: float, hi: float, points: int = 40) -> list[list[float]]:
-    """``L(C) = E + A C^-alpha`` sampled evenly in log10 C over [lo, hi] (log10 FLOPs)."""
-    if not law:
-        return []
-    step = (hi - lo) / (points - 1)
-    xs = [lo + i * step for i in range(points)]
-    return [[x, law["E"] + law["A"] * 10 ** (-law["alpha"] * x)] for x in xs]
-
-
 def ladder_view(root: Root, path: str) -> dict:
-    """The ladder report, plus chart series on a log10-FLOPs axis: per mixture its runs, its fitted law from
-    the smallest run to the target, the predicted point and (once verified) the measured one."""
+    """The ladder report, plus chart series on a log10-FLOPs axis: per mixture its runs, its fitted law along
+    the recipe from the smallest run to the target (the report's `curve`), the predicted point and (once
+    verified) the measured one."""
     rel = posixpath.join(path, "ladder.json") if path not in ("", ".") else "ladder.json"
     data = root.read_json(rel)
     target = data.get("target") or {}
-    flops = [p["flops"] for p in data.get("points") or [] if p.get("flops")]
-    lo = math.log10(min(flops)) if flops else 0.0
-    hi = math.log10(target["flops"]) if target.get("flops") else lo + 1
+    hi = math.log10(target["flops"]) if target.get("flops") else 0.0
     series: dict[str, list[list[float]]] = {}
     for m in data.get("mixtures") or []:
         name = m["mixture"]
         series[f"{name} runs"] = sorted([math.log10(p["flops"]), p["mean"]] for p in m.get("points") or [])
-        series[f"{name} fit"] = _law_curve(m.get("law") or m.get("optima_law"), lo, hi)
+        series[f"{name} fit"] = [[math.log10(c), v] for c, v in m.get("curve") or [] if c and c > 0]
         series[f"{name} predicted"] = [[hi, m["predicted"]]] if m.get("predicted") is not None else []
         if m.get("measured_mean") is not None:
             series[f"{name} measured"] = [[hi, m["measured_mean"]]]
