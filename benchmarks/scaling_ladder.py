@@ -14,10 +14,11 @@
    bootstrap intervals, the loss predicted at the target; `verify` then trains each target.
    Quick: widths 10-24 (two layers) predicting width 48 (three layers), 12x past the largest ladder
    run; full: widths 12-28 predicting width 64, 31x, two seeds per ladder width.
-4. Full run only: isoflop sweeps of the same mixtures (3e10, 1e11 and 3e11 FLOPs, widths 8-40, one
-   seed, their own output folder and compute): each budget's compute-optimal size from a parabola
-   in log N, the data's compute-optimal tokens per parameter at the target, and L(N, D) fitted
-   through every isoflop run predicting the same target (a second, independent prediction).
+4. Full run only: isoflop sweeps of the prose- and code-heavy mixtures (5e10, 1.5e11 and 4.5e11
+   FLOPs, widths 8-40, one seed, their own output folder and compute): each budget's
+   compute-optimal size from a parabola in log N, the data's compute-optimal tokens per parameter
+   at the target, and L(N, D) fitted through every isoflop run predicting the same target (a
+   second, independent prediction).
 5. ``--transfer`` (on in the full run): the ladder's learning-rate transfer check (``ladder.transfer``):
    the recipe's rate times 0.5, 1 and 2 at the smallest and the largest ladder width, on the first
    mixture; transfer holds when the recipe's own rate is within 0.5% of the best at both. Its runs
@@ -73,7 +74,11 @@ SETTINGS = {
         "target": 64,
         "seeds": [0, 1],
         "mixtures": {"prose_heavy": 0.75, "balanced": 0.5, "code_heavy": 0.25},
-        "isoflop": {"budgets": [3e10, 1e11, 3e11], "widths": [8, 12, 16, 20, 24, 32, 40]},
+        "isoflop": {
+            "budgets": [5e10, 1.5e11, 4.5e11],
+            "widths": [8, 12, 16, 20, 24, 32, 40],
+            "mixtures": ["prose_heavy", "code_heavy"],
+        },
     },
 }
 GOALS = {"quick": (10.0, 0.25, 0.03), "full": (30.0, 0.25, 0.02)}  # extrapolation >=, ladder share <=, |error| <
@@ -110,9 +115,11 @@ def ladder_config(stores: dict[str, str], out: Path, setting: dict, recipe: dict
 
 def isoflop_config(stores: dict[str, str], out: Path, setting: dict, recipe: dict, target_flops: float) -> dict:
     """The same mixtures' isoflop sweeps (one seed), predicting the same target's compute with L(N, D)."""
-    config = ladder_config(stores, out, {**setting, "seeds": [0]}, recipe, transfer=False)
+    iso = setting["isoflop"]
+    mixtures = {name: share for name, share in setting["mixtures"].items() if name in iso["mixtures"]}
+    config = ladder_config(stores, out, {**setting, "seeds": [0], "mixtures": mixtures}, recipe, transfer=False)
     config["ladder"] = {
-        "isoflop": setting["isoflop"],
+        "isoflop": {"budgets": iso["budgets"], "widths": iso["widths"]},
         "target_flops": target_flops,
         "recipe": recipe,
         "bootstrap": 500,

@@ -22,7 +22,7 @@ from zephyr.ablate.config import (
 from zephyr.ablate.ladder import ladder_points
 from zephyr.ablate.ladder_fit import build_ladder_report
 from zephyr.ablate.ladder_report import format_ladder_report, ladder_json, write_ladder_report
-from zephyr.ablate.ladder_spec import IsoflopSpec, LadderSpec
+from zephyr.ablate.ladder_spec import IsoflopSpec, LadderSpec, TransferSpec
 from zephyr.ablate.runner import AblationPlan, ResolvedMixture, RunResult, RunSpec
 from zephyr.cli import main as zephyr_main
 from zephyr.config import ConfigError
@@ -213,6 +213,33 @@ def test_the_law_is_fitted_on_non_embedding_parameters_by_default(tmp_path: Path
     assert "L(N_ne) through the ladder widths" in format_ladder_report(report)
 
 
+def test_the_transfer_check_finds_a_rate_that_does_not_transfer(tmp_path: Path) -> None:
+    """x1 best at width 12, x2 best at width 20: the recipe's rule is too steep; the check says so, and its runs
+    (baseline only) stay out of the ladder's compute."""
+    spec = LadderSpec(
+        widths=(12, 14, 16, 20), target_width=48, recipe=RECIPE, bootstrap=0, transfer=TransferSpec(widths=(12, 20))
+    )
+    plan = _plan(tmp_path, spec, ["bad", "good"], (0,))
+    names = [p.name for p in plan.points]
+    assert {"lr0.5-w12", "lr2-w12", "lr0.5-w20", "lr2-w20"} <= set(names) and "lr1-w12" not in names
+    best = {12: 0.0, 20: 1.0}  # log2 of the best multiplier per width
+
+    def truth(mixture, point):
+        base = _compute_loss(LAWS)(mixture, point)
+        return base * (1 + 0.01 * (math.log2(point.lr_multiplier) - best.get(point.width, 0.0)) ** 2)
+
+    report = build_ladder_report(plan, _results(plan, truth))
+    by_width = {t.width: t for t in report.transfer}
+    assert by_width[12].best == 1.0 and by_width[12].holds
+    assert (
+        by_width[20].best == 2.0 and not by_width[20].holds and by_width[20].recipe_gap == pytest.approx(0.01, rel=0.05)
+    )
+    assert report.transfer_holds is False and "learning-rate transfer" in format_ladder_report(report)
+    transfer_points = [p for p in plan.points if p.kind == "transfer"]
+    assert report.transfer_flops == pytest.approx(sum(p.flops for p in transfer_points) * 2)  # _plan: both mixtures
+    assert report.ladder_flops == pytest.approx(2 * sum(p.flops for p in plan.points if p.kind == "ladder"))
+
+
 def test_noise_larger_than_the_gap_is_undecided(tmp_path: Path) -> None:
     laws = {"a": (2.0, 60.0, 0.2), "b": (2.001, 60.0, 0.2)}
     spec = LadderSpec(widths=(12, 14, 16, 18), target_width=48, recipe=RECIPE, bootstrap=300)
@@ -272,12 +299,13 @@ def _ladder_yaml(stores, out: Path, candidates: list[dict]) -> dict:
         "metric": "loss",
         "baseline": {"name": "prose_heavy", "mixture": {"prose": [stores.prose, 0.75], "code": [stores.code, 0.25]}},
         "candidates": candidates,
-        "train": {"eval_batches": 2, "eval_batch_size": 8},
+        "train": {"eval_batches": 2, "eval_batch_size": 8, "checkpoint_every": 10_000},
         "eval": {"code": stores.code + "/validation", "prose": stores.prose + "/validation"},
         "ladder": {
             "widths": [8, 10, 12, 14],
             "target_width": 28,
             "bootstrap": 200,
+            "transfer": {"widths": [8, 14]},
             "recipe": {
                 "seq_len": 16,
                 "head_dim": 8,
@@ -312,11 +340,14 @@ def test_tiny_ladder_end_to_end(ablation_stores, tmp_path: Path, capsys) -> None
         assert math.isfinite(m["error"])
     assert (out / "ladder.png").stat().st_size > 10_000
     runs = sorted(p.name.split("-seed")[0] for p in (out / "runs" / "code_heavy").iterdir())
-    assert runs == ["target-w28", "w10", "w12", "w14", "w8"]
+    assert runs == ["target-w28", "w10", "w12", "w14", "w8"]  # the transfer check runs on the baseline only
+    base_runs = sorted(p.name.split("-seed")[0] for p in (out / "runs" / "prose_heavy").iterdir())
+    assert [r for r in base_runs if r.startswith("lr")] == ["lr0.5-w14", "lr0.5-w8", "lr2-w14", "lr2-w8"]
+    assert [t["width"] for t in report["transfer"]] == [8, 14]
     stamps = {str(p): p.stat().st_mtime_ns for p in (out / "runs").rglob("result.json")}
 
     assert zephyr_main(["ablate", str(path), "--verify"]) == 0  # every run finished: nothing trains
-    assert "10 finished, 0 to run" in capsys.readouterr().err
+    assert "14 finished, 0 to run" in capsys.readouterr().err
     assert {str(p): p.stat().st_mtime_ns for p in (out / "runs").rglob("result.json")} == stamps
 
     balanced = {
@@ -326,7 +357,7 @@ def test_tiny_ladder_end_to_end(ablation_stores, tmp_path: Path, capsys) -> None
     path.write_text(yaml.safe_dump(_ladder_yaml(ablation_stores, out, [code_heavy, balanced])))
     assert zephyr_main(["ablate", str(path)]) == 0  # no --verify: the new mixture's target is predicted, not trained
     err = capsys.readouterr().err
-    assert "12 runs; 8 finished, 4 to run" in err  # without --verify the targets are not planned
+    assert "16 runs; 12 finished, 4 to run" in err  # without --verify the targets are not planned
     assert {str(p): p.stat().st_mtime_ns for p in (out / "runs").rglob("result.json") if str(p) in stamps} == stamps
     assert not any(p.name.startswith("target") for p in (out / "runs" / "balanced").iterdir())
     report = json.loads((out / "ladder.json").read_text())

@@ -127,11 +127,11 @@ def format_ladder_report(report: LadderReport) -> str:
             f"learning-rate transfer ({report.baseline}, {report.transfer_flops:.3g} FLOPs outside the ladder's): "
             f"{verdict}"
         )
-        for t in report.transfer:
-            losses = ", ".join(f"x{m:g} {v:.4f}" for m, v in sorted(t.losses.items()))
+        for check in report.transfer:
+            losses = ", ".join(f"x{m:g} {v:.4f}" for m, v in sorted(check.losses.items()))
             lines.append(
-                f"  width {t.width}: {losses}; best x{t.best:g}, the recipe's rate {100 * t.recipe_gap:.2f}% worse "
-                f"(tolerance {100 * t.tolerance:g}%)"
+                f"  width {check.width}: {losses}; best x{check.best:g}, the recipe's rate "
+                f"{100 * check.recipe_gap:.2f}% worse (tolerance {100 * check.tolerance:g}%)"
             )
     if report.notes:
         lines.append("")

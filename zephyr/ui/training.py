@@ -98,16 +98,21 @@ def training_budgets(root: Root) -> list[dict]:
     return out
 
 
-def list_reports(root: Root) -> list[str]:
+def _folders_with(root: Root, name: str, keys: tuple[str, ...]) -> list[str]:
+    """Folders holding a JSON file `name` that is an object with every one of `keys` (an unreadable one is skipped)."""
     out = []
-    for rel in root.json_files("report.json"):
+    for rel in root.json_files(name):
         try:
             data = root.read_json(rel)
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and "verdicts" in data and "rows" in data:
+        if isinstance(data, dict) and all(k in data for k in keys):
             out.append(posixpath.dirname(rel))
     return out
+
+
+def list_reports(root: Root) -> list[str]:
+    return _folders_with(root, "report.json", ("verdicts", "rows"))
 
 
 def report_view(root: Root, path: str) -> dict:
@@ -160,15 +165,7 @@ def report_view(root: Root, path: str) -> dict:
 
 def list_ladders(root: Root) -> list[str]:
     """Folders holding a scaling-ladder report (`ladder.json` with mixtures and a target)."""
-    out = []
-    for rel in root.json_files("ladder.json"):
-        try:
-            data = root.read_json(rel)
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and "mixtures" in data and "target" in data:
-            out.append(posixpath.dirname(rel))
-    return out
+    return _folders_with(root, "ladder.json", ("mixtures", "target"))
 
 
 def ladder_view(root: Root, path: str) -> dict:
