@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start, t0 = _load(), time.perf_counter()
     print(f"[{mode}] load average at start: {load_start}", flush=True)
     with execution(backend="local", summary=False):
-        stores = write_sample_stores(out / "data", chars=setting["chars"], shared_data=SHARED_DATA)
+        stores = write_sample_stores(out / "data", chars=setting["chars"], shared_data=SHARED_DATA, extended=True)
     stores_s = time.perf_counter() - t0
     print(f"stores built in {stores_s:.0f}s: {stores}", flush=True)
     config = ladder_config(stores, out / "ladder", setting, RECIPE, transfer=args.transfer or not args.quick)

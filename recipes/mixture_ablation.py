@@ -7,9 +7,10 @@
 
 Without ``--store``, two small stores are built from real text available
 offline: English prose (the hand-cleaned news articles of ../shared/data/aeb-dev
-when present, then the README texts of the installed packages, the Python reference and
-docstrings) and Python code (the standard library, then the installed packages' sources),
-tokenized with a 1024-entry BPE trained on them so a
+when present, else the README texts of the installed packages) and Python code
+(the standard library); with ``--chars`` above 300k, also the Python reference,
+docstrings and the installed packages' sources. They are tokenized with a
+1024-entry BPE trained on them so a
 tiny model trains on CPU in seconds (``--tokenizer smollm2`` uses the real
 SmolLM2 tokenizer instead: 49k entries, much slower on CPU).
 
@@ -53,8 +54,11 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def build_sample_stores(root: Path, *, tokenizer: str, chars: int) -> dict[str, str]:
-    """Tokenize ~``chars`` characters each of prose and code into ``root/stores/{prose,code}``."""
-    return write_sample_stores(root, chars=chars, tokenizer=tokenizer, shared_data=SHARED_DATA)
+    """Tokenize ~``chars`` characters each of prose and code into ``root/stores/{prose,code}`` (past 300k
+    characters, from every offline source: docstrings and installed packages too)."""
+    return write_sample_stores(
+        root, chars=chars, tokenizer=tokenizer, shared_data=SHARED_DATA, extended=chars > 300_000
+    )
 
 
 def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:

@@ -213,20 +213,24 @@ def train_bpe_tokenizer(texts: Iterable[str], path: str | os.PathLike[str], *, v
     return str(path)
 
 
-def prose_documents(chars: int, *, shared_data: str | os.PathLike[str] | None = None) -> list[dict]:
-    """About ``chars`` characters of English prose: the aeb-dev news articles when ``shared_data`` holds them,
-    then the installed packages' READMEs, the Python language reference, then docstrings (in that order)."""
-    sources: list[Iterable[dict]] = []
-    if shared_data is not None and (Path(shared_data) / "aeb-dev" / "ground-truth.json").is_file():
-        sources.append(news_articles(shared_data))
+def prose_documents(
+    chars: int, *, shared_data: str | os.PathLike[str] | None = None, extended: bool = False
+) -> list[dict]:
+    """Up to about ``chars`` characters of English prose: the aeb-dev news articles when ``shared_data`` holds
+    them, else the installed packages' READMEs. ``extended`` goes on past those (news, READMEs, the Python
+    language reference, then docstrings) until ``chars`` are reached: millions of characters, for ladders."""
+    news = shared_data is not None and (Path(shared_data) / "aeb-dev" / "ground-truth.json").is_file()
+    if not extended:
+        return take_chars(news_articles(shared_data) if news and shared_data else package_readmes(), chars)
+    sources: list[Iterable[dict]] = [news_articles(shared_data)] if news and shared_data else []
     sources += [package_readmes(), python_reference(), python_docstrings()]
     return take_chars(itertools.chain.from_iterable(sources), chars)
 
 
-def code_documents(chars: int) -> list[dict]:
-    """About ``chars`` characters of Python: the standard library's top-level modules first, then its
+def code_documents(chars: int, *, extended: bool = False) -> list[dict]:
+    """About ``chars`` characters of Python: the standard library's top-level modules; ``extended``, then its
     subpackages and the installed packages' sources."""
-    return take_chars(python_sources(packages=True), chars)
+    return take_chars(python_sources(packages=extended), chars)
 
 
 def write_sample_stores(
@@ -238,8 +242,12 @@ def write_sample_stores(
     tokenizer_chars: int = 2_000_000,
     validation_fraction: float = 0.15,
     shared_data: str | os.PathLike[str] | None = None,
+    extended: bool = False,
 ) -> dict[str, str]:
     """Tokenize about ``chars`` characters each of prose and code into ``root/stores/{prose,code}``.
+
+    ``extended`` draws on every source (`prose_documents`, `code_documents`) for more text than the
+    news articles, READMEs and top-level standard library hold: what a ladder's larger runs need.
 
     ``tokenizer="small"`` trains a ``vocab_size`` byte-level BPE on the first ``tokenizer_chars``
     characters (half prose, half code) and saves it under ``root/tokenizer``; any other value is a
@@ -251,7 +259,10 @@ def write_sample_stores(
     from zephyr.tokenize import tokenize_dataset
 
     root = Path(root)
-    texts = {"prose": prose_documents(chars, shared_data=shared_data), "code": code_documents(chars)}
+    texts = {
+        "prose": prose_documents(chars, shared_data=shared_data, extended=extended),
+        "code": code_documents(chars, extended=extended),
+    }
     for name, docs in texts.items():
         write_jsonl(docs, root / "text" / f"{name}.jsonl")
     if tokenizer == "small":
