@@ -3,11 +3,14 @@
     zephyr run recipes/mixture_ablation.py [--quick] [--output out/mixture_ablation]
     zephyr run recipes/mixture_ablation.py --store hq=out/nemotron/store_hq --store web=out/nemotron/store_web \\
         --tokenizer smollm2 --model mini --steps 2000 --seq-len 512
+    zephyr run recipes/mixture_ablation.py --ladder 10,12,16,20,24 --target-width 48 --verify --chars 5000000
 
 Without ``--store``, two small stores are built from real text available
 offline: English prose (the hand-cleaned news articles of ../shared/data/aeb-dev
 when present, else the README texts of the installed packages) and Python code
-(the standard library), tokenized with a 1024-entry BPE trained on them so a
+(the standard library); with ``--chars`` above 300k, also the Python reference,
+docstrings and the installed packages' sources. They are tokenized with a
+1024-entry BPE trained on them so a
 tiny model trains on CPU in seconds (``--tokenizer smollm2`` uses the real
 SmolLM2 tokenizer instead: 49k entries, much slower on CPU).
 
@@ -25,6 +28,14 @@ would). Runs train one after another here; ``zephyr run --backend ray recipes/mi
 tasks (one per worker; ``--gpus-per-run 1`` on a GPU cluster). Finished runs
 are skipped and interrupted ones resume, so rerunning the command is cheap;
 the report (CSV, JSON, PNG) lands in the output directory.
+
+``--ladder W1,W2,...`` turns it into a scaling ladder (see docs/ladder.md): every mixture trains
+those widths with one scaling recipe at ``--tokens-per-param`` tokens per parameter, a law fitted
+per mixture predicts its loss at ``--target-width`` (or ``--target-flops``), and the report says
+whether the mixtures' ranking at the target is decided. ``--isoflop B1,B2`` adds isoflop sweeps
+(``--isoflop-widths``) that measure the data's compute-optimal tokens per parameter, ``--transfer``
+the learning-rate transfer check, and ``--verify`` trains the targets to measure the prediction's
+error. ``--seq-len`` and ``--batch-size`` then set the recipe's; ``--steps`` and ``--model`` do not apply.
 """
 
 from __future__ import annotations
@@ -37,39 +48,17 @@ from pathlib import Path
 import yaml
 
 from zephyr.ablate import ablation_config_from_dict, run_ablation
-from zephyr.ablate.sample_text import (
-    news_articles,
-    package_readmes,
-    python_sources,
-    take_chars,
-    train_bpe_tokenizer,
-    write_jsonl,
-)
+from zephyr.ablate.sample_text import write_sample_stores
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def build_sample_stores(root: Path, *, tokenizer: str, chars: int) -> dict[str, str]:
-    """Tokenize ~``chars`` characters each of prose and code into ``root/stores/{prose,code}``."""
-    from zephyr.tokenize import tokenize_dataset
-
-    if (SHARED_DATA / "aeb-dev" / "ground-truth.json").is_file():
-        prose = take_chars(news_articles(SHARED_DATA), chars)
-    else:
-        prose = take_chars(package_readmes(), chars)
-    code = take_chars(python_sources(), chars)
-    write_jsonl(prose, root / "text" / "prose.jsonl")
-    write_jsonl(code, root / "text" / "code.jsonl")
-    if tokenizer == "small":
-        tokenizer = train_bpe_tokenizer(
-            [d["text"] for d in prose + code], root / "tokenizer" / "tokenizer.json", vocab_size=1024
-        )
-    stores = {}
-    for name in ("prose", "code"):
-        out = root / "stores" / name
-        tokenize_dataset(str(root / "text" / f"{name}.jsonl"), str(out), tokenizer=tokenizer, validation_fraction=0.15)
-        stores[name] = str(out)
-    return stores
+    """Tokenize ~``chars`` characters each of prose and code into ``root/stores/{prose,code}`` (past 300k
+    characters, from every offline source: docstrings and installed packages too)."""
+    return write_sample_stores(
+        root, chars=chars, tokenizer=tokenizer, shared_data=SHARED_DATA, extended=chars > 300_000
+    )
 
 
 def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:
@@ -94,7 +83,7 @@ def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:
             {"name": f"{heavy}-shuffled-{b}", "negative_control": {"dataset": b, "of": heavy}},
         ],
         "model": {"preset": args.model},
-        "optimizer": {"learning_rate": args.learning_rate, "warmup_steps": max(1, args.steps // 10)},
+        "optimizer": {"learning_rate": args.learning_rate or 3e-3, "warmup_steps": max(1, args.steps // 10)},
         "train": {
             "steps": args.steps,
             "seq_len": args.seq_len,
@@ -107,7 +96,38 @@ def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:
     }
     if args.production_tokens:
         config["matched_exposure"] = {b: {"production_tokens": args.production_tokens}}
+    if args.ladder:
+        del config["model"], config["optimizer"]
+        config["train"] = {"eval_batches": args.eval_batches, "eval_batch_size": args.batch_size}
+        config["ladder"] = ladder_dict(args)
     return config
+
+
+def _numbers(text: str, kind: type) -> list:
+    return [kind(float(x)) for x in text.split(",") if x.strip()]
+
+
+def ladder_dict(args: argparse.Namespace) -> dict:
+    """The ``ladder:`` section: CPU-sized shapes (8-wide heads, two layers per 16 of width, SwiGLU 3x)."""
+    recipe = {
+        "seq_len": args.seq_len,
+        "base_batch_size": args.batch_size,
+        "head_dim": 8,
+        "aspect_ratio": 16,
+        "mlp_multiple": 4,
+        "tokens_per_param": args.tokens_per_param,
+        **({"base_lr": args.learning_rate} if args.learning_rate else {}),
+    }
+    ladder: dict = {"widths": _numbers(args.ladder, int), "recipe": recipe, "verify": args.verify}
+    if args.target_flops:
+        ladder["target_flops"] = args.target_flops
+    else:
+        ladder["target_width"] = args.target_width or 4 * max(ladder["widths"])
+    if args.isoflop:
+        ladder["isoflop"] = {"budgets": _numbers(args.isoflop, float), "widths": _numbers(args.isoflop_widths, int)}
+    if args.transfer:
+        ladder["transfer"] = {"widths": [min(ladder["widths"]), max(ladder["widths"])]}
+    return ladder
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -135,7 +155,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--eval-batches", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument(
+        "--learning-rate", type=float, default=None, help="default 3e-3; a ladder: the recipe's base_lr (its rule)"
+    )
     parser.add_argument("--seeds", default="0,1,2,3", help="comma-separated seeds (4: two or three rarely settle it)")
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument(
@@ -146,9 +168,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--gpus-per-run", type=float, default=0.0)
     parser.add_argument("--quick", action="store_true", help="one candidate plus the control, 60 steps, 2 seeds")
+    ladder = parser.add_argument_group("scaling ladder")
+    ladder.add_argument("--ladder", default=None, metavar="W1,W2,...", help="train these widths per mixture")
+    ladder.add_argument("--target-width", type=int, default=None, help="the width to predict (default 4x the largest)")
+    ladder.add_argument("--target-flops", type=float, default=None, help="or the compute to predict at")
+    ladder.add_argument("--tokens-per-param", type=float, default=20.0, help="tokens per parameter of every run")
+    ladder.add_argument("--isoflop", default=None, metavar="B1,B2,...", help="isoflop budgets (FLOPs)")
+    ladder.add_argument("--isoflop-widths", default="8,12,16,20,24,32", help="the widths of each isoflop budget")
+    ladder.add_argument("--transfer", action="store_true", help="learning-rate transfer check at both ends")
+    ladder.add_argument("--verify", action="store_true", help="also train the targets and report the error")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.seeds = 60, "0,1"
+    if args.ladder and args.seeds == parser.get_default("seeds"):
+        args.seeds = "0"  # a ladder's runs are the repeats: one seed each unless asked for more
     return args
 
 
@@ -163,10 +196,14 @@ def _dry_run(out: Path, args: argparse.Namespace) -> int:
             build_sample_stores(Path(scratch), tokenizer=args.tokenizer, chars=args.chars)
     mixtures = 1 + (1 if args.quick else 2) + 1  # baseline, the sweep of B's share, the negative control
     seeds = len(args.seeds.split(","))
+    runs = (
+        f"a ladder of widths {args.ladder} (target {args.target_width or args.target_flops or '4x the largest'})"
+        if args.ladder
+        else f"{mixtures * seeds} runs of {args.steps} steps, model {args.model!r}"
+    )
     print(
         f"[dry run] would write {out / 'ablation.yaml'} and train {mixtures} mixtures x {seeds} seeds "
-        f"({mixtures * seeds} runs of {args.steps} steps, model {args.model!r}) into {out / 'ablation'}. "
-        "Nothing was written.",
+        f"({runs}) into {out / 'ablation'}. Nothing was written.",
         flush=True,
     )
     return 0
@@ -197,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
     )
     outcome = run_ablation(ablation_config_from_dict(config))
+    if outcome.ladder is not None:
+        return 0
     control = outcome.report.verdicts[-1]
     if control.difference.verdict != "worse":
         print(

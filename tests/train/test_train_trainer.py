@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 
 from zephyr.train.cli import add_cli
@@ -148,3 +149,27 @@ def test_train_cli_runs_yaml_with_overrides(tiny_config, tmp_path, capsys):
     args = _cli().parse_args(["train", str(path), "model.num_kv_heads=3"])
     assert args.func(args) == 2
     assert "num_kv_heads to one of [1, 2]" in capsys.readouterr().err
+
+
+def test_eval_batch_size_gives_runs_of_any_batch_one_eval_set(tiny_config, tmp_path):
+    """A ladder's runs differ in batch size; with eval_batch_size fixed they score the same held-out sequences.
+
+    One step at a learning rate of 1e-9 leaves the (seed-0) initial model, so the eval loss measures the eval
+    set alone: the same at batch 4 and batch 8 with eval_batch_size=4, different without it (8 vs 16 sequences).
+    """
+    from zephyr.train.config import DataConfig, OptimizerConfig
+    from zephyr.train.trainer import train
+
+    def eval_loss(batch: int, eval_batch_size: int | None) -> float:
+        base = tiny_config()
+        cfg = tiny_config(
+            tmp_path / f"b{batch}-e{eval_batch_size}",
+            steps=1,
+            optimizer=OptimizerConfig(learning_rate=1e-9, warmup_steps=0),
+            data=DataConfig(train=base.data.train, eval=base.data.eval, seq_len=64, batch_size=batch),
+            eval_batch_size=eval_batch_size,
+        )
+        return train(cfg).eval["heldout"]["loss"]
+
+    assert eval_loss(8, 4) == pytest.approx(eval_loss(4, 4), abs=1e-5)
+    assert abs(eval_loss(8, None) - eval_loss(4, None)) > 1e-3

@@ -7,7 +7,11 @@ skipped and cut ones resumed (:mod:`zephyr.ablate.runner`); the report gives
 loss and bits per byte per eval set over seeds, paired differences against the
 baseline with t intervals, and a verdict per candidate
 (:mod:`zephyr.ablate.report`). Negative controls and matched exposure use
-derived stores (:mod:`zephyr.ablate.stores`).
+derived stores (:mod:`zephyr.ablate.stores`). A scaling ladder (``ladder:``,
+:mod:`zephyr.ablate.ladder_spec`) trains every mixture at several sizes with one
+recipe, fits a law per mixture and predicts its loss and the ranking at a larger
+target (:mod:`zephyr.ablate.ladder`, :mod:`zephyr.ablate.ladder_fit`,
+:mod:`zephyr.ablate.scaling_law`, :mod:`zephyr.ablate.ladder_report`).
 
 Example::
 
@@ -35,6 +39,10 @@ if TYPE_CHECKING:
         load_ablation_config,
         mixture_with_fraction,
     )
+    from .ladder import LadderPoint
+    from .ladder_fit import LadderReport, build_ladder_report
+    from .ladder_report import format_ladder_report, write_ladder_report
+    from .ladder_spec import IsoflopSpec, LadderSpec, TransferSpec
     from .report import (
         CandidateVerdict,
         Report,
@@ -65,6 +73,14 @@ __all__ = [
     "ablation_config_from_dict",
     "load_ablation_config",
     "mixture_with_fraction",
+    "LadderSpec",
+    "IsoflopSpec",
+    "TransferSpec",
+    "LadderPoint",
+    "LadderReport",
+    "build_ladder_report",
+    "format_ladder_report",
+    "write_ladder_report",
     "AblationPlan",
     "AblationOutcome",
     "RunSpec",
@@ -114,6 +130,14 @@ __getattr__, __dir__ = lazy_exports(
         "format_report": "zephyr.ablate.report",
         "plot_report": "zephyr.ablate.report",
         "write_report": "zephyr.ablate.report",
+        "LadderSpec": "zephyr.ablate.ladder_spec",
+        "IsoflopSpec": "zephyr.ablate.ladder_spec",
+        "TransferSpec": "zephyr.ablate.ladder_spec",
+        "LadderPoint": "zephyr.ablate.ladder",
+        "LadderReport": "zephyr.ablate.ladder_fit",
+        "build_ladder_report": "zephyr.ablate.ladder_fit",
+        "format_ladder_report": "zephyr.ablate.ladder_report",
+        "write_ladder_report": "zephyr.ablate.ladder_report",
         "AblationPlan": "zephyr.ablate.runner",
         "RunResult": "zephyr.ablate.runner",
         "RunSpec": "zephyr.ablate.runner",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -24,6 +25,13 @@ _EXAMPLE = """example CONFIG.yaml:
   train: {tokens: 200000, seq_len: 64, batch_size: 8}
   eval: {prose: stores/prose/validation}
   primary_eval: prose
+
+A scaling ladder instead of one size (drop model: and train.tokens):
+  ladder:
+    widths: [32, 48, 64, 80]
+    target_width: 160
+    recipe: {seq_len: 128, head_dim: 16, aspect_ratio: 32}
+  then `zephyr ablate CONFIG.yaml --verify` also trains the target and reports the error.
 
 Finished runs are skipped and interrupted ones resume from checkpoints, so the
 same command can be run again after a crash. See zephyr/ablate/config.py.
@@ -49,6 +57,11 @@ def add_cli(subparsers: Any) -> None:
     )
     parser.add_argument("--plan", action="store_true", help="print the runs (and which are finished) without training")
     parser.add_argument("--report-only", action="store_true", help="report on finished runs only; train nothing")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="a ladder: also train the target run(s) and report the prediction's error (same as ladder.verify=true)",
+    )
     parser.set_defaults(func=main)
 
 
@@ -64,17 +77,25 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"zephyr ablate: {exc}", file=sys.stderr)
         return 2
+    if args.verify:
+        if config.ladder is None:
+            print(
+                f"zephyr ablate: --verify trains a ladder's target, and {args.config} has no ladder: section.",
+                file=sys.stderr,
+            )
+            return 2
+        config = dataclasses.replace(config, ladder=dataclasses.replace(config.ladder, verify=True))
     if args.plan or args.report_only:
         from .report import build_report, format_report, write_report
         from .runner import load_run_result, plan_ablation
 
         plan = plan_ablation(config)
-        done = {(r.mixture, r.seed): load_run_result(r) for r in plan.runs}
+        done = {r.key: load_run_result(r) for r in plan.runs}
         if args.plan:
             print(json.dumps(plan.to_json(), indent=1))
             for r in plan.runs:
                 print(
-                    f"{r.mixture:<28} seed {r.seed:<4} {'finished' if done[(r.mixture, r.seed)] else 'to run':<9} "
+                    f"{r.mixture:<28} {r.point:<18} seed {r.seed:<4} {'finished' if done[r.key] else 'to run':<9} "
                     f"{r.run_dir}"
                 )
             return 0
@@ -85,7 +106,16 @@ def main(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        report = build_report(plan, tuple(done[(r.mixture, r.seed)] for r in plan.runs))
+        results = tuple(result for r in plan.runs if (result := done[r.key]) is not None)
+        if plan.points:
+            from .ladder_fit import build_ladder_report
+            from .ladder_report import format_ladder_report, write_ladder_report
+
+            ladder = build_ladder_report(plan, results)
+            write_ladder_report(ladder, config.output_dir)
+            print(format_ladder_report(ladder))
+            return 0
+        report = build_report(plan, results)
         write_report(report, config.output_dir)
         print(format_report(report))
         return 0

@@ -23,6 +23,17 @@ built, so a typo fails before any store is read or any model compiled::
     train: {tokens: 200000, seq_len: 64, batch_size: 8, eval_every: 25}
     eval: {prose: stores/prose/validation, code: stores/code/validation}
 
+A scaling ladder replaces ``model`` and the token budget: every mixture trains the ladder's
+widths with one `zephyr.train.scaling.ScalingRecipe`, and a fitted law predicts its loss at the
+target (see :class:`LadderSpec` and :mod:`zephyr.ablate.ladder`)::
+
+    ladder:
+      widths: [32, 48, 64, 80]        # the recipe's one size parameter (hidden width)
+      target_width: 160               # or target_flops: 1.0e13
+      isoflop: {budgets: [1.0e11, 3.0e11, 1.0e12], widths: [32, 48, 64, 80, 96]}   # optional
+      recipe: {seq_len: 128, head_dim: 16, tokens_per_param: 20}
+      verify: true                    # also train the target and measure the prediction error
+
 Mixture semantics. Weights are normalised to sum to 1. ``fraction: f`` for
 dataset ``D`` gives a mixture in which ``D`` makes up exactly ``f`` and the
 baseline's other datasets share ``1 - f`` in their baseline proportions; when
@@ -46,6 +57,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from zephyr.config import ConfigError, apply_overrides, from_dict, load_yaml, require
+
+from .ladder_spec import LadderSpec
 
 __all__ = [
     "Component",
@@ -156,14 +169,19 @@ class ExposureSpec:
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """The budget and loop settings shared by every run: give ``tokens`` or ``steps``."""
+    """The budget and loop settings shared by every run: give ``tokens`` or ``steps``.
+
+    In a scaling ladder the recipe sets tokens, steps, batch size and sequence length per run, so
+    only the loop settings apply (eval, checkpoints, mixture block, dtypes).
+    """
 
     tokens: int | None = None  # training tokens per run; steps = ceil(tokens / (batch_size * seq_len))
     steps: int | None = None
     seq_len: int = 256
     batch_size: int = 8
-    eval_every: int | None = None  # None: about 8 points per eval curve
+    eval_every: int | None = None  # None: about 8 points per eval curve (a ladder run: its last step only)
     eval_batches: int = 4
+    eval_batch_size: int | None = None  # None: batch_size (a ladder: recipe.base_batch_size, for every run)
     checkpoint_every: int | None = None  # None: about 4 checkpoints per run
     mixture_block: int = 256
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
@@ -171,7 +189,7 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         require(
-            (self.tokens is None) != (self.steps is None),
+            self.tokens is None or self.steps is None,
             f"train needs exactly one of tokens (the budget per run) or steps; got tokens={self.tokens}, "
             f"steps={self.steps}.",
         )
@@ -188,6 +206,10 @@ class TrainSettings:
             value = getattr(self, name)
             require(value is None or value > 0, f"train.{name} must be > 0 or null (automatic), got {value}.")
         require(self.eval_batches > 0, f"train.eval_batches must be > 0, got {self.eval_batches}.")
+        require(
+            self.eval_batch_size is None or self.eval_batch_size > 0,
+            f"train.eval_batch_size must be > 0 or null (the batch size), got {self.eval_batch_size}.",
+        )
 
     @property
     def tokens_per_step(self) -> int:
@@ -197,6 +219,8 @@ class TrainSettings:
     def num_steps(self) -> int:
         if self.steps is not None:
             return self.steps
+        if self.tokens is None:
+            raise ConfigError("train needs exactly one of tokens (the budget per run) or steps; got neither.")
         return -(-int(self.tokens) // self.tokens_per_step)
 
     @property
@@ -235,6 +259,7 @@ class AblationConfig:
     cpus_per_run: float = 1.0
     compilation_cache: str | None = "auto"  # JAX persistent cache dir; "auto": $ZEPHYR_CACHE_DIR/jax; None: off
     progress: bool = False  # the trainer's own per-step progress line
+    ladder: LadderSpec | None = None  # a scaling ladder instead of one model size
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
@@ -265,6 +290,23 @@ class AblationConfig:
             self.gpus_per_run >= 0 and self.cpus_per_run > 0,
             f"gpus_per_run must be >= 0 and cpus_per_run > 0, got {self.gpus_per_run}, {self.cpus_per_run}.",
         )
+        if self.ladder is None:
+            require(
+                (self.train.tokens is None) != (self.train.steps is None),
+                f"train needs exactly one of tokens (the budget per run) or steps; got tokens={self.train.tokens}, "
+                f"steps={self.train.steps}.",
+            )
+        else:
+            require(
+                self.train.tokens is None and self.train.steps is None,
+                "with a ladder the recipe sets each run's tokens (ladder.recipe.tokens_per_param, isoflop budgets); "
+                f"drop train.tokens / train.steps (got {self.train.tokens}, {self.train.steps}).",
+            )
+            require(
+                not self.matched_exposure,
+                "matched_exposure caps a dataset for one token budget, and ladder runs each have their own; run "
+                "the ladder without it (or write capped stores first and use them as the mixtures' stores).",
+            )
         datasets = {d for m in self.mixtures for d in m.components}
         unknown = sorted(set(self.matched_exposure) - datasets)
         require(
@@ -456,10 +498,28 @@ def ablation_config_from_dict(data: Mapping[str, Any]) -> AblationConfig:
         "ray",
         "compilation_cache",
         "progress",
+        "ladder",
     }
     _keys(data, top, "ablation config")
-    for key in ("output_dir", "baseline", "candidates", "train", "eval"):
+    ladder_raw = data.get("ladder")
+    for key in ("output_dir", "baseline", "candidates", "eval") + (("train",) if ladder_raw is None else ()):
         require(key in data, f"ablation config lacks {key!r}; see `zephyr ablate --help` for an example.")
+    ladder = None
+    if ladder_raw is not None:
+        require(isinstance(ladder_raw, Mapping), f"ladder must be a mapping, got {ladder_raw!r}.")
+        for key, what in (("model", "model shapes"), ("optimizer", "the learning rate and schedule")):
+            require(
+                key not in data,
+                f"with a ladder the recipe sets {what} for every size; move {key}: settings into ladder.recipe "
+                "(zephyr.train.scaling.ScalingRecipe fields) and drop the top-level key.",
+            )
+        set_by_recipe = sorted({"tokens", "steps", "seq_len", "batch_size"} & set(data.get("train") or {}))
+        require(
+            not set_by_recipe,
+            f"with a ladder the recipe sets train.{set_by_recipe} per run; put seq_len and base_batch_size in "
+            "ladder.recipe, tokens_per_param there too, and drop them from train.",
+        )
+        ladder = from_dict(LadderSpec, ladder_raw, "", at="ladder")
     base_raw = data["baseline"]
     require(
         isinstance(base_raw, Mapping) and "mixture" in base_raw,
@@ -470,11 +530,11 @@ def ablation_config_from_dict(data: Mapping[str, Any]) -> AblationConfig:
     candidates = _candidates(data["candidates"], baseline)
 
     model = dict(data.get("model") or {})
-    preset = model.pop("preset", None if model else "tiny")
+    preset = model.pop("preset", None if model or ladder else "tiny")
     if preset is not None:
         require(preset in MODEL_PRESETS, f"model.preset {preset!r} is not one of {sorted(MODEL_PRESETS)}.")
         model = {**MODEL_PRESETS[preset], **model}
-    train_raw = data["train"]
+    train_raw = data.get("train") or {}
     require(isinstance(train_raw, Mapping), f"train must be a mapping, got {train_raw!r}.")
     exposure_raw = data.get("matched_exposure") or {}
     require(isinstance(exposure_raw, Mapping), f"matched_exposure must map dataset -> settings, got {exposure_raw!r}.")
@@ -507,6 +567,7 @@ def ablation_config_from_dict(data: Mapping[str, Any]) -> AblationConfig:
         cpus_per_run=float(ray.get("cpus_per_run", 1.0)),
         compilation_cache=data.get("compilation_cache", "auto"),
         progress=bool(data.get("progress", False)),
+        ladder=ladder,
     )
 
 

@@ -1,4 +1,5 @@
-"""Plan and run every (mixture, seed) training run of an ablation: skip finished runs, resume cut ones.
+"""Plan and run every (mixture, seed) training run of an ablation, or every (mixture, ladder point, seed) run
+of a scaling ladder: skip finished runs, resume cut ones.
 
 Planning (:func:`plan_ablation`) turns the config into concrete runs: derived
 stores are written (token-shuffled copies, matched-exposure subsets), every
@@ -6,7 +7,8 @@ store is checked to come from one tokenizer, and each run gets a
 ``zephyr.train`` config and a fingerprint of what the ablation decides
 (stores and their contents, weights, model, optimizer, budget, seed, eval sets).
 
-A run lives in ``OUTPUT/runs/<mixture>/seed<k>-<fingerprint>/``: the trainer's
+A run lives in ``OUTPUT/runs/<mixture>/seed<k>-<fingerprint>/`` (a ladder run in
+``OUTPUT/runs/<mixture>/<point>-seed<k>-<fingerprint>/``): the trainer's
 ``metrics.jsonl`` and ``checkpoints/``, and ``result.json``, the done marker,
 written atomically once the run has finished. So:
 
@@ -25,6 +27,7 @@ the output directory must then be on storage every node can reach).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -37,11 +40,14 @@ from typing import Any
 import xxhash
 
 from zephyr.config import ConfigError
+from zephyr.train.scaling import ScalingRecipe
 from zephyr.versioning import fingerprint, read_marker, write_marker
 
 from .config import AblationConfig
+from .ladder import LadderPoint, ladder_points
 from .stores import (
     ExposureCap,
+    StoreSummary,
     eval_bytes_per_token,
     exposure_cap,
     store_summary,
@@ -88,6 +94,11 @@ class RunSpec:
     fingerprint: str
     train_config: dict[str, Any]  # zephyr.train.config.config_to_dict form
     compilation_cache: str | None = None
+    point: str = ""  # the ladder point (zephyr.ablate.ladder) it trains; "" in a one-size ablation
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.mixture, self.point, self.seed)
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,11 @@ class RunResult:
     tokens_per_second: float
     run_dir: str
     fingerprint: str
+    point: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.mixture, self.point, self.seed)
 
 
 @dataclass(frozen=True)
@@ -118,9 +134,11 @@ class AblationPlan:
     runs: tuple[RunSpec, ...]
     tokenizer: str | None
     vocab_size: int
-    steps: int
-    tokens_per_run: int
+    steps: int | None  # None in a ladder: every point has its own
+    tokens_per_run: int | None
     notes: tuple[str, ...] = field(default=())
+    points: tuple[LadderPoint, ...] = ()  # a ladder's sizes (zephyr.ablate.ladder), target last
+    recipe: ScalingRecipe | None = None  # the ladder's recipe, vocabulary filled in
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,10 +160,18 @@ class AblationPlan:
                 for m in self.mixtures
             ],
             "runs": [
-                {"mixture": r.mixture, "seed": r.seed, "run_dir": r.run_dir, "fingerprint": r.fingerprint}
+                {
+                    "mixture": r.mixture,
+                    **({"point": r.point} if r.point else {}),
+                    "seed": r.seed,
+                    "run_dir": r.run_dir,
+                    "fingerprint": r.fingerprint,
+                }
                 for r in self.runs
             ],
             "notes": list(self.notes),
+            **({"ladder": [p.to_json() for p in self.points]} if self.points else {}),
+            **({"recipe": dataclasses.asdict(self.recipe)} if self.recipe is not None else {}),
         }
 
 
@@ -153,12 +179,13 @@ class AblationPlan:
 
 
 def plan_ablation(config: AblationConfig) -> AblationPlan:
-    """Resolve stores (writing derived ones under ``OUTPUT/stores``), check them, and build every run."""
-    from zephyr.train.config import config_from_dict, config_to_dict
+    """Resolve stores (writing derived ones under ``OUTPUT/stores``), check them, and build every run.
 
+    One size: a run per (mixture, seed). A ladder: a run per (mixture, ladder point, seed), the
+    target's only when ``ladder.verify`` is set (with ``ladder.target_seeds``, default the first seed).
+    """
     out = Path(config.output_dir).absolute()
-    settings = config.train
-    summaries = {}
+    summaries: dict[str, StoreSummary] = {}
     for m in config.mixtures:
         for comp in m.components.values():
             summaries.setdefault(comp.store, store_summary(comp.store))
@@ -180,9 +207,94 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
     eos_id = eos_ids.pop()
     vocab = int(config.model.get("vocab_size") or max(s.vocab_size for s in summaries.values()))
     tokenizer = next(iter(summaries.values())).tokenizer_name
-    steps, tokens = settings.num_steps, settings.num_tokens
 
     notes: list[str] = []
+    sizes: list[_Size] = []
+    points: tuple[LadderPoint, ...] = ()
+    recipe: ScalingRecipe | None = None
+    if config.ladder is None:
+        settings = config.train
+        model = {
+            **config.model,
+            "vocab_size": vocab,
+            "max_seq_len": max(int(config.model.get("max_seq_len", 0)), settings.seq_len),
+        }
+        sizes.append(
+            _Size("", model, dict(config.optimizer), settings.num_steps, settings.batch_size, settings.seq_len)
+        )
+    else:
+        spec = config.ladder
+        recipe = dataclasses.replace(spec.recipe, vocab_size=spec.recipe.vocab_size or vocab)
+        planned, ladder_notes = ladder_points(spec, recipe)
+        notes.extend(ladder_notes)
+        points = tuple(point for point, _ in planned)
+        for point, run in planned:
+            optimizer = recipe.optimizer_fields(run.width, run.tokens, run.steps)
+            optimizer["learning_rate"] *= point.lr_multiplier
+            sizes.append(
+                _Size(
+                    point.name,
+                    recipe.model_fields(run.width),
+                    optimizer,
+                    run.steps,
+                    run.batch_size,
+                    run.seq_len,
+                    kind=point.kind,
+                )
+            )
+    resolved = _resolve_mixtures(
+        config, out, summaries, notes, tokens=None if config.ladder is not None else config.train.num_tokens
+    )
+    eval_paths = {name: str(Path(p).absolute()) for name, p in config.eval.items()}
+    runs = []
+    for mix in resolved:
+        store_ids = {p: (store_summary(p).config_hash, store_summary(p).tokens) for p, _ in mix.components.values()}
+        for size in sizes:
+            for seed in _seeds_of(config, size, mix.name):
+                runs.append(_run_spec(config, out, mix, size, seed, eval_paths, eos_id, store_ids))
+    single = config.ladder is None
+    return AblationPlan(
+        config,
+        tuple(resolved),
+        tuple(runs),
+        tokenizer,
+        vocab,
+        config.train.num_steps if single else None,
+        config.train.num_tokens if single else None,
+        tuple(notes),
+        points,
+        recipe,
+    )
+
+
+@dataclass(frozen=True)
+class _Size:
+    """What every run of one size shares: its point name ("" for a one-size ablation), model, optimizer, budget."""
+
+    point: str
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    steps: int
+    batch_size: int
+    seq_len: int
+    kind: str = ""
+
+
+def _seeds_of(config: AblationConfig, size: _Size, mixture: str) -> tuple[int, ...]:
+    if size.kind == "transfer":  # a property of the recipe, not of a mixture: checked on the baseline, one seed
+        return config.seeds[:1] if mixture == config.baseline.name else ()
+    if size.kind != "target":
+        return config.seeds
+    assert config.ladder is not None
+    if not config.ladder.verify:
+        return ()  # the target is predicted; it is trained only to verify the prediction
+    return config.ladder.target_seeds or config.seeds[:1]
+
+
+def _resolve_mixtures(
+    config: AblationConfig, out: Path, summaries: dict[str, StoreSummary], notes: list[str], *, tokens: int | None
+) -> list[ResolvedMixture]:
+    """Each mixture with the stores it trains on: token-shuffled copies and matched-exposure subsets written."""
     resolved: list[ResolvedMixture] = []
     for m in config.mixtures:
         comps: dict[str, tuple[str, float]] = {}
@@ -192,7 +304,7 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
                 continue
             path = str(Path(comp.store).absolute())
             spec = config.matched_exposure.get(dataset)
-            if spec is not None:
+            if spec is not None and tokens is not None:
                 cap = exposure_cap(
                     dataset,
                     unique_tokens=summaries[comp.store].tokens,
@@ -204,12 +316,12 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
                 if cap.note:
                     notes.append(f"{m.name}: {dataset}: {cap.note}")
                 if cap.cap_tokens is not None:
-                    if cap.cap_tokens < settings.seq_len + 1:
+                    if cap.cap_tokens < config.train.seq_len + 1:
                         raise ConfigError(
                             f"matched exposure keeps only {cap.cap_tokens} tokens of {dataset!r} in mixture "
                             f"{m.name!r}, "
-                            f"less than one training window ({settings.seq_len + 1}); raise the token budget or lower "
-                            "production_tokens / production_epochs."
+                            f"less than one training window ({config.train.seq_len + 1}); raise the token budget or "
+                            "lower production_tokens / production_epochs."
                         )
                     path = write_capped_store(
                         path,
@@ -226,51 +338,61 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
                 m.name, m.derivation, comps, tuple(caps), tuple(d for d, c in m.components.items() if c.shuffled)
             )
         )
+    return resolved
 
-    eval_paths = {name: str(Path(p).absolute()) for name, p in config.eval.items()}
-    model = {
-        **config.model,
-        "vocab_size": vocab,
-        "max_seq_len": max(int(config.model.get("max_seq_len", 0)), settings.seq_len),
+
+def _run_spec(
+    config: AblationConfig,
+    out: Path,
+    mix: ResolvedMixture,
+    size: _Size,
+    seed: int,
+    eval_paths: dict[str, str],
+    eos_id: int,
+    store_ids: dict[str, tuple[str | None, int]],
+) -> RunSpec:
+    from zephyr.train.config import config_from_dict, config_to_dict
+
+    settings = config.train
+    ladder = config.ladder is not None
+    eval_every = settings.eval_every or (size.steps if ladder else settings.resolved_eval_every)
+    train: dict[str, Any] = {
+        "model": size.model,
+        "loss": dict(config.loss),
+        "optimizer": size.optimizer,
+        "data": {
+            "train": {d: [p, w] for d, (p, w) in mix.components.items()},
+            "eval": eval_paths,
+            "seq_len": size.seq_len,
+            "batch_size": size.batch_size,
+            "seed": seed,
+            "mixture_block": settings.mixture_block,
+            "eos_id": eos_id,
+        },
+        "steps": size.steps,
+        "seed": seed,
+        "compute_dtype": settings.compute_dtype,
+        "param_dtype": settings.param_dtype,
+        "eval_every": eval_every,
+        "eval_batches": settings.eval_batches,
+        "checkpoint_every": settings.checkpoint_every or max(1, size.steps // 4),
+        "keep_checkpoints": 1,
+        "resume": True,
+        "log_every": max(1, min(10, eval_every)),
+        "progress": config.progress,
     }
-    runs = []
-    for mix in resolved:
-        store_ids = {p: (store_summary(p).config_hash, store_summary(p).tokens) for p, _ in mix.components.values()}
-        for seed in config.seeds:
-            train = {
-                "model": model,
-                "loss": dict(config.loss),
-                "optimizer": dict(config.optimizer),
-                "data": {
-                    "train": {d: [p, w] for d, (p, w) in mix.components.items()},
-                    "eval": eval_paths,
-                    "seq_len": settings.seq_len,
-                    "batch_size": settings.batch_size,
-                    "seed": seed,
-                    "mixture_block": settings.mixture_block,
-                    "eos_id": eos_id,
-                },
-                "steps": steps,
-                "seed": seed,
-                "compute_dtype": settings.compute_dtype,
-                "param_dtype": settings.param_dtype,
-                "eval_every": settings.resolved_eval_every,
-                "eval_batches": settings.eval_batches,
-                "checkpoint_every": settings.resolved_checkpoint_every,
-                "keep_checkpoints": 1,
-                "resume": True,
-                "log_every": max(1, min(10, settings.resolved_eval_every)),
-                "progress": config.progress,
-            }
-            # Build it once here so a bad model/optimizer field fails before any run starts.
-            checked = config_to_dict(config_from_dict(train))
-            # The fingerprint covers what the ablation sets, not the trainer's defaults, so a new trainer
-            # default does not silently invalidate finished runs; config_drift() reports such changes.
-            fp = fingerprint({"train": {k: v for k, v in train.items() if k != "progress"}, "stores": store_ids})
-            run_dir = out / "runs" / mix.name / f"seed{seed}-{fp[:10]}"
-            checked["output_dir"] = str(run_dir)
-            runs.append(RunSpec(mix.name, seed, str(run_dir), fp, checked, config.compilation_cache))
-    return AblationPlan(config, tuple(resolved), tuple(runs), tokenizer, vocab, steps, tokens, tuple(notes))
+    eval_batch_size = settings.eval_batch_size or (config.ladder.recipe.base_batch_size if config.ladder else None)
+    if eval_batch_size is not None:  # absent otherwise, so runs finished before the setting existed keep their key
+        train["eval_batch_size"] = eval_batch_size
+    # Build it once here so a bad model/optimizer field fails before any run starts.
+    checked = config_to_dict(config_from_dict(train))
+    # The fingerprint covers what the ablation sets, not the trainer's defaults, so a new trainer
+    # default does not silently invalidate finished runs; config_drift() reports such changes.
+    fp = fingerprint({"train": {k: v for k, v in train.items() if k != "progress"}, "stores": store_ids})
+    prefix = f"{size.point}-" if size.point else ""
+    run_dir = out / "runs" / mix.name / f"{prefix}seed{seed}-{fp[:10]}"
+    checked["output_dir"] = str(run_dir)
+    return RunSpec(mix.name, seed, str(run_dir), fp, checked, config.compilation_cache, size.point)
 
 
 # ----------------------------------------------------------------------------- running one run
@@ -352,7 +474,7 @@ def _with_bpb(
             bpt = eval_bytes_per_token(
                 data["eval"][name],
                 seq_len=data["seq_len"],
-                batch_size=data["batch_size"],
+                batch_size=train_config.get("eval_batch_size") or data["batch_size"],
                 eval_batches=train_config["eval_batches"],
             )
             bpb = float(loss) / math.log(2) / bpt if bpt else None
@@ -405,6 +527,7 @@ def execute_run(spec: RunSpec) -> RunResult:
         tokens_per_second=float(result.tokens_per_second),
         run_dir=spec.run_dir,
         fingerprint=spec.fingerprint,
+        point=spec.point,
     )
     write_marker(str(run_dir / _DONE), _RUN_KIND, spec.fingerprint, asdict(final))  # the done marker, last
     return final

@@ -8,7 +8,8 @@ Python API::
 
 Modules, each readable on its own: ``config`` (frozen dataclasses), ``model``
 (the decoder), ``loss`` (fused linear cross-entropy) and ``pallas_loss`` (its
-GPU kernel), ``optim``, ``data``, ``checkpoint``, ``trainer`` (the loop),
+GPU kernel), ``optim``, ``data``, ``checkpoint``, ``trainer`` (the loop), ``scaling``
+(one recipe of shapes, learning rate, batch, schedule and tokens from a width),
 ``hf`` (Hugging Face import/export), ``cli``.
 """
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         TrainConfig,
         load_config,
     )
+    from zephyr.train.scaling import RecipeRun, ScalingRecipe
     from zephyr.train.trainer import TrainResult, TrainState, train
 
 __all__ = [
@@ -38,6 +40,8 @@ __all__ = [
     "OptimizerConfig",
     "TrainConfig",
     "load_config",
+    "ScalingRecipe",
+    "RecipeRun",
     "TrainResult",
     "TrainState",
     "train",
@@ -54,6 +58,8 @@ __getattr__, __dir__ = lazy_exports(
         "OptimizerConfig": "zephyr.train.config",
         "TrainConfig": "zephyr.train.config",
         "load_config": "zephyr.train.config",
+        "ScalingRecipe": "zephyr.train.scaling",
+        "RecipeRun": "zephyr.train.scaling",
         "TrainResult": "zephyr.train.trainer",
         "TrainState": "zephyr.train.trainer",
         "train": "zephyr.train.trainer",

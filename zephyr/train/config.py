@@ -256,6 +256,7 @@ class TrainConfig:
     resume: bool = True
     eval_every: int | None = None
     eval_batches: int = 4
+    eval_batch_size: int | None = None  # None: data.batch_size; fixed, runs of different batch sizes share an eval set
     log_every: int = 1
     data_parallel: int | None = None  # devices in the data mesh axis; None: all local devices
     peak_flops_per_device: float | None = None  # None: from a table of known devices, else measured
@@ -277,17 +278,22 @@ class TrainConfig:
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 or null (never), got {value}.")
         require(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
+        require(
+            self.eval_batch_size is None or self.eval_batch_size > 0,
+            f"eval_batch_size must be > 0 or null (data.batch_size), got {self.eval_batch_size}.",
+        )
         require(self.log_every >= 1, f"log_every must be >= 1, got {self.log_every}.")
         require(
             self.data.seq_len <= self.model.max_seq_len,
             f"data.seq_len ({self.data.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len}); raise "
             "model.max_seq_len or shorten data.seq_len.",
         )
-        require(
-            self.data_parallel is None or self.data.batch_size % self.data_parallel == 0,
-            f"data.batch_size ({self.data.batch_size}) must be divisible by data_parallel ({self.data_parallel}) so "
-            "each device gets whole sequences.",
-        )
+        for name, size in (("data.batch_size", self.data.batch_size), ("eval_batch_size", self.eval_batch_size)):
+            require(
+                self.data_parallel is None or size is None or size % self.data_parallel == 0,
+                f"{name} ({size}) must be divisible by data_parallel ({self.data_parallel}) so each device gets "
+                "whole sequences.",
+            )
 
 
 # ----------------------------------------------------------------------------- YAML and overrides

@@ -322,14 +322,16 @@ def train(config: TrainConfig) -> TrainResult:
             f"the token stores have vocab_size {mixture.vocab_size} > model.vocab_size {cfg.model.vocab_size}; set "
             f"model.vocab_size={mixture.vocab_size} (or larger)."
         )
-    evals = eval_sets(mixture, batch_size=d.batch_size, max_batches=cfg.eval_batches, required=set(d.eval))
+    eval_batch = cfg.eval_batch_size or d.batch_size
+    evals = eval_sets(mixture, batch_size=eval_batch, max_batches=cfg.eval_batches, required=set(d.eval))
 
     mesh = make_mesh(cfg.data_parallel)
-    if d.batch_size % mesh.size:
-        raise ValueError(
-            f"data.batch_size ({d.batch_size}) is not divisible by the {mesh.size} devices of the data mesh; use a "
-            f"multiple of {mesh.size} or set data_parallel."
-        )
+    for name, size in (("data.batch_size", d.batch_size), ("eval_batch_size", eval_batch)):
+        if size % mesh.size:
+            raise ValueError(
+                f"{name} ({size}) is not divisible by the {mesh.size} devices of the data mesh; use a multiple of "
+                f"{mesh.size} or set data_parallel."
+            )
     optimizer = make_optimizer(cfg.optimizer, cfg.steps)
     replicated, batch_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     state = jax.jit(lambda key: init_state(cfg, optimizer, key=key), out_shardings=replicated)(
@@ -424,7 +426,7 @@ def train(config: TrainConfig) -> TrainResult:
                 jax.block_until_ready(state)  # pending steps finish first: their time is training time
                 pause_start = time.perf_counter()  # eval and checkpoint time is not
                 if want_eval:
-                    eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
+                    eval_results = _evaluate(evaluate, state.params, evals, mesh, eval_batch)
                     scalars = {f"eval/{n}/{k}": v for n, r in eval_results.items() for k, v in r.items()}
                     _write_jsonl(metrics_path, {"step": done, **scalars})
                     trackers.log(done, scalars)
@@ -444,7 +446,7 @@ def train(config: TrainConfig) -> TrainResult:
             float("nan"),
         )
         if evals:
-            eval_results = _evaluate(evaluate, state.params, evals, mesh, d.batch_size)
+            eval_results = _evaluate(evaluate, state.params, evals, mesh, eval_batch)
     if live_row is not None:
         live_row.finish()
     tok_s = timed_tokens / timed_seconds if timed_seconds else 0.0

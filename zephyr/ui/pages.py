@@ -22,7 +22,9 @@ from zephyr.ui.pages_documents import (
     render_removed,
 )
 from zephyr.ui.pages_outputs import (
+    ladder_data,
     mixture_data,
+    render_ladder,
     render_mixture,
     render_report,
     render_store,
@@ -55,4 +57,5 @@ PAGES: tuple[tuple[str, Any, Any, str, str], ...] = (
     ("/training", training_data, render_training, "Ablations and training", "training"),
     ("/training/run", train_run_data, render_train_run, "Training run", "training"),
     ("/training/report", report_data, render_report, "Ablation report", "training"),
+    ("/training/ladder", ladder_data, render_ladder, "Scaling ladder", "training"),
 )

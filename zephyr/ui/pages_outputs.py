@@ -24,6 +24,8 @@ __all__ = [
     "render_train_run",
     "report_data",
     "render_report",
+    "ladder_data",
+    "render_ladder",
 ]
 
 
@@ -153,17 +155,23 @@ def render_mixture(root: Root, data: dict) -> str:
 
 # ------------------------------------------------------------------------------------------ training
 def training_data(root: Root, request: Request) -> dict:
-    """The ablations and training page's data: every training run and ablation report under the root."""
-    return {"runs": training.list_training(root), "reports": training.list_reports(root)}
+    """The ablations and training page's data: every training run, ablation report and ladder report under the root."""
+    return {
+        "runs": training.list_training(root),
+        "reports": training.list_reports(root),
+        "ladders": training.list_ladders(root),
+    }
 
 
 def render_training(root: Root, data: dict) -> str:
-    """The ablations and training page: links to each training run and ablation report."""
+    """The ablations and training page: links to each training run, ablation report and ladder report."""
     runs_html = "".join(f"<li>{link(url('/training/run', path=p), p or '.')}</li>" for p in data["runs"])
     reports = "".join(f"<li>{link(url('/training/report', path=p), p or '.')}</li>" for p in data["reports"])
+    ladders = "".join(f"<li>{link(url('/training/ladder', path=p), p or '.')}</li>" for p in data["ladders"])
     return (
         f"<h2>Training runs</h2><ul id=train-runs>{runs_html or '<li class=muted>none</li>'}</ul>"
         f"<h2>Ablation reports</h2><ul id=reports>{reports or '<li class=muted>none</li>'}</ul>"
+        f"<h2>Scaling ladders</h2><ul id=ladders>{ladders or '<li class=muted>none</li>'}</ul>"
     )
 
 
@@ -220,4 +228,126 @@ def render_report(root: Root, data: dict) -> str:
         + interval_chart(items, title=f"paired difference vs {data['baseline']} (candidate − baseline; < 0 is better)")
         + "".join(charts)
         + "".join(f"<p class=muted>{esc(n)}</p>" for n in data["notes"])
+    )
+
+
+def ladder_data(root: Root, request: Request) -> dict:
+    """The ladder page's data: one ladder report (`ladder.json`) under the root."""
+    return training.ladder_view(root, query_param(request, "path", True))
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:+.2f}%"
+
+
+def _span(pair: list | None) -> str:
+    return "–" if not pair else f"[{fmt(pair[0], 4)}, {fmt(pair[1], 4)}]"
+
+
+def render_ladder(root: Root, data: dict) -> str:
+    """The ladder page: the target, each mixture's law, prediction and measured loss, the ranking's intervals."""
+    target = data.get("target") or {}
+    target_flops = f"{target.get('flops') or 0:.3g}"
+    summary = (
+        f"<p>target <b>{esc(target.get('name'))}</b>: {fmt(target.get('params'))} params, "
+        f"{fmt(target.get('tokens'))} tokens, {esc(target_flops)} FLOPs · extrapolation "
+        f"{fmt(data.get('extrapolation'), 1)}x the largest ladder run · ladder compute "
+        f"{fmt(100 * (data.get('ladder_flops_share') or 0), 1)}% of the targets' · {esc(data.get('metric'))} on "
+        f"{esc(', '.join(data.get('decision_sets') or []))}</p>"
+        f"<p id=ladder-verdict><b>{esc(data.get('verdict'))}</b></p>"
+    )
+    rows = []
+    for m in data.get("mixtures") or []:
+        law = m.get("law") or {}
+        holdout = m.get("holdout") or {}
+        rows.append(
+            [
+                esc(m["mixture"]),
+                esc(m.get("description")),
+                fmt(law.get("alpha"), 3),
+                fmt(law.get("E"), 3),
+                _pct(holdout.get("error")),
+                fmt(m.get("predicted"), 4),
+                _span(m.get("interval")),
+                fmt(m.get("measured_mean"), 4),
+                _pct(m.get("error")),
+                fmt(m.get("tokens_per_param"), 1),
+            ]
+        )
+    table_html = table(
+        [
+            "mixture",
+            "weights",
+            "alpha",
+            "E",
+            "holdout error",
+            "predicted",
+            "interval",
+            "measured",
+            "error",
+            "optimal tokens/param",
+        ],
+        rows,
+        id="ladder-mixtures",
+    )
+    pairs = [
+        {
+            "label": f"{p['worse']} − {p['better']}",
+            "mean": p["mean"],
+            "low": p["low"],
+            "high": p["high"],
+            "verdict": "worse" if p["decided"] else "inconclusive",
+        }
+        for p in data.get("pairs") or []
+    ]
+    measured = data.get("ranking_measured")
+    rankings = (
+        f"<p>ranking measured at the ladder's largest run ({esc(data.get('ladder_point'))}): "
+        f"{esc(' < '.join(data.get('ranking_ladder') or []))}"
+        + (f" · measured at the target: {esc(' < '.join(measured))}" if measured else "")
+        + "</p>"
+    )
+    points = [
+        [
+            esc(p["name"]),
+            esc(p["kind"]),
+            fmt(p["width"]),
+            fmt(p["layers"]),
+            fmt(p["params"]),
+            fmt(p["tokens"]),
+            esc(f"{p['flops']:.3g}"),
+            esc(f"{p['learning_rate']:.3g}"),
+        ]
+        for p in data.get("points") or []
+    ]
+    transfer = [
+        [
+            fmt(t["width"]),
+            esc(", ".join(f"x{k} {v:.4f}" for k, v in t["losses"].items())),
+            esc(f"x{t['best_multiplier']:g}"),
+            _pct(t["recipe_gap"]),
+            fmt(t["holds"]),
+        ]
+        for t in data.get("transfer") or []
+    ]
+    return (
+        summary
+        + table_html
+        + line_chart(
+            data.get("chart") or {},
+            title="eval loss against compute: runs, fitted law, predicted and measured target",
+            x_label="log10 training FLOPs",
+            y_label=str(data.get("metric") or ""),
+        )
+        + interval_chart(pairs, title="predicted gap at the target between adjacent mixtures (> 0: ranking holds)")
+        + rankings
+        + (
+            "<h2>Learning-rate transfer</h2>"
+            + table(["width", "loss by multiplier", "best", "recipe vs best", "holds"], transfer, id="transfer")
+            if transfer
+            else ""
+        )
+        + "<h2>Points</h2>"
+        + table(["point", "kind", "width", "layers", "params", "tokens", "FLOPs", "lr"], points, id="ladder-points")
+        + "".join(f"<p class=muted>{esc(n)}</p>" for n in data.get("notes") or [])
     )

@@ -1,21 +1,33 @@
-"""Ablations and training: curves from `metrics.jsonl`, verdicts and paired differences from `report.json`.
+"""Ablations and training: curves from `metrics.jsonl`, verdicts and paired differences from `report.json`,
+scaling-ladder fits and predictions from `ladder.json`.
 
 A training run is a folder with `metrics.jsonl` (zephyr/train/trainer.py: one JSON object per step with
 `loss`, `eval/<set>/loss`, `eval/<set>/bpb`, plus start/end events). An ablation report is a
 `report.json` written by `zephyr.ablate.report.write_report` (rows with per-seed values and paired
-differences with t intervals, verdicts, and per-run curves).
+differences with t intervals, verdicts, and per-run curves). A ladder report is a `ladder.json` written
+by `zephyr.ablate.ladder_report.write_ladder_report` (per mixture the runs, the fitted law, the
+prediction at the target with its interval and, once verified, the measured loss).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 from typing import Any
 
 from zephyr.fs import open_url
 from zephyr.ui.source import Root
 
-__all__ = ["list_training", "training_view", "training_budgets", "list_reports", "report_view"]
+__all__ = [
+    "list_training",
+    "training_view",
+    "training_budgets",
+    "list_reports",
+    "report_view",
+    "list_ladders",
+    "ladder_view",
+]
 
 
 def list_training(root: Root) -> list[str]:
@@ -87,17 +99,22 @@ def training_budgets(root: Root) -> list[dict]:
     return out
 
 
-def list_reports(root: Root) -> list[str]:
-    """The folders under the root holding an ablation report (a `report.json` with verdicts and rows)."""
+def _folders_with(root: Root, name: str, keys: tuple[str, ...]) -> list[str]:
+    """Folders holding a JSON file `name` that is an object with every one of `keys` (an unreadable one is skipped)."""
     out = []
-    for rel in root.json_files("report.json"):
+    for rel in root.json_files(name):
         try:
             data = root.read_json(rel)
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and "verdicts" in data and "rows" in data:
+        if isinstance(data, dict) and all(k in data for k in keys):
             out.append(posixpath.dirname(rel))
     return out
+
+
+def list_reports(root: Root) -> list[str]:
+    """The folders under the root holding an ablation report (a `report.json` with verdicts and rows)."""
+    return _folders_with(root, "report.json", ("verdicts", "rows"))
 
 
 def report_view(root: Root, path: str) -> dict:
@@ -146,3 +163,27 @@ def report_view(root: Root, path: str) -> dict:
         "notes": data.get("notes") or [],
     }
     return out
+
+
+def list_ladders(root: Root) -> list[str]:
+    """Folders holding a scaling-ladder report (`ladder.json` with mixtures and a target)."""
+    return _folders_with(root, "ladder.json", ("mixtures", "target"))
+
+
+def ladder_view(root: Root, path: str) -> dict:
+    """The ladder report, plus chart series on a log10-FLOPs axis: per mixture its runs, its fitted law along
+    the recipe from the smallest run to the target (the report's `curve`), the predicted point and (once
+    verified) the measured one."""
+    rel = posixpath.join(path, "ladder.json") if path not in ("", ".") else "ladder.json"
+    data = root.read_json(rel)
+    target = data.get("target") or {}
+    hi = math.log10(target["flops"]) if target.get("flops") else 0.0
+    series: dict[str, list[list[float]]] = {}
+    for m in data.get("mixtures") or []:
+        name = m["mixture"]
+        series[f"{name} runs"] = sorted([math.log10(p["flops"]), p["mean"]] for p in m.get("points") or [])
+        series[f"{name} fit"] = [[math.log10(c), v] for c, v in m.get("curve") or [] if c and c > 0]
+        series[f"{name} predicted"] = [[hi, m["predicted"]]] if m.get("predicted") is not None else []
+        if m.get("measured_mean") is not None:
+            series[f"{name} measured"] = [[hi, m["measured_mean"]]]
+    return {"path": path, **data, "chart": series}
