@@ -12,7 +12,7 @@ the map functions and reducers of stages 1-3 are in :mod:`zephyr.operators.fuzzy
 :mod:`zephyr.operators.fuzzy_graph`):
 
 1. ``signatures/``  one row per document with shingles: id, LSH band keys and, with
-   verification, its sorted set of 32-bit shingle hashes, written as Arrow batches of
+   verification, its sorted set of 64-bit shingle hashes, written as Arrow batches of
    `batch_size` documents. Documents without words are never duplicates.
 2. ``candidates/``  LSH: the (bucket key, id) entries are packed per partition of the key space
    (bucket key modulo a partition count sized so one partition fits a quarter of a worker's
@@ -30,8 +30,10 @@ the map functions and reducers of stages 1-3 are in :mod:`zephyr.operators.fuzzy
    its edges (once per distinct edge: a pair found in several bands arrives repeated; when the
    ids of candidate nodes fit in an eighth of a worker's memory, only their sets travel);
    `group_by` edge partition then computes the Jaccard similarity of the two sets of each edge
-   and keeps edges >= `threshold` (exact up to 32-bit hash collisions between shingles, ~3e-5
-   per pair of 2 KB documents). Both shuffles carry records packed per partition (partitions
+   and keeps edges >= `threshold`. That is the exact Jaccard of the two documents' word n-gram
+   sets, words as :func:`zephyr.operators.minhash.normalize_text` gives them (64-bit shingle
+   hashes: a collision, which could only raise a pair's similarity, has probability ~1e-12 per
+   pair of 100 KB documents). Both shuffles carry records packed per partition (partitions
    sized to a quarter of a worker's memory), not one per edge or set.
 4. ``cc/iter-NNNN/`` connected components by alternating large-star and small-star rounds
    (Kiveris et al., "Connected Components in Map Reduce and Beyond", SoCC 2014), each a
@@ -107,7 +109,7 @@ __all__ = [
 FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
 """`filter_reason` of documents that are near-duplicates of their cluster's keeper."""
 
-_WORK_DIR_FORMAT = 2
+_WORK_DIR_FORMAT = 3
 # Done markers (`zephyr.versioning`): a stage's carries the work_dir settings' fingerprint.
 _STAGE_KIND = "fuzzy-dedup-stage"
 _WORK_DIR_KIND = "fuzzy-dedup-work-dir"
@@ -227,9 +229,9 @@ def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> str:
     """A work_dir belongs to one configuration: resuming with another would mix results.
 
     Returns the settings' fingerprint, which every stage's done marker carries. ``format`` names the
-    layout of the stage files (2: Arrow signature batches with 32-bit sets and batch word hashes,
-    candidate edges with "jaccard", star-clustering keepers), so a work_dir left by an older
-    version is refused rather than half reused.
+    layout of the stage files (3: Arrow signature batches with 64-bit sets and batch word hashes,
+    candidate edges with "jaccard", star-clustering keepers; 2 had 32-bit sets), so a work_dir
+    left by an older version is refused rather than half reused.
     """
     settings = json.loads(json.dumps(asdict(config), default=str))
     for tuning_only in ("batch_size", "max_iterations", "num_shards"):

@@ -38,7 +38,7 @@ __all__ = [
 @dataclass(frozen=True)
 class Sketch:
     """map_shard: vectorized signatures per batch; per document with shingles a row of id, band
-    keys and (with verification) its set of 32-bit shingle hashes, as Arrow batches."""
+    keys and (with verification) its set of 64-bit shingle hashes, as Arrow batches."""
 
     minhash: MinHashConfig
     id_field: str
@@ -86,8 +86,8 @@ class Sketch:
             # Documents without shingles have empty sets, so the kept ones' values are contiguous.
             sizes = np.diff(sketch.set_offsets)[keep]
             offsets = np.zeros(len(keep) + 1, dtype=np.int64)
-            np.cumsum(sizes * 4, out=offsets[1:])
-            values = np.ascontiguousarray(sketch.set_values, dtype="<u4")
+            np.cumsum(sizes * 8, out=offsets[1:])
+            values = np.ascontiguousarray(sketch.set_values, dtype="<u8")
             columns["shingles"] = pa.Array.from_buffers(
                 pa.large_binary(), len(keep), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
             )
@@ -387,7 +387,7 @@ class FanOut:
 
 @dataclass(frozen=True)
 class VerifyPairs:
-    """Reducer per edge partition: each edge meets its two shingle sets (sorted uint32 as bytes);
+    """Reducer per edge partition: each edge meets its two shingle sets (sorted uint64 as bytes);
     keep it when their Jaccard similarity is >= threshold. Memory: edges still waiting for their
     second set."""
 
@@ -401,7 +401,7 @@ class VerifyPairs:
                 if first is None:
                     waiting[(a, b)] = shingles
                     continue
-                x, y = np.frombuffer(first, dtype=np.uint32), np.frombuffer(shingles, dtype=np.uint32)
+                x, y = np.frombuffer(first, dtype="<u8"), np.frombuffer(shingles, dtype="<u8")
                 inter = len(np.intersect1d(x, y, assume_unique=True))
                 similarity = inter / (len(x) + len(y) - inter)
                 counters.increment("fuzzy_dedup/candidate_edges")

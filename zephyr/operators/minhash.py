@@ -559,8 +559,8 @@ class SketchBatch:
     """A batch's sketches as flat arrays (what fuzzy dedup stores; no per-document arrays).
 
     keys: (n, num_bands) uint64 LSH bucket keys; counts: (n,) shingles per document (0: no
-    shingles, keys meaningless); set_values: every document's set of 32-bit shingle hashes (top
-    32 bits of the 64-bit hashes), sorted, back to back; set_offsets: (n + 1,) where each begins.
+    shingles, keys meaningless); set_values: every document's set of 64-bit shingle hashes (as
+    :func:`shingle_set` gives them), sorted, back to back; set_offsets: (n + 1,) where each begins.
     """
 
     keys: np.ndarray
@@ -570,14 +570,17 @@ class SketchBatch:
 
 
 def sketch_batch(texts: Sequence[str], config: MinHashConfig = MinHashConfig()) -> SketchBatch:
-    """Band keys and 32-bit shingle sets of `texts`, in one pass, as flat arrays.
+    """Band keys and 64-bit shingle sets of `texts`, in one pass, as flat arrays.
 
-    32-bit sets halve what verification ships: two distinct shingles of a pair collide in 32 bits
-    with probability ~n^2 / 2^32 (~3e-5 for 2 KB documents), which moves a Jaccard value by
-    about 1/n when it happens.
+    Why 64 bits: verification decides on these sets, and a hash collision between two different
+    shingles can only raise a Jaccard value (a shared element that is not shared text), so a pair
+    below the threshold could be removed. With 32-bit values that happens with probability
+    ~n^2 / 2^32 per pair of n-shingle documents (~1e-5 for 2 KB documents, ~1 for 100 KB ones);
+    with 64 bits, ~n^2 / 2^64: never in practice, so the decision is the exact Jaccard of the word
+    n-gram sets (tests/operators/test_fuzzy_dedup.py plants a 32-bit collision that flipped it).
     """
     signatures, counts, shingles = _signatures(texts, config)
-    values, set_counts = _sorted_sets((shingles >> np.uint64(32)).astype(np.uint32), counts)
+    values, set_counts = _sorted_sets(shingles, counts)
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(set_counts, out=offsets[1:])
     return SketchBatch(band_hashes(signatures, config), counts, values, offsets)
