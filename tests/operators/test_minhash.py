@@ -301,3 +301,11 @@ def test_native_kernel_counts_what_the_numpy_path_counts(native):
     assert found["minhash/documents_capped"] == 1 and found["minhash/tokens_not_shingled"] == 21
     with pytest.raises(UnicodeEncodeError):  # a lone surrogate fails as str.encode does on the numpy path
         mh._native_sketch(["bad \ud800 text"], MinHashConfig(), False)
+
+
+def test_shingle_sets_of_a_batch_are_each_documents_shingle_set(chunks):
+    texts = [*chunks[:20], "", "two words", "!!!", chunks[0]]
+    values, offsets = mh.shingle_sets(texts)
+    assert offsets[0] == 0 and offsets[-1] == len(values) and values.dtype == np.uint64
+    for i, text in enumerate(texts):
+        assert np.array_equal(values[offsets[i] : offsets[i + 1]], shingle_set(text))

@@ -54,6 +54,7 @@ __all__ = [
     "sketch_documents",
     "SketchBatch",
     "sketch_batch",
+    "shingle_sets",
     "band_hashes",
     "jaccard",
     "estimated_jaccard",
@@ -552,15 +553,19 @@ def _native_tables() -> tuple[bytes, bytes, bytes]:
     )
 
 
+_NO_PERMUTATIONS = np.zeros(0, dtype=np.uint32)
+
+
 def _native_sketch(
-    texts: Sequence[str], config: MinHashConfig, with_sets: bool
+    texts: Sequence[str], config: MinHashConfig, with_sets: bool, *, with_signatures: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None] | None:
     """(signatures, shingle counts, set values, set counts) from the C kernel; None without it or for
-    character shingles (numpy only)."""
+    character shingles (numpy only). Without `with_signatures` no permutation is computed (signatures
+    have 0 columns)."""
     native = _native() if config.shingle == "word" else None
     if native is None:
         return None
-    a, b = _permutations(config)
+    a, b = _permutations(config) if with_signatures else (_NO_PERMUTATIONS, _NO_PERMUTATIONS)
     signatures, counts, values, set_counts, (long_words, capped, cut) = native.sketch(
         texts,
         *_native_tables(),
@@ -576,7 +581,7 @@ def _native_sketch(
     if capped:
         counters.increment("minhash/documents_capped", capped)
         counters.increment("minhash/tokens_not_shingled", cut)
-    signatures = np.frombuffer(signatures, dtype=np.uint32).reshape(len(texts), config.num_perm)
+    signatures = np.frombuffer(signatures, dtype=np.uint32).reshape(len(texts), len(a))
     counts = np.frombuffer(counts, dtype=np.int64)
     if values is None:
         return signatures, counts, None, None
@@ -636,11 +641,13 @@ def _sketch(
     """(signatures, shingle counts, and with `with_sets` every document's sorted distinct shingle hashes
     back to back and their counts), from the C kernel when built, else numpy."""
     native = _native_sketch(texts, config, with_sets)
+    no_sets = np.empty(0, dtype=np.uint64), np.zeros(len(texts), dtype=np.int64)
     if native is not None:
-        return native  # type: ignore[return-value]
+        signatures, counts, values, set_counts = native
+        return (signatures, counts, values, set_counts) if values is not None else (signatures, counts, *no_sets)  # type: ignore[return-value]
     signatures, counts, shingles = _signatures(texts, config)
     if not with_sets:
-        return signatures, counts, np.empty(0, dtype=np.uint64), np.zeros(len(texts), dtype=np.int64)
+        return signatures, counts, *no_sets
     values, set_counts = _sorted_sets(shingles, counts)
     return signatures, counts, values, set_counts
 
@@ -660,8 +667,10 @@ class SketchBatch:
     set_offsets: np.ndarray
 
 
-def sketch_batch(texts: Sequence[str], config: MinHashConfig = MinHashConfig()) -> SketchBatch:
-    """Band keys and 64-bit shingle sets of `texts`, in one pass, as flat arrays.
+def sketch_batch(
+    texts: Sequence[str], config: MinHashConfig = MinHashConfig(), *, with_sets: bool = True
+) -> SketchBatch:
+    """Band keys and (with `with_sets`, else empty) 64-bit shingle sets of `texts`, in one pass, as flat arrays.
 
     Why 64 bits: verification decides on these sets, and a hash collision between two different
     shingles can only raise a Jaccard value (a shared element that is not shared text), so a pair
@@ -670,10 +679,25 @@ def sketch_batch(texts: Sequence[str], config: MinHashConfig = MinHashConfig()) 
     with 64 bits, ~n^2 / 2^64: never in practice, so the decision is the exact Jaccard of the word
     n-gram sets (tests/operators/test_fuzzy_dedup.py plants a 32-bit collision that flipped it).
     """
-    signatures, counts, values, set_counts = _sketch(texts, config, True)
+    signatures, counts, values, set_counts = _sketch(texts, config, with_sets)
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(set_counts, out=offsets[1:])
     return SketchBatch(band_hashes(signatures, config), counts, values, offsets)
+
+
+def shingle_sets(texts: Sequence[str], config: MinHashConfig = MinHashConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """Every text's sorted, distinct 64-bit shingle hashes back to back, and (n + 1,) offsets where each
+    begins: :func:`shingle_set` of a batch, without the MinHash work."""
+    native = _native_sketch(texts, config, True, with_signatures=False)
+    if native is not None:
+        values, set_counts = native[2], native[3]
+    else:
+        shingles, counts = _shingles(*_tokens(texts, config), config.ngram_size)
+        values, set_counts = _sorted_sets(shingles, counts)
+    assert values is not None and set_counts is not None
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(set_counts, out=offsets[1:])
+    return values, offsets
 
 
 def _sorted_sets(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
