@@ -261,7 +261,7 @@ def test_batched_word_hashes_are_per_word_and_collision_free(articles):
 @pytest.fixture
 def native():
     if mh._native() is None:
-        pytest.skip("zephyr.operators._minhash_native is not built (make install builds it)")
+        pytest.skip("zephyr.operators.minhash_kernel is not built (make install builds it)")
     return mh._native()
 
 

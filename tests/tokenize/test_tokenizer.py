@@ -36,7 +36,7 @@ def _native_built() -> bool:
 @pytest.fixture(scope="module", params=["native", "tiktoken"])
 def engine(request) -> str:
     if request.param == "native" and not _native_built():
-        pytest.skip("zephyr.tokenize._bpe_native is not built (make install builds it)")
+        pytest.skip("zephyr.tokenize.bpe_kernel is not built (make install builds it)")
     return request.param
 
 
@@ -280,7 +280,7 @@ def test_native_engine_applies_listed_merges_not_concatenations(tok, tmp_path):
     rule (a concatenation in the vocabulary is merged) would; the C kernel follows the merges list, so it
     stays exact where tiktoken is refused by the load-time check."""
     if not _native_built():
-        pytest.skip("zephyr.tokenize._bpe_native is not built")
+        pytest.skip("zephyr.tokenize.bpe_kernel is not built")
 
     def drop_the(data):
         merges = data["model"]["merges"]

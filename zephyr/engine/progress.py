@@ -104,6 +104,8 @@ class ProgressDisplay:
             )
             sink_dir = None
         self._job = self._recorder.begin_job(sink_dir=sink_dir, config=config)
+        if getattr(physical, "sampled", ()):  # an --estimate sample run: what it read of each source
+            self._job["sampled"] = [list(part) for part in physical.sampled]
         self._started = time.monotonic()
 
     def end_job(self, status: str, counters: dict[str, int], error: BaseException | None = None) -> None:
@@ -150,6 +152,7 @@ class ProgressDisplay:
             "records_per_s": None,
             "eta_seconds": None,
             "peak_rss": 0,
+            "busy_seconds": 0.0,
             "retries": [],
         }
         if self._job is not None:
@@ -169,6 +172,7 @@ class ProgressDisplay:
         for key in ("records_in", "records_out", "bytes_in", "bytes_out"):
             rec[key] += getattr(result, key, 0)
         rec["peak_rss"] = max(rec["peak_rss"], getattr(result, "peak_rss", 0))
+        rec["busy_seconds"] += getattr(result, "seconds", 0.0)
         shards = _shards(stage)
         if shards and result.shard < len(shards):
             state.done_bytes += getattr(shards[result.shard], "size", 0) or 0

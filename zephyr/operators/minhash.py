@@ -1,7 +1,7 @@
 """MinHash signatures and LSH band keys for near-duplicate detection.
 
 Why this module looks the way it does: signatures are the only per-document cost of fuzzy dedup
-that scales with the whole corpus. Word shingles run in a C kernel (`_minhash_native.c`: each text
+that scales with the whole corpus. Word shingles run in a C kernel (`minhash_kernel.c`: each text
 normalized, hashed, shingled and min-hashed in one pass, its set sorted by a bucket pass; 68,700
 documents/s per core on benchmarks/minhash.py's 2 KB documents, against 23,000 for the numpy code
 below, which stays as the reference the kernel is tested bit for bit against, and as the fallback
@@ -512,18 +512,18 @@ def minhash_signatures(texts: Sequence[str], config: MinHashConfig = MinHashConf
 
 @functools.lru_cache(maxsize=1)
 def _native() -> Any:
-    """The C kernel (zephyr/operators/_minhash_native.c), or None when it was not built: the numpy path
+    """The C kernel (zephyr/operators/minhash_kernel.c), or None when it was not built: the numpy path
     below gives the same bits, ~3x slower, and says so once per process."""
     try:
-        from zephyr.operators import _minhash_native
+        from zephyr.operators import minhash_kernel
     except ImportError as exc:
         logging.getLogger(__name__).warning(
-            "zephyr.operators._minhash_native is not built (%s): MinHash runs on numpy, about 3x slower; "
+            "zephyr.operators.minhash_kernel is not built (%s): MinHash runs on numpy, about 3x slower; "
             "build it with `make install` (pip install -e .), which needs gcc and the Python headers",
             exc,
         )
         return None
-    return _minhash_native
+    return minhash_kernel
 
 
 @functools.lru_cache(maxsize=1)

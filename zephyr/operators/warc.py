@@ -325,4 +325,5 @@ def warc_dataset(patterns: str | list[str], config: WarcReadConfig = WarcReadCon
         return Dataset.from_files(list(patterns)).flat_map(ReadWarc(config))
     for pattern in patterns:
         paths.extend(expand_glob(pattern))
-    return Dataset.from_list([{"path": p} for p in paths], num_shards=len(paths)).flat_map(ReadWarc(config))
+    files = Dataset.from_list([{"path": p} for p in paths], num_shards=len(paths), input_files=True)
+    return files.flat_map(ReadWarc(config))

@@ -1,4 +1,4 @@
-"""Byte-level BPE on Zephyr's C kernel (`_bpe_native.c`): the ids of Hugging Face ``tokenizers``, faster.
+"""Byte-level BPE on Zephyr's C kernel (`bpe_kernel.c`): the ids of Hugging Face ``tokenizers``, faster.
 
 Why: on the tokenize benchmark tiktoken (``fast_bpe``) left half of the time in its regex VM and
 in the separator insertion its lookahead-free pattern needs, and starts every call with an empty
@@ -36,15 +36,15 @@ __all__ = ["NativeEncoder", "build_native_encoder"]
 @functools.lru_cache(maxsize=1)
 def _native() -> Any:
     try:
-        from zephyr.tokenize import _bpe_native
+        from zephyr.tokenize import bpe_kernel
     except ImportError as exc:
         logging.getLogger(__name__).warning(
-            "zephyr.tokenize._bpe_native is not built (%s): tokenization runs on tiktoken, about 2x slower; "
+            "zephyr.tokenize.bpe_kernel is not built (%s): tokenization runs on tiktoken, about 2x slower; "
             "build it with `make install` (pip install -e .), which needs gcc and the Python headers",
             exc,
         )
         return None
-    return _bpe_native
+    return bpe_kernel
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,7 +97,7 @@ def build_native_encoder(
     """
     native = _native()
     if native is None:
-        return "the C kernel zephyr.tokenize._bpe_native is not built"
+        return "the C kernel zephyr.tokenize.bpe_kernel is not built"
     problem = bpe_model_problem(tokenizer_json, "native")
     if problem:
         return problem

@@ -639,7 +639,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_bpe_native", "Byte-level BPE in C (see zephyr.tokenize.native_bpe).", -1, methods,
+    PyModuleDef_HEAD_INIT, "bpe_kernel", "Byte-level BPE in C (see zephyr.tokenize.native_bpe).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__bpe_native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_bpe_kernel(void) { return PyModule_Create(&module); }

@@ -482,10 +482,10 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_minhash_native", "MinHash sketches in C (see zephyr.operators.minhash).", -1, methods,
+    PyModuleDef_HEAD_INIT, "minhash_kernel", "MinHash sketches in C (see zephyr.operators.minhash).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__minhash_native(void) {
+PyMODINIT_FUNC PyInit_minhash_kernel(void) {
     init_ascii_table();
     return PyModule_Create(&module);
 }
