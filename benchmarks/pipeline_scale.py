@@ -139,8 +139,8 @@ def _record(text: str, split: str, rng: np.random.Generator, index: int) -> dict
     }
 
 
-def generate(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
-    """Write the corpus (if DIR has no finished one for this size) and return its description."""
+def _finished(directory: Path, gb: float, seed: int) -> dict[str, Any] | None:
+    """The description of a corpus already generated in DIR for this size and seed; else DIR is made empty."""
     done = directory / "corpus.json"
     if done.is_file():
         info = json.loads(done.read_text())
@@ -148,11 +148,23 @@ def generate(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
             return info
         shutil.rmtree(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    rng = np.random.default_rng(seed)
+    return None
+
+
+def _word_model(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
+    """(the generator's random stream, the vocabulary, its cumulative frequencies)."""
     words, p = _vocabulary()
     cumulative = np.cumsum(p)
     cumulative[-1] = 1.0
+    return np.random.default_rng(seed), words, cumulative
+
+
+def generate(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
+    """Write the corpus (if DIR has no finished one for this size) and return its description."""
+    if (info := _finished(directory, gb, seed)) is not None:
+        return info
+    started = time.perf_counter()
+    rng, words, cumulative = _word_model(seed)
     budget = gb * 1e9
     per_split = budget / len(SPLITS)
     compressor = zstandard.ZstdCompressor(level=3)
@@ -199,7 +211,7 @@ def generate(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
         "compressed_bytes": sum(f.stat().st_size for f in directory.rglob("*.zst")),
         "seconds": round(time.perf_counter() - started, 1),
     }
-    done.write_text(json.dumps(info))
+    (directory / "corpus.json").write_text(json.dumps(info))
     return info
 
 
@@ -352,18 +364,10 @@ def _warc_response(url: str, body: bytes, when: str) -> bytes:
 
 def generate_warc(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
     """Write `gb` GB of HTML as WARC files (if DIR has no finished corpus of this size) and describe it."""
-    done = directory / "corpus.json"
-    if done.is_file():
-        info = json.loads(done.read_text())
-        if info["gb"] == gb and info["seed"] == seed:
-            return info
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    if (info := _finished(directory, gb, seed)) is not None:
+        return info
     started = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    words, p = _vocabulary()
-    cumulative = np.cumsum(p)
-    cumulative[-1] = 1.0
+    rng, words, cumulative = _word_model(seed)
     templates = _templates()
     budget, written, pages, exact, near, part = gb * 1e9, 0, 0, 0, 0, 0
     recent: list[tuple[int, bytes]] = []
@@ -400,7 +404,7 @@ def generate_warc(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
         "compressed_bytes": sum(f.stat().st_size for f in directory.glob("*.warc.gz")),
         "seconds": round(time.perf_counter() - started, 1),
     }
-    done.write_text(json.dumps(info))
+    (directory / "corpus.json").write_text(json.dumps(info))
     return info
 
 

@@ -16,19 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fmix64.h"
+
 #define CHUNK_SALT 0x9E3779B97F4A7C15ULL
 #define WORD_LENGTH_MULTIPLIER 0xD6E8FEB86659FD93ULL
 #define VECTOR_CHUNKS 32 /* words up to 256 bytes are hashed 8 bytes a round; longer ones whole by xxh3 */
 #define EMPTY_HASH 0xFFFFFFFFu
-
-static inline uint64_t fmix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xFF51AFD7ED558CCDULL;
-    x ^= x >> 33;
-    x *= 0xC4CEB9FE1A85EC53ULL;
-    x ^= x >> 33;
-    return x;
-}
 
 /* ------------------------------------------------------------------------------ growable buffers */
 

@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fmix64.h"
+
 enum { CLASS_OTHER = 0, CLASS_LETTER = 1, CLASS_NUMBER = 2, CLASS_SPACE = 3 };
 #define NO_ID 0xFFFFFFFFu
 #define NO_RANK 0xFFFFFFFFu
@@ -35,27 +37,18 @@ enum { CLASS_OTHER = 0, CLASS_LETTER = 1, CLASS_NUMBER = 2, CLASS_SPACE = 3 };
 #define CACHE_MAX_ENTRIES (1 << 18) /* then the cache starts over: ~20 MB per process at most */
 #define SCAN_LIMIT 48              /* symbols: longer pieces merge through a heap */
 
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xFF51AFD7ED558CCDULL;
-    x ^= x >> 33;
-    x *= 0xC4CEB9FE1A85EC53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
 static uint64_t hash_bytes(const unsigned char *data, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
     while (n >= 8) {
         uint64_t chunk;
         memcpy(&chunk, data, 8);
-        h = mix64(h ^ chunk) * 0x9E3779B97F4A7C15ULL;
+        h = fmix64(h ^ chunk) * 0x9E3779B97F4A7C15ULL;
         data += 8;
         n -= 8;
     }
     uint64_t tail = 0;
     memcpy(&tail, data, n);
-    return mix64(h ^ tail);
+    return fmix64(h ^ tail);
 }
 
 /* ------------------------------------------------------------------------------ merges: (left, right) -> (rank, id) */
@@ -82,7 +75,7 @@ static int merges_init(MergeTable *table, const uint32_t *triples, size_t count)
     table->mask = capacity - 1;
     for (size_t r = 0; r < count; r++) {
         uint64_t key = pair_key(triples[3 * r], triples[3 * r + 1]);
-        size_t at = mix64(key) & table->mask;
+        size_t at = fmix64(key) & table->mask;
         while (table->slots[at].key != UINT64_MAX && table->slots[at].key != key) at = (at + 1) & table->mask;
         if (table->slots[at].key == key) continue; /* a repeated merge: the first (lowest rank) wins */
         table->slots[at].key = key;
@@ -94,7 +87,7 @@ static int merges_init(MergeTable *table, const uint32_t *triples, size_t count)
 
 static inline const MergeSlot *merge_of(const MergeTable *table, uint32_t left, uint32_t right) {
     uint64_t key = pair_key(left, right);
-    size_t at = mix64(key) & table->mask;
+    size_t at = fmix64(key) & table->mask;
     for (;;) {
         const MergeSlot *slot = &table->slots[at];
         if (slot->key == key) return slot;
