@@ -143,3 +143,26 @@ def test_zephyr_run_estimate_runs_every_step_on_samples(tmp_path):
     assert rows["copy"][1:3] == ["2,000", "2,000"]  # 20 files x 100 records, from samples of 2 and 1 files
     assert rows["count"][1:3] == ["2,000", "50"]  # 50 keys, however many files
     assert "core-hours" in done.stdout and not out.exists()
+
+
+def test_sample_plan_samples_raw_inputs_and_reads_the_estimates_own_outputs_whole(tmp_path):
+    from zephyr.engine.context import InputSample, current_config
+    from zephyr.engine.estimate import sample_plan
+    from zephyr.engine.plan import plan
+
+    _write_inputs(tmp_path / "in", files=10, rows=5)
+    files = Dataset.from_files(str(tmp_path / "in" / "*.jsonl"))
+    raw = [{"path": f"/data/crawl/{i}.warc.gz"} for i in range(10)]
+    own = [{"path": f"{tmp_path}/work/sample/{i}.warc.gz"} for i in range(10)]
+    sample = InputSample(0.2, exempt=(str(tmp_path / "work"),))
+    config = current_config()
+    for dataset, kept in (
+        (files, 2),
+        (Dataset.from_list(raw, num_shards=10, input_files=True), 2),
+        (Dataset.from_list(own, num_shards=10, input_files=True), 10),  # the estimate's own step output
+        (Dataset.from_list(raw, num_shards=10), 10),  # records that are data, not file names
+    ):
+        sampled = sample_plan(plan(dataset.map(lambda r: r), config), sample)
+        assert sampled.stages[0].num_shards == kept
+    half = sample_plan(plan(files, config), InputSample(0.2, half=True))
+    assert half.stages[0].num_shards == 1 and half.sampled[0][0] * 10 == half.sampled[0][1]

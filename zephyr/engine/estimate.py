@@ -78,6 +78,12 @@ def _exempt(path: str | None, exempt: tuple[str, ...]) -> bool:
     return path is not None and any(path == root or path.startswith(root.rstrip("/") + "/") for root in exempt)
 
 
+def _named_file(record: Any) -> str | None:
+    """The file an `input_files` record names: the record itself, or its "path" field."""
+    value = record.get("path") if isinstance(record, dict) else record
+    return value if isinstance(value, str) else None
+
+
 def _sampled_input(stage_input: Any, sample: InputSample) -> tuple[Any, tuple[int, int] | None]:
     """(the input reading only its sample of shards, (read, of) in bytes or shards); unchanged inputs: None."""
     if isinstance(stage_input, FileInput):
@@ -89,6 +95,8 @@ def _sampled_input(stage_input: Any, sample: InputSample) -> tuple[Any, tuple[in
         share = (sum(s.size for s in keep), total) if total else (len(keep), len(shards))
     elif isinstance(stage_input, ListInput) and stage_input.input_files:
         shards = stage_input.shards
+        if any(_exempt(_named_file(r), sample.exempt) for s in shards for r in s.records or ()):
+            return stage_input, None
         keep = [shards[i] for i in sampled_shards(len(shards), sample.fraction, sample.half)]
         share = (len(keep), len(shards))
     else:
