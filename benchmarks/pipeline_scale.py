@@ -683,7 +683,7 @@ def estimate_side_by_side(corpus: Path, out: Path, args: argparse.Namespace) -> 
     rows = {}
     for name, output in outputs.items():
         guess = predicted.get(name)
-        error = (guess - output.seconds) / output.seconds if guess is not None and output.seconds > 0 else None
+        error = (guess - output.seconds) / output.seconds if guess is not None and output.seconds >= 1 else None
         print(
             f"{name:<14}{guess if guess is not None else float('nan'):>13,.0f}{output.seconds:>12,.0f}"
             f"{error if error is not None else float('nan'):>+9.0%}"

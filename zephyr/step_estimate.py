@@ -8,9 +8,11 @@ two) and once on half of that sample (every other of those files); each step rea
 predecessor wrote in the same run. Each step's figures are then grown to the full input by
 `zephyr.engine.estimate`'s curves: counts (records, bytes, scratch) on a power law through the two
 runs, so distinct keys and duplicates are not scaled as if linear; times as fixed costs (what does not
-grow: starting workers, a stage's set-up, the step's own code) plus work (the shards' busy time) on a
-line, spread over the workers a full-size stage keeps busy. Core-hours are wall time x workers, as a
-data team pays for them.
+grow: a stage's set-up, the step's own code) plus work: the shards' busy time in the larger run, grown
+as the stage's input records grow and spread over the workers a full-size stage keeps busy. (A line
+through both runs' times was tried first: on a loaded machine a lone shard runs faster than two side by
+side and the first run pays for starting workers, and a 10% sample magnifies such noise 16 times: steps
+came out 22-51% off.) Core-hours are wall time x workers, as a data team pays for them.
 
 What it writes: nothing under `--output`, except a recipe's own input sample when the recipe builds one
 and it is missing (the input it estimates from). The throw-away folder is removed afterwards.
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephyr.engine.context import InputSample, current_config, execution
-from zephyr.engine.estimate import DEFAULT_SAMPLE, extrapolate_count, extrapolate_time, sampled_share
+from zephyr.engine.estimate import DEFAULT_SAMPLE, extrapolate_count, sampled_share
 from zephyr.engine.progress import format_duration, log
 from zephyr.engine.run_record import RunRecorder, use_run
 from zephyr.fs import join
@@ -34,6 +36,7 @@ from zephyr.fs import join
 __all__ = ["StepEstimator", "StepFigures"]
 
 _LEVELS = ("half", "sample")
+_SOURCES = ("read(", "from_list(")  # stage names of sources, which the sample runs sample
 
 
 @dataclass(frozen=True)
@@ -130,19 +133,23 @@ class StepEstimator:
         last = lambda stages: stages[-1:]  # noqa: E731
         scatters = lambda stages: [s for s in stages if s["name"].endswith("scatter")]  # noqa: E731
         every = lambda stages: stages  # noqa: E731
-        # wall time: the step's own code (fixed) + per stage its fixed part + its work spread over workers
+        # wall time: the step's own code (fixed) + per stage its fixed part + its work spread over workers.
+        # The work is the larger run's busy time (it ran second, on warm workers, as many in parallel as a
+        # full run keeps busy: on a loaded machine a lone shard runs faster than two side by side, so the
+        # smaller run's times are not comparable), grown as the stage's input records grow.
         stage_wall = total(large, every, "seconds")
         seconds = max(0.0, large.seconds - stage_wall)
         for j, job in enumerate(large.jobs):
             other = small.jobs[j] if j < len(small.jobs) else None
             for s, stage in enumerate(job["stages"]):
                 before = other["stages"][s] if other is not None and s < len(other["stages"]) else None
-                busy2 = stage.get("busy_seconds", 0.0)
-                busy = extrapolate_time(x1, before.get("busy_seconds", 0.0), x2, busy2) if before else busy2 / x2
+                busy2, records2 = stage.get("busy_seconds", 0.0), stage["records_in"]
+                records1 = before["records_in"] if before else 0
+                growth = extrapolate_count(x1, records1, x2, records2) / records2 if records1 and records2 else 1 / x2
                 ran_on = max(1, min(stage["shards"], workers))
                 # a sampled source stage gets its full file count at full size: all workers busy
-                full_on = workers if s == 0 and job.get("sampled") else ran_on
-                seconds += max(0.0, stage["seconds"] - busy2 / ran_on) + busy / full_on
+                full_on = workers if job.get("sampled") and stage["name"].startswith(_SOURCES) else ran_on
+                seconds += max(0.0, stage["seconds"] - busy2 / ran_on) + busy2 * growth / full_on
 
         def documents(key: str) -> int | None:
             q1, q2 = small.summary.get(key), large.summary.get(key)
