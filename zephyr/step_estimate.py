@@ -8,11 +8,13 @@ two) and once on half of that sample (every other of those files); each step rea
 predecessor wrote in the same run. Each step's figures are then grown to the full input by
 `zephyr.engine.estimate`'s curves: counts (records, bytes, scratch) on a power law through the two
 runs, so distinct keys and duplicates are not scaled as if linear; times as fixed costs (what does not
-grow: a stage's set-up, the step's own code) plus work: the shards' busy time in the larger run, grown
-as the stage's input records grow and spread over the workers a full-size stage keeps busy. (A line
-through both runs' times was tried first: on a loaded machine a lone shard runs faster than two side by
-side and the first run pays for starting workers, and a 10% sample magnifies such noise 16 times: steps
-came out 22-51% off.) Core-hours are wall time x workers, as a data team pays for them.
+grow: a stage's set-up, the step's own code) plus work: the shards' CPU time in the larger run, grown as
+the stage's input records grow, turned into wall time at the CPU share busy workers got over the whole
+estimate and spread over the workers a full-size stage keeps busy. (A line through both runs' wall times
+was tried first: on a loaded machine a lone shard runs faster than two side by side, the first run pays
+for starting workers, and a 10% sample magnifies such noise 16 times: steps came out 22-51% off. Each
+step's own busy wall time was next: a load spike in a step's few seconds of sample decided its figure.)
+Core-hours are wall time x workers, as a data team pays for them.
 
 What it writes: nothing under `--output`, except a recipe's own input sample when the recipe builds one
 and it is missing (the input it estimates from). The throw-away folder is removed afterwards.
@@ -117,12 +119,26 @@ class StepEstimator:
         ]
         return sampled_share(parts) or 1.0
 
+    def cpu_share(self) -> float:
+        """CPU seconds a busy worker got per second in the larger run, over every step: on a machine others
+        load too, how fast work went. One figure for the whole estimate, not one per step: a step's sample
+        runs for seconds, and a load spike in them would otherwise decide its estimate."""
+        stages = [s for steps in self.measured.values() for j in steps["sample"].jobs for s in j["stages"]]
+        busy = sum(s.get("busy_seconds", 0.0) for s in stages)
+        cpu = sum(s.get("cpu_seconds", 0.0) for s in stages)
+        return min(1.0, cpu / busy) if busy > 0 and cpu > 0 else 1.0
+
     def figures(self) -> list[StepFigures]:
         x1, x2 = self.share("half"), self.share("sample")
-        workers = current_config().num_workers
-        return [self._step(name, runs["half"], runs["sample"], x1, x2, workers) for name, runs in self.measured.items()]
+        workers, share = current_config().num_workers, self.cpu_share()
+        return [
+            self._step(name, runs["half"], runs["sample"], x1, x2, workers, share)
+            for name, runs in self.measured.items()
+        ]
 
-    def _step(self, name: str, small: _Measured, large: _Measured, x1: float, x2: float, workers: int) -> StepFigures:
+    def _step(
+        self, name: str, small: _Measured, large: _Measured, x1: float, x2: float, workers: int, share: float
+    ) -> StepFigures:
         def grown(q1: float, q2: float) -> int:
             return round(extrapolate_count(x1, q1, x2, q2))
 
@@ -134,9 +150,9 @@ class StepEstimator:
         scatters = lambda stages: [s for s in stages if s["name"].endswith("scatter")]  # noqa: E731
         every = lambda stages: stages  # noqa: E731
         # wall time: the step's own code (fixed) + per stage its fixed part + its work spread over workers.
-        # The work is the larger run's busy time (it ran second, on warm workers, as many in parallel as a
-        # full run keeps busy: on a loaded machine a lone shard runs faster than two side by side, so the
-        # smaller run's times are not comparable), grown as the stage's input records grow.
+        # The work is the larger run's CPU time (it ran second, on warm workers, as many in parallel as a
+        # full run keeps busy), grown as the stage's input records grow, at the CPU share the whole
+        # estimate saw.
         stage_wall = total(large, every, "seconds")
         seconds = max(0.0, large.seconds - stage_wall)
         for j, job in enumerate(large.jobs):
@@ -144,12 +160,13 @@ class StepEstimator:
             for s, stage in enumerate(job["stages"]):
                 before = other["stages"][s] if other is not None and s < len(other["stages"]) else None
                 busy2, records2 = stage.get("busy_seconds", 0.0), stage["records_in"]
+                work2 = stage["cpu_seconds"] / share if stage.get("cpu_seconds") else busy2
                 records1 = before["records_in"] if before else 0
                 growth = extrapolate_count(x1, records1, x2, records2) / records2 if records1 and records2 else 1 / x2
                 ran_on = max(1, min(stage["shards"], workers))
                 # a sampled source stage gets its full file count at full size: all workers busy
                 full_on = workers if job.get("sampled") and stage["name"].startswith(_SOURCES) else ran_on
-                seconds += max(0.0, stage["seconds"] - busy2 / ran_on) + busy2 * growth / full_on
+                seconds += max(0.0, stage["seconds"] - busy2 / ran_on) + work2 * growth / full_on
 
         def documents(key: str) -> int | None:
             q1, q2 = small.summary.get(key), large.summary.get(key)

@@ -61,9 +61,11 @@ class StageStats:
     retries: list[str] = field(default_factory=list)
     peak_rss: int = 0
     busy_seconds: float = 0.0  # the shards' own times summed: work, whatever the parallelism
+    cpu_seconds: float = 0.0  # and their workers' CPU time
 
     def add(self, result: ShardResult) -> None:
         self.busy_seconds += result.seconds
+        self.cpu_seconds += result.cpu_seconds
         self.records_in += result.records_in
         self.records_out += result.records_out
         self.bytes_in += result.bytes_in

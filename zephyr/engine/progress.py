@@ -153,6 +153,7 @@ class ProgressDisplay:
             "eta_seconds": None,
             "peak_rss": 0,
             "busy_seconds": 0.0,
+            "cpu_seconds": 0.0,
             "retries": [],
         }
         if self._job is not None:
@@ -173,6 +174,7 @@ class ProgressDisplay:
             rec[key] += getattr(result, key, 0)
         rec["peak_rss"] = max(rec["peak_rss"], getattr(result, "peak_rss", 0))
         rec["busy_seconds"] += getattr(result, "seconds", 0.0)
+        rec["cpu_seconds"] += getattr(result, "cpu_seconds", 0.0)
         shards = _shards(stage)
         if shards and result.shard < len(shards):
             state.done_bytes += getattr(shards[result.shard], "size", 0) or 0

@@ -42,6 +42,7 @@ class ShardResult:
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the worker process's CPU time during the shard (--estimate reads it)
     peak_rss: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     skipped_existing: bool = False
