@@ -22,6 +22,9 @@ so CPU time is steadier than wall time; `uptime` load is printed beside them.
 
 Ids: the store is compared with `tokenizers` document by document, and with datatrove's
 output stream token by token. The last line is one JSON object with the figures.
+
+Measured here (load 6.6, 2 shared cores), M tokens/s per core: ours end to end 13.99 (the C kernel;
+3.79 with tiktoken before it), in memory 23.18, tokenizers 0.77, datatrove 0.62; ids identical.
 """
 
 from __future__ import annotations
