@@ -8,12 +8,14 @@ two) and once on half of that sample (every other of those files); each step rea
 predecessor wrote in the same run. Each step's figures are then grown to the full input by
 `zephyr.engine.estimate`'s curves: counts (records, bytes, scratch) on a power law through the two
 runs, so distinct keys and duplicates are not scaled as if linear; times as fixed costs (what does not
-grow: a stage's set-up, the step's own code) plus work: the shards' CPU time in the larger run, grown as
-the stage's input records grow, turned into wall time at the CPU share busy workers got over the whole
-estimate and spread over the workers a full-size stage keeps busy. (A line through both runs' wall times
-was tried first: on a loaded machine a lone shard runs faster than two side by side, the first run pays
-for starting workers, and a 10% sample magnifies such noise 16 times: steps came out 22-51% off. Each
-step's own busy wall time was next: a load spike in a step's few seconds of sample decided its figure.)
+grow: a stage's set-up, the step's own code) plus work: CPU time per input record (the median of both runs'
+shards), times the stage's input records at full size, turned into wall time at the CPU share busy
+workers got over the whole estimate and spread over the workers a full-size stage keeps busy. (A line
+through both runs' wall times was tried first: on a loaded machine a lone shard runs faster than two
+side by side, the first run pays for starting workers, and a 10% sample magnifies such noise 16 times:
+steps came out 22-51% off. Each step's own busy time was next: a load spike in a step's few seconds of
+sample decided its figure. Then the summed CPU time: a cold worker's first shard (imports, a tokenizer's
+tables) was multiplied by nine, 80% over on a quiet machine.)
 Core-hours are wall time x workers, as a data team pays for them.
 
 What it writes: nothing under `--output`, except a recipe's own input sample when the recipe builds one
@@ -150,9 +152,8 @@ class StepEstimator:
         scatters = lambda stages: [s for s in stages if s["name"].endswith("scatter")]  # noqa: E731
         every = lambda stages: stages  # noqa: E731
         # wall time: the step's own code (fixed) + per stage its fixed part + its work spread over workers.
-        # The work is the larger run's CPU time (it ran second, on warm workers, as many in parallel as a
-        # full run keeps busy), grown as the stage's input records grow, at the CPU share the whole
-        # estimate saw.
+        # The work is CPU time per input record (the median shard's), times the stage's input records at
+        # full size, at the CPU share the whole estimate saw.
         stage_wall = total(large, every, "seconds")
         seconds = max(0.0, large.seconds - stage_wall)
         for j, job in enumerate(large.jobs):
@@ -160,9 +161,17 @@ class StepEstimator:
             for s, stage in enumerate(job["stages"]):
                 before = other["stages"][s] if other is not None and s < len(other["stages"]) else None
                 busy2, records2 = stage.get("busy_seconds", 0.0), stage["records_in"]
-                work2 = stage["cpu_seconds"] / share if stage.get("cpu_seconds") else busy2
                 records1 = before["records_in"] if before else 0
                 growth = extrapolate_count(x1, records1, x2, records2) / records2 if records1 and records2 else 1 / x2
+                # CPU per input record: the median over both runs' shards, so that a shard paying for a cold
+                # worker (imports, a tokenizer's tables) does not set the rate of a million records
+                rates = sorted(
+                    cpu / n for n, cpu in [*stage.get("shard_cpu", ()), *(before or {}).get("shard_cpu", ())] if n
+                )
+                if rates:
+                    work2 = rates[len(rates) // 2] * records2 / share
+                else:
+                    work2 = stage["cpu_seconds"] / share if stage.get("cpu_seconds") else busy2
                 ran_on = max(1, min(stage["shards"], workers))
                 # a sampled source stage gets its full file count at full size: all workers busy
                 full_on = workers if job.get("sampled") and stage["name"].startswith(_SOURCES) else ran_on

@@ -175,6 +175,10 @@ class ProgressDisplay:
         rec["peak_rss"] = max(rec["peak_rss"], getattr(result, "peak_rss", 0))
         rec["busy_seconds"] += getattr(result, "seconds", 0.0)
         rec["cpu_seconds"] += getattr(result, "cpu_seconds", 0.0)
+        if self._job is not None and "sampled" in self._job:  # --estimate's sample runs: each shard's rate
+            rec.setdefault("shard_cpu", []).append(
+                [getattr(result, "records_in", 0), getattr(result, "cpu_seconds", 0.0)]
+            )
         shards = _shards(stage)
         if shards and result.shard < len(shards):
             state.done_bytes += getattr(shards[result.shard], "size", 0) or 0
