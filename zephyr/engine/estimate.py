@@ -8,9 +8,9 @@ one of its shards), each figure gets a growth curve through two points, extrapol
 
 - counts (records, bytes, scratch bytes): a power law q = a * x^b, so b ~ 1 for records that scale with
   the input and b < 1 for distinct keys (Heaps' law for words; b = 0 when the keys are all there already);
-- times: a line t = c + k * x on the shards' busy time (their own seconds summed, so it does not depend on
-  how many workers the sample kept busy), spread over min(shards, workers) at full size, plus the
-  stage's fixed wall time, which does not grow.
+- times: the shards' CPU time per input record (in the larger run, which runs second, on warm workers)
+  times the stage's input records at full size, spread over min(shards, workers), plus the stage's fixed
+  wall time (set-up, the barrier), which does not grow. `zephyr.step_estimate` refines this for recipes.
 
 x is the sampled share of the input: bytes for files of known size, else shards. Sampling keeps whole
 shards (files), spread evenly over each source, at least two when a source has two, so every job runs
@@ -187,16 +187,24 @@ def estimate_plan(
             shutil.rmtree(scratch, ignore_errors=True)
     (x1, x2), (small, large) = shares, runs
     workers = config.num_workers
+    cpu, busy = sum(s.cpu_seconds for s in large.stages), sum(s.busy_seconds for s in large.stages)
+    share = min(1.0, cpu / busy) if cpu > 0 and busy > 0 else 1.0  # CPU a busy worker got per second
     estimates = []
     for stage, s1, s2 in zip(physical.stages, small.stages, large.stages, strict=False):
 
         def count(name: str, s1: Any = s1, s2: Any = s2) -> int:
             return round(extrapolate_count(x1, getattr(s1, name), x2, getattr(s2, name)))
 
-        busy = extrapolate_time(x1, s1.busy_seconds, x2, s2.busy_seconds)
+        # work: the larger run's CPU per input record (it ran second, on warm workers) times the records at
+        # full size; the stage's time beyond its shards' work (set-up, the barrier) as measured
+        records = extrapolate_count(x1, s1.records_in, x2, s2.records_in)
+        if s2.records_in and s2.cpu_seconds:
+            work = s2.cpu_seconds / s2.records_in * records / share
+        else:
+            work = extrapolate_time(x1, s1.busy_seconds, x2, s2.busy_seconds)
         fixed = max(0.0, s2.seconds - s2.busy_seconds / max(1, min(s2.shards, workers)))
         full_shards = stage.num_shards or s2.shards
-        seconds = busy / max(1, min(full_shards, workers)) + fixed
+        seconds = work / max(1, min(full_shards, workers)) + fixed
         bytes_out = count("bytes_out")
         estimates.append(
             StageEstimate(
