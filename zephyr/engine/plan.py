@@ -86,6 +86,8 @@ class Plan:
     """A pipeline lowered into stages, in the order they run (the last one's output is the run's)."""
 
     stages: tuple[Stage, ...]
+    # --estimate's sample runs: (read, of) per sampled source, in bytes for files of known size, else shards
+    sampled: tuple[tuple[int, int], ...] = ()
 
     @property
     def fingerprint(self) -> str:
@@ -248,7 +250,7 @@ def _lower_source(source: O.Source, config: ExecutionConfig) -> tuple[StageInput
             SourceShard(i, f"list[{bounds[i]}:{bounds[i + 1]}]", records=records[bounds[i] : bounds[i + 1]])
             for i in range(n)
         )
-        return ListInput(shards, len(records)), n
+        return ListInput(shards, len(records), source.input_files), n
     if isinstance(source, O.IterableSource):
         return IterableInput(source.shard_fn, source.num_shards), source.num_shards
     if isinstance(source, O.FilesSource):
