@@ -21,6 +21,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,22 @@ def _finished(directory: Path, gb: float, seed: int) -> dict[str, Any] | None:
     return None
 
 
+def _finish(
+    directory: Path, gb: float, seed: int, counts: dict[str, int], files: Iterable[Path], started: float
+) -> dict[str, Any]:
+    """Write DIR/corpus.json (what `_finished` reads back: size, seed, counts, bytes on disk, seconds) and
+    return it."""
+    info = {
+        "gb": gb,
+        "seed": seed,
+        **counts,
+        "compressed_bytes": sum(f.stat().st_size for f in files),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    (directory / "corpus.json").write_text(json.dumps(info))
+    return info
+
+
 def _word_model(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
     """(the generator's random stream, the vocabulary, its cumulative frequencies)."""
     words, p = _vocabulary()
@@ -157,18 +174,8 @@ def generate(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
             written += file_bytes
             text_bytes += file_bytes
             part += 1
-    info = {
-        "gb": gb,
-        "seed": seed,
-        "documents": docs,
-        "exact_copies": exact,
-        "near_copies": near,
-        "text_bytes": text_bytes,
-        "compressed_bytes": sum(f.stat().st_size for f in directory.rglob("*.zst")),
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    (directory / "corpus.json").write_text(json.dumps(info))
-    return info
+    counts = {"documents": docs, "exact_copies": exact, "near_copies": near, "text_bytes": text_bytes}
+    return _finish(directory, gb, seed, counts, directory.rglob("*.zst"), started)
 
 
 # -------------------------------------------------------------------------------------- WARC corpus
@@ -256,15 +263,5 @@ def generate_warc(directory: Path, gb: float, seed: int = 0) -> dict[str, Any]:
         (directory / f"part-{part:05d}.warc.gz").write_bytes(b"".join(members))
         written += file_bytes
         part += 1
-    info = {
-        "gb": gb,
-        "seed": seed,
-        "documents": pages,
-        "exact_copies": exact,
-        "near_copies": near,
-        "text_bytes": written,
-        "compressed_bytes": sum(f.stat().st_size for f in directory.glob("*.warc.gz")),
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    (directory / "corpus.json").write_text(json.dumps(info))
-    return info
+    counts = {"documents": pages, "exact_copies": exact, "near_copies": near, "text_bytes": written}
+    return _finish(directory, gb, seed, counts, directory.glob("*.warc.gz"), started)

@@ -152,15 +152,20 @@ def test_sample_plan_samples_raw_inputs_and_reads_the_estimates_own_outputs_whol
 
     _write_inputs(tmp_path / "in", files=10, rows=5)
     files = Dataset.from_files(str(tmp_path / "in" / "*.jsonl"))
-    raw = [{"path": f"/data/crawl/{i}.warc.gz"} for i in range(10)]
-    own = [{"path": f"{tmp_path}/work/sample/{i}.warc.gz"} for i in range(10)]
+    for folder in ("crawl", "work/sample"):  # files an op reads itself (WARC): the `path` format
+        (tmp_path / folder).mkdir(parents=True)
+        for i in range(10):
+            (tmp_path / folder / f"{i}.warc.gz").write_bytes(b"x" * 100)
+    raw = Dataset.from_files(str(tmp_path / "crawl" / "*.warc.gz"), format="path")
+    own = Dataset.from_files(str(tmp_path / "work" / "sample" / "*.warc.gz"), format="path")
+    names = [{"path": f"/data/crawl/{i}.warc.gz"} for i in range(10)]
     sample = InputSample(0.2, exempt=(str(tmp_path / "work"),))
     config = current_config()
     for dataset, kept in (
         (files, 2),
-        (Dataset.from_list(raw, num_shards=10, input_files=True), 2),
-        (Dataset.from_list(own, num_shards=10, input_files=True), 10),  # the estimate's own step output
-        (Dataset.from_list(raw, num_shards=10), 10),  # records that are data, not file names
+        (raw, 2),
+        (own, 10),  # the estimate's own step output
+        (Dataset.from_list(names, num_shards=10), 10),  # in-memory records are data, not inputs to sample
     ):
         sampled = sample_plan(plan(dataset.map(lambda r: r), config), sample)
         assert sampled.stages[0].num_shards == kept

@@ -46,16 +46,12 @@ class Dataset:
 
     # ------------------------------------------------------------------------------- sources
     @staticmethod
-    def from_list(records: Iterable[Any], *, num_shards: int | None = None, input_files: bool = False) -> Dataset:
-        """In-memory records split into `num_shards` contiguous shards (default: one per worker).
-
-        `input_files=True` says each record names an input file that a later op reads (WARC readers do
-        this): `zephyr run --estimate` then samples these shards as it samples the files of `from_files`.
-        """
+    def from_list(records: Iterable[Any], *, num_shards: int | None = None) -> Dataset:
+        """In-memory records split into `num_shards` contiguous shards (default: one per worker)."""
         records = tuple(records)
         if num_shards is not None and num_shards < 1:
             raise ValueError(f"num_shards must be at least 1, got {num_shards}")
-        return Dataset(O.ListSource(records, num_shards, input_files))
+        return Dataset(O.ListSource(records, num_shards))
 
     @staticmethod
     def from_iterable(shard_fn: Callable[[int], Iterable[Any]], *, num_shards: int = 1) -> Dataset:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephyr.engine.context import ExecutionConfig, InputSample
-from zephyr.engine.inputs import FileInput, ListInput
+from zephyr.engine.inputs import FileInput
 from zephyr.engine.outputs import Collect, Scatter
 from zephyr.engine.plan import Plan
 
@@ -81,28 +81,16 @@ def _exempt(path: str | None, exempt: tuple[str, ...]) -> bool:
     return path is not None and any(path == root or path.startswith(root.rstrip("/") + "/") for root in exempt)
 
 
-def _named_file(record: Any) -> str | None:
-    """The file an `input_files` record names: the record itself, or its "path" field."""
-    value = record.get("path") if isinstance(record, dict) else record
-    return value if isinstance(value, str) else None
-
-
 def _sampled_input(stage_input: Any, sample: InputSample) -> tuple[Any, tuple[int, int] | None]:
     """(the input reading only its sample of shards, (read, of) in bytes or shards); unchanged inputs: None."""
-    if isinstance(stage_input, FileInput):
+    if isinstance(stage_input, FileInput):  # data files, or (the `path` format) files an op reads, as WARC's
         shards = stage_input.shards
         if not shards or any(_exempt(s.path, sample.exempt) for s in shards):
             return stage_input, None
         keep = [shards[i] for i in sampled_shards(len(shards), sample.fraction, sample.half)]
         total = sum(s.size for s in shards)
         share = (sum(s.size for s in keep), total) if total else (len(keep), len(shards))
-    elif isinstance(stage_input, ListInput) and stage_input.input_files:
-        shards = stage_input.shards
-        if any(_exempt(_named_file(r), sample.exempt) for s in shards for r in s.records or ()):
-            return stage_input, None
-        keep = [shards[i] for i in sampled_shards(len(shards), sample.fraction, sample.half)]
-        share = (len(keep), len(shards))
-    else:
+    else:  # in-memory records are data, not file names (an op's own files: the `path` format, a FileInput)
         return stage_input, None
     renumbered = tuple(dataclasses.replace(s, index=i) for i, s in enumerate(keep))
     return dataclasses.replace(stage_input, shards=renumbered), share

@@ -168,7 +168,6 @@ class ListInput(Input):
 
     shards: tuple[SourceShard, ...]
     total: int  # records in all shards, for the stage's name
-    input_files: bool = False  # each record names an input file: --estimate samples these shards
 
     @property
     def upstream(self) -> tuple[int, ...]:

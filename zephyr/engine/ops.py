@@ -44,7 +44,6 @@ class ListSource:
 
     records: tuple[Any, ...]
     num_shards: int | None = None
-    input_files: bool = False  # each record names an input file (e.g. a WARC): --estimate samples them as files
 
     @property
     def name(self) -> str:

@@ -250,7 +250,7 @@ def _lower_source(source: O.Source, config: ExecutionConfig) -> tuple[StageInput
             SourceShard(i, f"list[{bounds[i]}:{bounds[i + 1]}]", records=records[bounds[i] : bounds[i + 1]])
             for i in range(n)
         )
-        return ListInput(shards, len(records), source.input_files), n
+        return ListInput(shards, len(records)), n
     if isinstance(source, O.IterableSource):
         return IterableInput(source.shard_fn, source.num_shards), source.num_shards
     if isinstance(source, O.FilesSource):
