@@ -11,7 +11,8 @@ Figures are tokens per CPU-second of one process (= tokens/s per core): the mach
 so CPU time is steadier than wall time; `uptime` load is printed beside them.
 
 - ours end to end: `tokenize_dataset` on the engine's local backend (one process): read
-  jsonl.zst, tokenize (tiktoken fast path), write the token store (tokens.bin + offsets.npy +
+  jsonl.zst, tokenize (the fast engine named in the header:
+  Zephyr's C kernel when built, else tiktoken), write the token store (tokens.bin + offsets.npy +
   manifest). The tokenizer load (cached, once per worker) is reported separately.
 - ours in memory: `Tokenizer.encode_flat` over the same texts.
 - tokenizers in memory: `tokenizers.Tokenizer.encode_batch` over the same texts (no I/O).
@@ -21,6 +22,9 @@ so CPU time is steadier than wall time; `uptime` load is printed beside them.
 
 Ids: the store is compared with `tokenizers` document by document, and with datatrove's
 output stream token by token. The last line is one JSON object with the figures.
+
+Measured here (load 6.6, 2 shared cores), M tokens/s per core: ours end to end 13.99 (the C kernel;
+3.79 with tiktoken before it), in memory 23.18, tokenizers 0.77, datatrove 0.62; ids identical.
 """
 
 from __future__ import annotations

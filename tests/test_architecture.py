@@ -30,7 +30,18 @@ PACKAGE = ROOT / "zephyr"
 BASE = {"errors", "counters", "config", "lazy", "cache", "progress", "fs", "versioning", "staged"}
 # The command line: the top layer, it may import anything.
 CLI_AREAS = {"cli", "export_cli", "install_models", "recipe_cli"}
-EVERYTHING = BASE | {"engine", "__init__", "operators", "tokenize", "datashop", "ui", "steps", "train", "ablate"}
+EVERYTHING = BASE | {
+    "engine",
+    "__init__",
+    "operators",
+    "tokenize",
+    "datashop",
+    "ui",
+    "steps",
+    "step_estimate",
+    "train",
+    "ablate",
+}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "counters": set(),
@@ -46,7 +57,8 @@ ALLOWED: dict[str, set[str]] = {
     "tokenize": BASE | {"engine", "__init__"},
     "datashop": BASE | {"engine", "__init__", "operators", "tokenize"},
     "ui": BASE | {"engine", "__init__", "operators", "tokenize", "datashop", "ablate", "steps"},
-    "steps": BASE | {"engine", "__init__"},
+    "steps": BASE | {"engine", "__init__", "step_estimate"},
+    "step_estimate": BASE | {"engine"},  # `zephyr run --estimate` of a recipe's steps
     "train": BASE | {"tokenize"},  # and of tokenize only store/mixture: test_train_reads_only_the_token_store
     "ablate": BASE | {"engine", "__init__", "tokenize", "train"},
     "__init__": BASE | {"engine"},

@@ -275,8 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--estimate",
         action="store_true",
-        help="with --dry-run: run each plan on a sample of its input shards and print per stage the "
-        "records, bytes, scratch and wall time expected at full size",
+        help="run every recipe step (a plain script: every plan) on a sample of the input shards and on half "
+        "of it, in a throw-away folder, and print per step the records, bytes, scratch, memory and wall time "
+        "expected at full size on the chosen workers, and core-hours (implies --dry-run for the rest)",
     )
     run.add_argument("script", metavar="SCRIPT", help="a Python file: defines main(), or runs a pipeline at top level")
     run.add_argument(

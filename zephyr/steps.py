@@ -15,6 +15,10 @@ replaced by another completed one (see `StepRunner.run`).
 The `with` block is how long the runner holds its output root (one run per root at a time, see
 `_hold_root`); a runner used without it holds the root until it is garbage-collected or the process ends.
 
+An estimate (`zephyr run --estimate`) runs every step for real on a sample of the input and on half of it,
+into a throw-away folder, and ends where a dry run ends with a table of each step's figures grown to the
+full input (`zephyr.step_estimate`).
+
 A dry run (`zephyr run --dry-run`, or `execution(dry_run=True)`) prints every step's plan and writes
 nothing a later run would trust (no output, no marker, no run record): completed steps are reported as
 reused; every step that would run is called with its output redirected to a throw-away directory under
@@ -45,6 +49,7 @@ from zephyr.engine.run_lock import hold_folder
 from zephyr.engine.run_record import RunRecorder, current_run, use_run
 from zephyr.fs import join, url_to_fs
 from zephyr.staged import StagedWork, clear
+from zephyr.step_estimate import StepEstimator
 from zephyr.versioning import describe, digest, undescribable
 
 __all__ = ["DryRunStop", "StepOutput", "StepRunner"]
@@ -88,6 +93,15 @@ class StepRunner:
     _pending: dict[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)  # dry run
     _own: RunRecorder | None = dataclasses.field(default=None, repr=False, compare=False)
     _root_lock: Any = dataclasses.field(default=None, repr=False, compare=False)
+    _estimator: StepEstimator | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def is_estimate(self) -> bool:
+        """`zephyr run --estimate`: steps run on input samples in a throw-away folder (`zephyr.step_estimate`)."""
+        from zephyr.engine.context import current_config
+
+        config = current_config()
+        return self.dry_run is None and config.dry_run and config.estimate
 
     @property
     def is_dry_run(self) -> bool:
@@ -95,12 +109,15 @@ class StepRunner:
             return self.dry_run
         from zephyr.engine.context import current_config
 
-        return current_config().dry_run
+        return current_config().dry_run and not self.is_estimate
 
     def would_write(self, name: str, path: str, what: str) -> bool:
         """For work a recipe does outside a step (such as building a sample into `path`): in a dry run,
         say that `name` would write `what`, declare `path` pending (the steps reading it are planned
         against it) and return True: the caller skips the work. Otherwise return False."""
+        if self.is_estimate:
+            print(f"[estimate] {name!r} writes {what}: the input the estimate samples", flush=True)
+            return False
         if not self.is_dry_run:
             self._hold_root()
             return False
@@ -111,7 +128,17 @@ class StepRunner:
 
     def end_dry_run(self) -> None:
         """In a dry run, end it (exit code 0) with a line listing every step and whether it would run;
-        otherwise do nothing. Recipes call it after their last step, before reading summaries."""
+        otherwise do nothing. Recipes call it after their last step, before reading summaries. An estimate
+        ends here too, with its table."""
+        if self.is_estimate:
+            estimator = self._estimator or StepEstimator()
+            try:
+                print(estimator.report(), flush=True)
+            finally:
+                estimator.close()
+            raise DryRunStop(
+                f"[estimate] {len(self.history)} step(s) estimated. Nothing was written under {self.root}."
+            )
         if not self.is_dry_run:
             return
         listed = [f"{o.name} ({'would run' if o.planned else 'reused'})" for o in self.history]
@@ -140,9 +167,11 @@ class StepRunner:
         its marker) as they were. Files a failed run left behind are removed before the next attempt,
         so they never become part of a completed output.
         """
+        inputs = dict(inputs or {})
+        if self.is_estimate:
+            return self._estimated(name, fn, config, inputs)
         if not self.is_dry_run:
             self._hold_root()  # before reading the marker: another run may be writing this step
-        inputs = dict(inputs or {})
         version, unreusable = _version(name, fn, config, inputs, self.root)
         path = join(self.root, f"{name}-{version[:10]}")
         work = StagedWork(join(path, MARKER), _KIND, version)
@@ -188,6 +217,8 @@ class StepRunner:
     def close(self) -> None:
         """Release the output root now (the end of a `with` block calls it). Steps run after it take the
         root again."""
+        if self._estimator is not None:
+            self._estimator.close()
         if self._root_lock:
             self._root_lock()  # a weakref.finalize runs its callback once, and is then dead
         self._root_lock = None
@@ -205,6 +236,19 @@ class StepRunner:
         if self._root_lock is None:
             release = hold_folder(self.root, "recipe output folder")
             self._root_lock = weakref.finalize(self, _release_quietly, release) if release is not None else False
+
+    def _estimated(
+        self, name: str, fn: Callable[..., Any], config: Any, inputs: Mapping[str, StepOutput | str | list[str]]
+    ) -> StepOutput:
+        """Estimate mode: the step on both input samples (its inputs, earlier steps' sample outputs)."""
+        if self._estimator is None:
+            self._estimator = StepEstimator()
+        version, _ = _version(name, fn, config, inputs, self.root)
+        named = {key: ("step", value.name) if isinstance(value, StepOutput) else value for key, value in inputs.items()}
+        path, summary, seconds = self._estimator.run(name, fn, config, named)
+        output = StepOutput(name, path, version, summary, False, seconds)
+        self.history.append(output)
+        return output
 
     def _plan(
         self,

@@ -137,3 +137,20 @@ def test_hostile_markup_does_not_crash():
     assert "deep text" in html_to_text(deep)
     assert html_to_text("") == "" and html_to_text(b"\x00\xff\xfe garbage") is not None
     assert html_to_text("<p>unclosed <b>bold <i>italic") is not None
+
+
+@pytest.mark.parametrize(
+    "doctype",
+    [
+        '<!DOCTYPE html PUBLIC XHTML 1.0 Strict//EN" "http://www.w3.org/TR/xhtml1/DTD/xhtml1-strict.dtd">',
+        "<!DOCTYPE html PUBLIC>",
+        "<!DOCTYPE html SYSTEM>",
+    ],
+)
+def test_a_page_lexbor_cannot_clone_is_parsed_again(doctype):
+    """A malformed DOCTYPE (a keyword without its quoted identifier) makes selectolax's clone() raise "Can't
+    create a new document"; a short page (under min_text_chars) needs the retries that work on copies, and
+    the whole extraction step used to fail on the first such page of a crawl."""
+    prose = "Short but real prose, here. " * 3
+    page = f"{doctype}<html><body><nav>menu</nav><article><p>{prose}</p></article></body></html>"
+    assert "Short but real prose" in html_to_text(page)

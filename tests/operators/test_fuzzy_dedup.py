@@ -29,6 +29,8 @@ from zephyr.operators.minhash_corpus import (
     load_article_bodies,
     plant_near_duplicates,
     recombined_documents,
+    reference_jaccard,
+    reference_shingles,
     score_clusters,
 )
 
@@ -166,6 +168,10 @@ def test_precision_recall_on_planted_near_duplicates(local, tmp_path, articles):
     print("\nwith verification:   ", scores[True])
     print("without verification:", scores[False])
     verified = scores[True]
+    # the pipeline's hashed shingle sets give the oracle's string Jaccard on every planted pair
+    text = {d["id"]: d["text"] for d in docs}
+    for a, b in list(truth)[:200]:
+        assert jaccard(shingle_set(text[a]), shingle_set(text[b])) == pytest.approx(truth[(a, b)], abs=1e-12)
     # every removed document matches the document kept in its place at >= 0.8 (exact ground truth)
     assert verified.removal_precision == 1.0 and verified.removed > 200
     assert verified.closure_precision >= 0.98  # clusters never join documents that no >=0.8 chain links
@@ -211,6 +217,23 @@ def test_removed_documents_match_their_keeper_not_just_a_chain(local, tmp_path, 
     # every document, kept or not, is within 0.8 of a kept one (or kept itself): nothing unmatched is lost
     for doc in out:
         assert doc["dup_keep"] or any(jaccard(sets[doc["id"]], sets[k]) >= 0.8 for k in kept)
+
+
+def test_verification_decides_on_the_shingles_not_on_colliding_hashes(local, tmp_path):
+    """Two documents share 4 of their 6 distinct word 5-grams (Jaccard 0.667): never duplicates. Their
+    one differing 5-gram each (ending in w269381 / w274365) hash to the same top 32 bits (found by a
+    birthday search), so with 32-bit shingle sets verification saw identical sets (1.0) and removed one."""
+    prefix = "alpha beta gamma delta the river keeps flowing"
+    docs = [{"id": "a", "text": f"{prefix} w269381"}, {"id": "b", "text": f"{prefix} w274365"}]
+    a, b = reference_shingles(docs[0]["text"]), reference_shingles(docs[1]["text"])
+    assert reference_jaccard(a, b) == pytest.approx(4 / 6)
+    sa, sb = shingle_set(docs[0]["text"]), shingle_set(docs[1]["text"])
+    assert jaccard(sa, sb) == pytest.approx(4 / 6)
+    assert set((sa >> 32).tolist()) == set((sb >> 32).tolist())  # the planted 32-bit collision
+    out = fuzzy_dedup(Dataset.from_list(docs), work_dir=str(tmp_path / "w")).collect()
+    assert all(d["dup_keep"] for d in out)
+    report = json.loads((tmp_path / "w" / "report.json").read_text())
+    assert report["candidate_edges"] == 1 and report["verified_edges"] == 0
 
 
 # --------------------------------------------------------------------------- determinism

@@ -253,3 +253,59 @@ def test_batched_word_hashes_are_per_word_and_collision_free(articles):
     # words that differ only in length, zero-padding or chunk order
     tricky = ["a", "a0", "ab", "ba", "abcdefgh", "abcdefgh0", "abcdefghabcdefgh", "abcdefgh" * 3, "0", "00"]
     assert len(set(mh._word_tokens([" ".join(tricky)])[0].tolist())) == len(tricky)
+
+
+# --------------------------------------------------------------------------- the C kernel
+
+
+@pytest.fixture
+def native():
+    if mh._native() is None:
+        pytest.skip("zephyr.operators.minhash_kernel is not built (make install builds it)")
+    return mh._native()
+
+
+def _numpy_sketch(texts: list[str], config: MinHashConfig) -> tuple[np.ndarray, ...]:
+    signatures, counts, shingles = mh._signatures(texts, config)
+    return (signatures, counts, *mh._sorted_sets(shingles, counts))
+
+
+def test_native_kernel_gives_the_numpy_bits(native, articles):
+    """Signatures, shingle counts and sorted 64-bit sets, bit for bit, on real text and on what the kernel
+    treats apart: texts without words or shorter than n, words over 256 bytes (hashed whole by xxh3),
+    Unicode whose lowercase is context-dependent or two characters (final sigma, U+0130), characters
+    beyond the plane, separators of every kind, repeated text (equal hashes in the sort) and a cap."""
+    rng = random.Random(3)
+    pool = list("abc xyz ΣΑΣ ΟΔΟΣ İı ßẞ ǅǆ Ω𐐀𐐨 😀 ’“—\u00a0\u2028\u3000。，\x1c\x85\ufeff_-é") + [" ", " ", " "]
+    texts = articles[:40] + ["", "  !!! ", "a", "a b c d", "x" * 300 + " y", "z" * 5000, "la " * 30000]
+    texts += ["".join(rng.choice(pool) for _ in range(rng.randrange(0, 80))) for _ in range(400)]
+    texts += [" ".join(rng.choice("abcdef") for _ in range(rng.randrange(0, 3000))) for _ in range(40)]
+    for config in (
+        MinHashConfig(),
+        MinHashConfig(ngram_size=3, num_bands=4, rows_per_band=3, seed=9, max_tokens_per_document=50),
+    ):
+        got = mh._native_sketch(texts, config, True)
+        for mine, reference in zip(got, _numpy_sketch(texts, config), strict=True):
+            assert mine.dtype == reference.dtype and np.array_equal(mine, reference)
+
+
+def test_native_kernel_counts_what_the_numpy_path_counts(native):
+    from zephyr import counters
+
+    texts = ["one " * 30 + "w" * 400, "short text here"]
+    before = counters.snapshot()
+    mh._native_sketch(texts, MinHashConfig(max_tokens_per_document=10), False)
+    after = counters.snapshot()
+    found = {name: after.get(name, 0) - before.get(name, 0) for name in after}
+    assert found.get("minhash/long_words", 0) == 0  # the long word comes after the cap: never hashed
+    assert found["minhash/documents_capped"] == 1 and found["minhash/tokens_not_shingled"] == 21
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate fails as str.encode does on the numpy path
+        mh._native_sketch(["bad \ud800 text"], MinHashConfig(), False)
+
+
+def test_shingle_sets_of_a_batch_are_each_documents_shingle_set(chunks):
+    texts = [*chunks[:20], "", "two words", "!!!", chunks[0]]
+    values, offsets = mh.shingle_sets(texts)
+    assert offsets[0] == 0 and offsets[-1] == len(values) and values.dtype == np.uint64
+    for i, text in enumerate(texts):
+        assert np.array_equal(values[offsets[i] : offsets[i + 1]], shingle_set(text))

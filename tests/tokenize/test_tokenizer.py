@@ -1,4 +1,5 @@
-"""Tokenizer loading, the tiktoken fast path's identity with `tokenizers`, BOS/EOS, long-document splits."""
+"""Tokenizer loading, the fast engines' identity with `tokenizers` (the C kernel and tiktoken, each test on
+both), BOS/EOS, long-document splits."""
 
 from __future__ import annotations
 
@@ -26,14 +27,27 @@ MULTILINGUAL = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
+def _native_built() -> bool:
+    from zephyr.tokenize import native_bpe
+
+    return native_bpe._native() is not None
+
+
+@pytest.fixture(scope="module", params=["native", "tiktoken"])
+def engine(request) -> str:
+    if request.param == "native" and not _native_built():
+        pytest.skip("zephyr.tokenize.bpe_kernel is not built (make install builds it)")
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def tok_special():
-    return load_tokenizer(TokenizerSpec(parse_special=True))
+def tok(engine):
+    return load_tokenizer(TokenizerSpec(engine=engine))
+
+
+@pytest.fixture(scope="module")
+def tok_special(engine):
+    return load_tokenizer(TokenizerSpec(parse_special=True, engine=engine))
 
 
 def _reference(tokenizer, texts):
@@ -47,7 +61,8 @@ def test_default_tokenizer_is_smollm2_from_gguf(tok):
     assert info.eos_token == "<|endoftext|>" and info.eos_id == 0
     assert info.bos_id == 0
     assert len(info.content_hash) == 32
-    assert info.engine == "tiktoken", info.fast_path_note
+    assert info.engine in ("native", "tiktoken"), info.fast_path_note
+    assert load_tokenizer().info.engine == ("native" if _native_built() else "tiktoken")  # auto: the first that fits
     assert Path(info.origin).is_file() and Path(info.origin).name == "tokenizer.json"  # the extraction cache
     # The GGUF says pre=smollm: digits are split one by one, as in SmolLM2's own tokenizer.json.
     ids = tok.encode("2024")
@@ -183,8 +198,9 @@ def test_untranslatable_tokenizer_falls_back_or_raises(tok, tmp_path):
     assert fallback.info.engine == "tokenizers" and "normalizer" in fallback.info.fast_path_note
     texts = ["ﬁne ① ＡＢＣ text", "plain"]
     assert [x.tolist() for x in fallback.encode_batch(texts)] == _reference(fallback, texts)
-    with pytest.raises(ValueError, match="fast path is not exact"):
-        load_tokenizer(TokenizerSpec(source=str(path), engine="tiktoken"))
+    for engine in ("native", "tiktoken"):
+        with pytest.raises(ValueError, match=f"engine='{engine}' was requested .* not exact for it: normalizer"):
+            load_tokenizer(TokenizerSpec(source=str(path), engine=engine))
 
 
 def test_fast_encoder_rejects_a_wrong_translation(tok):
@@ -257,3 +273,43 @@ def test_fast_path_identical_on_random_adversarial_strings(tok, tok_special):
     for t in (tok, tok_special):
         expected = _reference(t, texts)
         assert [x.tolist() for x in t.encode_batch(texts)] == expected
+
+
+def test_native_engine_applies_listed_merges_not_concatenations(tok, tmp_path):
+    """Drop the merge that builds "Ġthe" but keep the token: tokenizers can no longer produce it, tiktoken's
+    rule (a concatenation in the vocabulary is merged) would; the C kernel follows the merges list, so it
+    stays exact where tiktoken is refused by the load-time check."""
+    if not _native_built():
+        pytest.skip("zephyr.tokenize.bpe_kernel is not built")
+
+    def drop_the(data):
+        merges = data["model"]["merges"]
+        merges[:] = [m for m in merges if "".join(m.split(" ") if isinstance(m, str) else m) != "Ġthe"]
+
+    path = _variant(tok, tmp_path, "no-the-merge", drop_the)
+    variant = load_tokenizer(TokenizerSpec(source=str(path), engine="native"))
+    assert variant.info.engine == "native"
+    texts = ["the cat and the dog", *MULTILINGUAL, *VERIFICATION_SAMPLES]
+    assert [x.tolist() for x in variant.encode_batch(texts)] == _reference(variant, texts)
+    assert load_tokenizer(str(path)).info.engine == "native"
+
+
+def test_native_engine_on_long_pieces_and_many_documents(tok):
+    """Pieces past the scan limit merge through a heap; the piece cache is shared by every later call."""
+    if tok.info.engine != "native":
+        pytest.skip("native engine only")
+    rng = np.random.default_rng(7)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyzé"))
+    texts = ["".join(rng.choice(letters, size=int(n))) for n in rng.integers(40, 400, size=60)]
+    texts += ["a" * 1000, "ab" * 500, " " * 300 + "x", "1" * 50 + "x" * 70]
+    words = ["".join(rng.choice(letters[:6], size=int(rng.integers(1, 9)))) for _ in range(300)]
+    texts += [" ".join(rng.choice(words, size=200)) for _ in range(200)]  # repeated pieces: cache hits
+    expected = _reference(tok, texts)
+    assert [x.tolist() for x in tok.encode_batch(texts)] == expected
+    assert [x.tolist() for x in tok.encode_batch(texts[::-1])] == expected[::-1]
+
+
+def test_cli_engine_choices_match_the_tokenizer():
+    from zephyr.tokenize import cli, tokenizer
+
+    assert cli.ENGINES == tokenizer.ENGINES

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from zephyr.engine.backend_registry import backend_spec, options_keywords, with_keywords
 
-__all__ = ["ExecutionConfig", "execution", "current_config", "parse_size"]
+__all__ = ["ExecutionConfig", "InputSample", "execution", "current_config", "parse_size"]
 
 _Options = TypeVar("_Options")
 
@@ -27,6 +27,22 @@ def parse_size(text: str | int) -> int:
         raise ValueError(f"cannot parse size {text!r}: expected e.g. '512MB', '2GiB' or a byte count")
     number, unit, _ = match.groups()
     return int(float(number) * 1024 ** " kmgt".index(unit or " "))
+
+
+@dataclass(frozen=True)
+class InputSample:
+    """What `--estimate`'s sample runs read of each source (`zephyr.engine.estimate.sample_plan`): `fraction`
+    of its shards, evenly spread (at least two when it has two or more; with `half`, every other one of
+    those, so that two runs read nested samples), except sources whose files all lie under a path in
+    `exempt` (the estimate's own step outputs), which are read whole."""
+
+    fraction: float
+    half: bool = False
+    exempt: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.fraction <= 1.0:
+            raise ValueError(f"InputSample.fraction must be in (0, 1], got {self.fraction!r}")
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,7 @@ class ExecutionConfig:
     scratch: str | None = None  # None: $ZEPHYR_SCRATCH or ./.zephyr/scratch
     dry_run: bool = False
     estimate: bool = False  # with dry_run: run a sample of the input shards, print full-size estimates
+    sample: InputSample | None = None  # read only a sample of each source's shards (--estimate's sample runs)
     max_user_retries: int = 1
     max_infra_retries: int = 3
     retry_backoff_s: float = 0.5

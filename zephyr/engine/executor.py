@@ -66,9 +66,12 @@ class StageStats(Figures):
     shards: int
     resumed_shards: int = 0
     retries: list[str] = field(default_factory=list)
+    busy_seconds: float = 0.0  # the shards' own times summed: work, whatever the parallelism
 
     def add(self, result: ShardResult) -> None:
         """Count one shard's result in."""
+        self.busy_seconds += result.seconds
+        self.cpu_seconds += result.cpu_seconds
         self.records_in += result.records_in
         self.records_out += result.records_out
         self.bytes_in += result.bytes_in
@@ -96,6 +99,10 @@ def execute(dataset: Any, config: ExecutionConfig | None = None) -> RunResult:
 
 def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
     """Run a plan's stages in order, resuming from checkpoints; with `config.dry_run`, print it instead."""
+    if config.sample is not None and not config.dry_run:  # --estimate's sample runs read part of each source
+        from zephyr.engine.estimate import sample_plan
+
+        physical = sample_plan(physical, config.sample)
     _check_process_local_urls(physical, config)
     if config.dry_run:
         print(physical.describe())

@@ -86,6 +86,8 @@ class Plan:
     """A pipeline lowered into stages, in the order they run (the last one's output is the run's)."""
 
     stages: tuple[Stage, ...]
+    # --estimate's sample runs: (read, of) per sampled source, in bytes for files of known size, else shards
+    sampled: tuple[tuple[int, int], ...] = ()
 
     @property
     def fingerprint(self) -> str:

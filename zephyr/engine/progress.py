@@ -108,6 +108,8 @@ class ProgressDisplay:
             )
             sink_dir = None
         self._job = self._recorder.begin_job(sink_dir=sink_dir, config=config)
+        if getattr(physical, "sampled", ()):  # an --estimate sample run: what it read of each source
+            self._job["sampled"] = [list(part) for part in physical.sampled]
         self._started = time.monotonic()
 
     def end_job(self, status: str, counters: dict[str, int], error: BaseException | None = None) -> None:
@@ -154,6 +156,8 @@ class ProgressDisplay:
             "records_per_s": None,
             "eta_seconds": None,
             "peak_rss": 0,
+            "busy_seconds": 0.0,
+            "cpu_seconds": 0.0,
             "retries": [],
         }
         if self._job is not None:
@@ -173,6 +177,12 @@ class ProgressDisplay:
         for key in ("records_in", "records_out", "bytes_in", "bytes_out"):
             rec[key] += getattr(result, key, 0)
         rec["peak_rss"] = max(rec["peak_rss"], getattr(result, "peak_rss", 0))
+        rec["busy_seconds"] += getattr(result, "seconds", 0.0)
+        rec["cpu_seconds"] += getattr(result, "cpu_seconds", 0.0)
+        if self._job is not None and "sampled" in self._job:  # --estimate's sample runs: each shard's rate
+            rec.setdefault("shard_cpu", []).append(
+                [getattr(result, "records_in", 0), getattr(result, "cpu_seconds", 0.0)]
+            )
         shards = _shards(stage)
         if shards and result.shard < len(shards):
             state.done_bytes += getattr(shards[result.shard], "size", 0) or 0

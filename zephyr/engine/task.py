@@ -60,6 +60,7 @@ class Figures:
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the worker process's CPU time during the shard, a stage's summed (--estimate reads it)
     peak_rss: int = 0
 
 

@@ -40,6 +40,7 @@ def load_stage(url: str) -> Stage:
 def run_task(task: ShardTask) -> ShardResult:
     """Run one shard; user exceptions come out as UserCodeError with the shard and record named."""
     started = time.perf_counter()
+    cpu_started = time.process_time()
     counters.reset()
     _reset_peak_rss()
     stage = load_stage(task.stage_url)
@@ -51,7 +52,7 @@ def run_task(task: ShardTask) -> ShardResult:
         if existing:  # skip_existing: the shard's output is already there
             result.paths = existing
             result.skipped_existing = True
-            return _finish(result, started)
+            return _finish(result, started, cpu_started)
         stream = stage.input.open(task, result)
         try:
             with absent_fields.counted():  # fields a filter reads that a file or shard lacks: judged per stage
@@ -71,7 +72,7 @@ def run_task(task: ShardTask) -> ShardResult:
         raise UserCodeError(
             f"{where} failed: {type(error).__name__}: {error}", traceback_text=traceback.format_exc()
         ) from None
-    return _finish(result, started)
+    return _finish(result, started, cpu_started)
 
 
 def _reset_peak_rss() -> None:
@@ -94,8 +95,9 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _finish(result: ShardResult, started: float) -> ShardResult:
+def _finish(result: ShardResult, started: float, cpu_started: float) -> ShardResult:
     result.seconds = time.perf_counter() - started
+    result.cpu_seconds = time.process_time() - cpu_started
     result.peak_rss = _peak_rss()
     result.counters = counters.reset()
     return result

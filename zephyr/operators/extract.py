@@ -619,13 +619,13 @@ def extract_page(
     'Real prose'
     """
     parser_cls = _require_selectolax()
-    pristine = parser_cls(decode_html(html, content_type))
+    decoded = decode_html(html, content_type)
+    pristine = parser_cls(decoded)
     title = _title(pristine)
     best: tuple[list, str, Any] | None = None
     for k, flags in enumerate(_ATTEMPTS):
-        # Cleaning mutates the DOM, so every attempt but the last works on a clone (a C-level copy,
-        # ~30x cheaper than parsing again).
-        tree = pristine if k == len(_ATTEMPTS) - 1 else pristine.clone()
+        # Cleaning mutates the DOM, so every attempt but the last works on a copy of the tree.
+        tree = pristine if k == len(_ATTEMPTS) - 1 else _copy(pristine, decoded, parser_cls)
         nodes = _extract_once(tree, title, config, *flags)
         text = _serialize(nodes, markdown=False)
         if best is None or len(text) > len(best[1]):
@@ -635,6 +635,19 @@ def extract_page(
     assert best is not None
     md = _serialize(best[0], markdown=True) if markdown else ""
     return ExtractedPage(title=title, text=best[1], markdown=md)
+
+
+def _copy(tree: Any, decoded: str, parser_cls: Any) -> Any:
+    """A copy of `tree` to clean: a C-level clone (~5x cheaper than parsing again), or a new parse of the
+    page when lexbor cannot clone it. It cannot for a malformed DOCTYPE (`<!DOCTYPE html PUBLIC>`, a
+    PUBLIC or SYSTEM keyword without its quoted identifier: seen in the wild, after an edit tool's
+    mangling), and raised "Can't create a new document", failing the whole extraction step."""
+    try:
+        return tree.clone()
+    except Exception as error:  # noqa: BLE001 - selectolax raises its own SelectolaxError
+        if "create a new document" not in str(error):
+            raise
+        return parser_cls(decoded)
 
 
 def html_to_text(html: str | bytes, config: ExtractConfig = ExtractConfig()) -> str:

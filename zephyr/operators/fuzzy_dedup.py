@@ -11,9 +11,8 @@ Stages (each writes parquet under `work_dir` and a ``_DONE.json``, so a rerun sk
 the map functions and reducers of stages 1-3 are in :mod:`zephyr.operators.fuzzy_lsh`, of 4-5 in
 :mod:`zephyr.operators.fuzzy_graph`):
 
-1. ``signatures/``  one row per document with shingles: id, LSH band keys and, with
-   verification, its sorted set of 32-bit shingle hashes, written as Arrow batches of
-   `batch_size` documents. Documents without words are never duplicates.
+1. ``signatures/``  one row per document with shingles: id and LSH band keys, written as Arrow
+   batches of `batch_size` documents. Documents without words are never duplicates.
 2. ``candidates/``  LSH: the (bucket key, id) entries are packed per partition of the key space
    (bucket key modulo a partition count sized so one partition fits a quarter of a worker's
    memory) and `group_by` partition sorts them with numpy; each bucket links its members to its
@@ -25,14 +24,21 @@ the map functions and reducers of stages 1-3 are in :mod:`zephyr.operators.fuzzy
    bucket with more than `hot_bucket_members` members in one chunk sends only the chunk's anchors
    as entries, and its other members arrive after every entry and are linked as they stream by
    (same edges; benchmarks/lsh_skew.py).
-3. ``verified/``    `group_by` node partition over the candidate edges and the signature files
-   together (one `from_files` reads both: the engine's union) sends each node's shingle set to
-   its edges (once per distinct edge: a pair found in several bands arrives repeated; when the
-   ids of candidate nodes fit in an eighth of a worker's memory, only their sets travel);
-   `group_by` edge partition then computes the Jaccard similarity of the two sets of each edge
-   and keeps edges >= `threshold` (exact up to 32-bit hash collisions between shingles, ~3e-5
-   per pair of 2 KB documents). Both shuffles carry records packed per partition (partitions
-   sized to a quarter of a worker's memory), not one per edge or set.
+3. ``sets/``        (with verification) a second pass over the documents computes the sorted set of
+   64-bit shingle hashes of each document with a candidate edge, only: when the candidate ids fit in
+   an eighth of a worker's memory every other document is skipped before hashing (else every set is
+   computed). A set (8 bytes per shingle) outweighs its document's text, and only a few percent of a
+   corpus are candidates: written for every document with the signatures, sets were most of this
+   step's disk (22 GB for a 16 GB corpus) and about a quarter of its time.
+   ``verified/``    `group_by` node partition over the candidate edges and the sets files together
+   (one `from_files` reads both: the engine's union) sends each node's shingle set to its edges
+   (once per distinct edge: a pair found in several bands arrives repeated); `group_by` edge
+   partition then computes the Jaccard similarity of the two sets of each edge and keeps edges >=
+   `threshold`. That is the exact Jaccard of the two documents' word n-gram sets, words as
+   :func:`zephyr.operators.minhash.normalize_text` gives them (64-bit shingle hashes: a collision,
+   which could only raise a pair's similarity, has probability ~1e-12 per pair of 100 KB
+   documents). Both shuffles carry records packed per partition (partitions sized to a quarter of a
+   worker's memory), not one per edge or set.
 4. ``cc/iter-NNNN/`` connected components by alternating large-star and small-star rounds
    (Kiveris et al., "Connected Components in Map Reduce and Beyond", SoCC 2014), each a
    `group_by` on node id streaming neighbours in sorted order (no neighbour list in memory).
@@ -79,6 +85,7 @@ from zephyr.operators.fuzzy_graph import (
 )
 from zephyr.operators.fuzzy_lsh import (
     BucketEdges,
+    CandidateSets,
     FanOut,
     PackBands,
     PackByNode,
@@ -107,12 +114,17 @@ __all__ = [
 FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
 """`filter_reason` of documents that are near-duplicates of their cluster's keeper."""
 
-_WORK_DIR_FORMAT = 2
+_WORK_DIR_FORMAT = 3
 # Done markers (`zephyr.versioning`): a stage's carries the work_dir settings' fingerprint.
 _STAGE_KIND = "fuzzy-dedup-stage"
 _WORK_DIR_KIND = "fuzzy-dedup-work-dir"
 _LOOKUP_BYTES = 200  # memory per entry of an in-memory id table (set or dict slot, id strings)
-_ENTRY_BYTES = 96  # memory per (bucket key, document) entry in an LSH partition reducer, ids included
+# Memory per (bucket key, document) entry in an LSH partition reducer, ids included: each entry's id is a
+# str object of its own (~100 bytes for a 47-character record id), the partition's distinct ids are
+# sorted and ranked in a dict. Measured (benchmarks/pipeline_scale.py, 40-character ids): the fuzzy step's
+# peak RSS grew ~290 bytes per entry of its largest partition (376, 512 and 955 MB at 0.25, 1 and 4 GB
+# with the 96 bytes assumed before: 0.23, 0.92 and 2.45 million entries per partition).
+_ENTRY_BYTES = 300
 
 
 @dataclass(frozen=True)
@@ -227,9 +239,9 @@ def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> str:
     """A work_dir belongs to one configuration: resuming with another would mix results.
 
     Returns the settings' fingerprint, which every stage's done marker carries. ``format`` names the
-    layout of the stage files (2: Arrow signature batches with 32-bit sets and batch word hashes,
-    candidate edges with "jaccard", star-clustering keepers), so a work_dir left by an older
-    version is refused rather than half reused.
+    layout of the stage files (3: Arrow signature batches of band keys, 64-bit sets of candidates in
+    sets/, candidate edges with "jaccard", star-clustering keepers; 2 had 32-bit sets beside every
+    signature), so a work_dir left by an older version is refused rather than half reused.
     """
     settings = json.loads(json.dumps(asdict(config), default=str))
     for tuning_only in ("batch_size", "max_iterations", "num_shards"):
@@ -261,9 +273,10 @@ def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> str:
 def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: str) -> FuzzyDedupReport:
     """Run stages 1-5 now, on the current `execution(...)` backend, and report what they found.
 
-    Reads `ds` once. Resumable: every stage writes under `work_dir` and is skipped on a rerun
-    once complete (and the engine resumes a stage's finished shards), so a killed run continues
-    where it stopped. A work_dir belongs to one input and one configuration.
+    Reads `ds` once, and with verification a second time for the candidate documents' shingle sets.
+    Resumable: every stage writes under `work_dir` and is skipped on a rerun once complete (and the
+    engine resumes a stage's finished shards), so a killed run continues where it stopped. A work_dir
+    belongs to one input and one configuration.
     """
     version = _check_work_dir(work_dir, config)
     engine = current_config()
@@ -271,7 +284,7 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     # with a target's size.
     shards = config.num_shards or engine.num_workers
 
-    sketch = Sketch(config.minhash, config.id_field, config.text_field, config.batch_size, config.verify)
+    sketch = Sketch(config.minhash, config.id_field, config.text_field, config.batch_size)
     sig = _stage(
         join(work_dir, "signatures"),
         version,
@@ -291,17 +304,32 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
 
     if config.verify:
 
+        def sets() -> tuple[list[str], dict[str, int]]:
+            if not edge_paths:
+                return [], {}
+            # Each candidate edge adds at most two ids to the set of nodes a worker loads.
+            fits_in_memory = 2 * candidate_edges * _LOOKUP_BYTES <= engine.memory_per_worker // 8
+            candidate_sets = CandidateSets(
+                config.minhash,
+                config.id_field,
+                config.text_field,
+                config.batch_size,
+                tuple(edge_paths) if fits_in_memory else None,
+            )
+            return write_stage(ds.map_shard(candidate_sets), join(work_dir, "sets"))
+
+        set_stage = _stage(join(work_dir, "sets"), version, sets)
+
         def verified() -> tuple[list[str], dict[str, int]]:
             if not edge_paths:
                 return [], {}
-            # Each candidate edge adds at most two ids to the set of nodes a signature shard loads.
-            fits_in_memory = 2 * candidate_edges * _LOOKUP_BYTES <= engine.memory_per_worker // 8
             # Enough partitions that one holds its edges' sets in a quarter of a worker's memory.
-            set_bytes = _bytes_of(sig["paths"]) // max(1, documents) + _LOOKUP_BYTES
+            with_sets = max(1, set_stage["counters"].get("fuzzy_dedup/sets", 0))
+            set_bytes = _bytes_of(set_stage["paths"]) // with_sets + _LOOKUP_BYTES
             partitions = max(shards, -(-2 * candidate_edges * set_bytes // (engine.memory_per_worker // 4)))
             return write_stage(
-                Dataset.from_files([*edge_paths, *sig["paths"]], format="parquet")
-                .map_shard(PackByNode(partitions, tuple(edge_paths) if fits_in_memory else None))
+                Dataset.from_files([*edge_paths, *set_stage["paths"]], format="parquet")
+                .map_shard(PackByNode(partitions))
                 .group_by(first, FanOut(partitions), sort_by=second, num_shards=shards)
                 .group_by(first, VerifyPairs(config.threshold), num_shards=shards),
                 join(work_dir, "verified"),
@@ -446,8 +474,8 @@ def fuzzy_dedup(ds: Dataset, *, config: FuzzyDedupConfig = FuzzyDedupConfig(), w
 
     Every document gets ``dup_cluster`` and ``dup_keep``; follow with
     :func:`drop_fuzzy_duplicates` (or ``.filter(zephyr.operators.keep)``) to remove non-keepers.
-    `ds` is read twice (signatures now, annotation later): materialize an expensive upstream
-    pipeline first. The run's figures are in ``work_dir/report.json``
+    `ds` is read two or three times (signatures and candidates' sets now, annotation later):
+    materialize an expensive upstream pipeline first. The run's figures are in ``work_dir/report.json``
     (see :func:`find_duplicate_clusters` to get them as a :class:`FuzzyDedupReport`).
 
     Example:

@@ -17,7 +17,7 @@ import xxhash
 
 from zephyr import counters
 from zephyr.errors import BadInputError
-from zephyr.operators.minhash import MinHashConfig, sketch_batch
+from zephyr.operators.minhash import MinHashConfig, shingle_sets, sketch_batch
 
 # before edges are deduplicated, and members of streamed hot buckets: how the work was done
 counters.internal("fuzzy_dedup/candidate_edges_emitted", "fuzzy_dedup/hot_bucket_members")
@@ -25,6 +25,7 @@ counters.internal("fuzzy_dedup/candidate_edges_emitted", "fuzzy_dedup/hot_bucket
 __all__ = [
     "FLUSH_ITEMS",
     "BucketEdges",
+    "CandidateSets",
     "FanOut",
     "PackBands",
     "PackByNode",
@@ -41,65 +42,96 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Sketch:
-    """map_shard: vectorized signatures per batch; per document with shingles a row of id, band
-    keys and (with verification) its set of 32-bit shingle hashes, as Arrow batches."""
+    """map_shard: vectorized signatures per batch; per document with shingles a row of id and LSH band
+    keys, as Arrow batches (shingle sets come later, for candidate documents only: `CandidateSets`)."""
 
     minhash: MinHashConfig
     id_field: str
     text_field: str
     batch_size: int
-    verify: bool
 
     def __call__(self, records: Iterable[dict]) -> Iterator[pa.RecordBatch]:
-        batch: list[dict] = []
-        for record in records:
-            batch.append(record)
-            if len(batch) >= self.batch_size:
-                yield from self._batch(batch)
-                batch = []
-        if batch:
-            yield from self._batch(batch)
+        for ids, texts in _batches(records, self.id_field, self.text_field, self.batch_size):
+            sketch = sketch_batch(texts, self.minhash, with_sets=False)
+            counters.increment("fuzzy_dedup/documents", len(ids))
+            keep = np.flatnonzero(sketch.counts > 0)
+            if len(keep) < len(ids):
+                counters.increment("fuzzy_dedup/documents_without_shingles", len(ids) - len(keep))
+            if not len(keep):
+                continue
+            # One Arrow batch straight to the parquet writer: no per-document record or array.
+            keys = np.ascontiguousarray(sketch.keys[keep])
+            bands = pa.Array.from_buffers(pa.binary(keys.shape[1] * 8), len(keep), [None, pa.py_buffer(keys)])
+            yield pa.RecordBatch.from_pydict({"id": pa.array([ids[i] for i in keep.tolist()]), "bands": bands})
 
-    def _batch(self, batch: list[dict]) -> Iterator[pa.RecordBatch]:
-        cfg = self
-        ids, texts = [], []
-        for record in batch:
-            ids.append(doc_id(record, cfg.id_field))
-            text = record.get(cfg.text_field)
-            if not isinstance(text, str):
-                raise BadInputError(
-                    f"fuzzy dedup expects a str in field {cfg.text_field!r} of every document; document "
-                    f"{ids[-1]!r} has {type(text).__name__}. Set FuzzyDedupConfig(text_field=...) or fill "
-                    "missing text with ''."
-                )
-            texts.append(text)
-        sketch = sketch_batch(texts, cfg.minhash)
-        counters.increment("fuzzy_dedup/documents", len(batch))
-        keep = np.flatnonzero(sketch.counts > 0)
-        if len(keep) < len(batch):
-            counters.increment("fuzzy_dedup/documents_without_shingles", len(batch) - len(keep))
-        if not len(keep):
-            return
-        # One Arrow batch straight to the parquet writer: no per-document record or array.
-        keys = np.ascontiguousarray(sketch.keys[keep])
-        columns = {
-            "id": pa.array([ids[i] for i in keep.tolist()]),
-            "bands": pa.Array.from_buffers(pa.binary(keys.shape[1] * 8), len(keep), [None, pa.py_buffer(keys)]),
-        }
-        if cfg.verify:
+
+@dataclass(frozen=True)
+class CandidateSets:
+    """map_shard over the documents again: each candidate document's sorted 64-bit shingle set, as Arrow
+    batches of (id, shingles).
+
+    Why a second pass rather than sets written with the signatures: only documents with a candidate edge
+    are verified (a few percent of a corpus), and a set (8 bytes per shingle) outweighs its document's
+    text; written for every document it was most of fuzzy dedup's disk and a large share of its time.
+    With `edge_paths` (when the candidate ids fit in memory) the other documents are skipped before any
+    hashing; without, every document's set is computed (the cost the old single pass had).
+    """
+
+    minhash: MinHashConfig
+    id_field: str
+    text_field: str
+    batch_size: int
+    edge_paths: tuple[str, ...] | None
+    # Loaded once per worker process: the engine keeps a stage's objects across its shards.
+    _loaded: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __call__(self, records: Iterable[dict]) -> Iterator[pa.RecordBatch]:
+        if self.edge_paths is not None:
+            if "nodes" not in self._loaded:
+                self._loaded["nodes"] = candidate_nodes(self.edge_paths)
+            wanted = self._loaded["nodes"]
+            id_field = self.id_field
+            records = (r for r in records if isinstance(r, dict) and r.get(id_field) in wanted)
+        for ids, texts in _batches(records, self.id_field, self.text_field, self.batch_size):
+            values, offsets = shingle_sets(texts, self.minhash)
+            counters.increment("fuzzy_dedup/sets", len(ids))
+            sizes = np.diff(offsets)
+            keep = np.flatnonzero(sizes > 0)  # no shingles: never a candidate (not bucketed)
+            if not len(keep):
+                continue
+            byte_offsets = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(sizes[keep] * 8, out=byte_offsets[1:])
             # Documents without shingles have empty sets, so the kept ones' values are contiguous.
-            sizes = np.diff(sketch.set_offsets)[keep]
-            offsets = np.zeros(len(keep) + 1, dtype=np.int64)
-            np.cumsum(sizes * 4, out=offsets[1:])
-            values = np.ascontiguousarray(sketch.set_values, dtype="<u4")
-            columns["shingles"] = pa.Array.from_buffers(
-                pa.large_binary(), len(keep), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+            data = pa.py_buffer(np.ascontiguousarray(values, dtype="<u8"))
+            shingles = pa.Array.from_buffers(pa.large_binary(), len(keep), [None, pa.py_buffer(byte_offsets), data])
+            yield pa.RecordBatch.from_pydict({"id": pa.array([ids[i] for i in keep.tolist()]), "shingles": shingles})
+
+
+def _batches(
+    records: Iterable[dict], id_field: str, text_field: str, size: int
+) -> Iterator[tuple[list[Any], list[str]]]:
+    """(ids, texts) of `size` documents at a time, each checked for an id and a str text."""
+    ids: list[Any] = []
+    texts: list[str] = []
+    for record in records:
+        ids.append(doc_id(record, id_field))
+        text = record.get(text_field)
+        if not isinstance(text, str):
+            raise BadInputError(
+                f"fuzzy dedup expects a str in field {text_field!r} of every document; document "
+                f"{ids[-1]!r} has {type(text).__name__}. Set FuzzyDedupConfig(text_field=...) or fill "
+                "missing text with ''."
             )
-        yield pa.RecordBatch.from_pydict(columns)
+        texts.append(text)
+        if len(ids) >= size:
+            yield ids, texts
+            ids, texts = [], []
+    if ids:
+        yield ids, texts
 
 
 def doc_id(record: Any, id_field: str) -> str | int:
-    """A document's id from `id_field`: a str or int, else a TypeError naming the field and the fix."""
+    """A document's id from `id_field`: a str or int, else a BadInputError naming the field and the fix."""
     doc_id = record.get(id_field) if isinstance(record, dict) else None
     if isinstance(doc_id, str) or (isinstance(doc_id, int) and not isinstance(doc_id, bool)):
         return doc_id
@@ -309,31 +341,19 @@ def partition_of(value: Any, partitions: int) -> int:
 
 @dataclass(frozen=True)
 class PackByNode:
-    """map_shard over candidate edges and signatures: pack both per partition of node ids.
+    """map_shard over candidate edges and shingle sets: pack both per partition of node ids.
 
-    With `edge_paths` (when the candidate nodes fit in memory), a signature shard first loads the
-    set of ids that have a candidate edge and ships only their shingle sets: the others (most of
-    a corpus) have nothing to verify. One shuffle record per partition and chunk, not per item.
+    One shuffle record per partition and chunk, not per item.
     """
 
     partitions: int
-    edge_paths: tuple[str, ...] | None
-    # Loaded once per worker process: the engine keeps a stage's objects across its shards.
-    _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, records: Iterable[dict]) -> Iterator[tuple]:
-        wanted: set[Any] | None = None
         chunks: dict[tuple[int, int], tuple[list, list]] = {}
         pending = 0
         for record in records:
-            if "shingles" in record:  # a signature file's record
-                if wanted is None and self.edge_paths is not None:
-                    if "nodes" not in self._loaded:
-                        self._loaded["nodes"] = candidate_nodes(self.edge_paths)
-                    wanted = self._loaded["nodes"]
+            if "shingles" in record:  # a sets file's record
                 node = record["id"]
-                if wanted is not None and node not in wanted:
-                    continue
                 keys, values = chunks.setdefault((partition_of(node, self.partitions), _SETS), ([], []))
                 keys.append(node)
                 values.append(record["shingles"])
@@ -396,7 +416,7 @@ class FanOut:
 
 @dataclass(frozen=True)
 class VerifyPairs:
-    """Reducer per edge partition: each edge meets its two shingle sets (sorted uint32 as bytes);
+    """Reducer per edge partition: each edge meets its two shingle sets (sorted uint64 as bytes);
     keep it when their Jaccard similarity is >= threshold. Memory: edges still waiting for their
     second set."""
 
@@ -410,7 +430,7 @@ class VerifyPairs:
                 if first is None:
                     waiting[(a, b)] = shingles
                     continue
-                x, y = np.frombuffer(first, dtype=np.uint32), np.frombuffer(shingles, dtype=np.uint32)
+                x, y = np.frombuffer(first, dtype="<u8"), np.frombuffer(shingles, dtype="<u8")
                 inter = len(np.intersect1d(x, y, assume_unique=True))
                 similarity = inter / (len(x) + len(y) - inter)
                 counters.increment("fuzzy_dedup/candidate_edges")

@@ -1,7 +1,11 @@
 """MinHash signatures and LSH band keys for near-duplicate detection.
 
 Why this module looks the way it does: signatures are the only per-document cost of fuzzy dedup
-that scales with the whole corpus, so everything after tokenization is vectorized with numpy.
+that scales with the whole corpus. Word shingles run in a C kernel (`minhash_kernel.c`: each text
+normalized, hashed, shingled and min-hashed in one pass, its set sorted by a bucket pass; 68,700
+documents/s per core on benchmarks/minhash.py's 2 KB documents, against 23,000 for the numpy code
+below, which stays as the reference the kernel is tested bit for bit against, and as the fallback
+when the kernel is not built). The numpy path vectorizes everything after tokenization:
 
 - Text is normalized (lowercase; punctuation, symbols and separators become spaces; whitespace
   collapses) so that re-flowed or re-punctuated copies still match.
@@ -27,11 +31,12 @@ across machines, processes and numpy versions.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import xxhash
@@ -49,6 +54,7 @@ __all__ = [
     "sketch_documents",
     "SketchBatch",
     "sketch_batch",
+    "shingle_sets",
     "band_hashes",
     "jaccard",
     "estimated_jaccard",
@@ -501,11 +507,90 @@ def minhash_signatures(texts: Sequence[str], config: MinHashConfig = MinHashConf
     A document with no word (empty or only punctuation) gets a row of :data:`EMPTY_HASH`.
     Memory stays bounded by chunks of shingles, whatever the document sizes.
     """
-    return _signatures(texts, config)[0]
+    return _sketch(texts, config, False)[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _native() -> Any:
+    """The C kernel (zephyr/operators/minhash_kernel.c), or None when it was not built: the numpy path
+    below gives the same bits, ~3x slower, and says so once per process."""
+    try:
+        from zephyr.operators import minhash_kernel
+    except ImportError as exc:
+        logging.getLogger(__name__).warning(
+            "zephyr.operators.minhash_kernel is not built (%s): MinHash runs on numpy, about 3x slower; "
+            "build it with `make install` (pip install -e .), which needs gcc and the Python headers",
+            exc,
+        )
+        return None
+    return minhash_kernel
+
+
+@functools.lru_cache(maxsize=1)
+def _native_tables() -> tuple[bytes, bytes, bytes]:
+    """The C kernel's character tables, from this Python's own Unicode data (built once per process, ~0.1 s):
+    a bit per code point of the Basic Multilingual Plane, set for a separator; str.lower() of each of
+    them as one code point (all ones where it is not one code point of its own: U+0130 lowers to two,
+    U+03A3 to final or medial sigma by context, a lone surrogate cannot be encoded; the kernel hands
+    such a text to str.lower()); and (code point, lowercase) pairs beyond the plane."""
+    bits = np.zeros(0x10000, dtype=bool)
+    bits[128:] = [_is_separator(chr(code)) for code in range(128, 0x10000)]
+    special = (0x130, 0x3A3)
+    codes = np.arange(0x110000, dtype=np.uint32)
+    plain = codes[((codes < 0xD800) | (codes > 0xDFFF)) & ~np.isin(codes, special)]
+    text = plain.astype("<u4").tobytes().decode("utf-32-le")
+    lowered = text.lower()  # one call: context rules touch only the code points left out
+    lower = np.full(0x110000, 0xFFFF_FFFF, dtype=np.uint32)
+    if len(lowered) == len(text):
+        lower[plain] = np.frombuffer(lowered.encode("utf-32-le"), dtype="<u4")
+    else:  # a Unicode version with another multi-character lowercase: one code point at a time
+        lower[plain] = [ord(c.lower()) if len(c.lower()) == 1 else 0xFFFF_FFFF for c in text]
+    astral = np.flatnonzero(lower[0x10000:] != codes[0x10000:]) + 0x10000
+    return (
+        np.packbits(bits, bitorder="little").tobytes(),
+        lower[:0x10000].tobytes(),
+        np.stack([astral, lower[astral]], axis=1).astype(np.uint32).tobytes(),
+    )
+
+
+_NO_PERMUTATIONS = np.zeros(0, dtype=np.uint32)
+
+
+def _native_sketch(
+    texts: Sequence[str], config: MinHashConfig, with_sets: bool, *, with_signatures: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None] | None:
+    """(signatures, shingle counts, set values, set counts) from the C kernel; None without it or for
+    character shingles (numpy only). Without `with_signatures` no permutation is computed (signatures
+    have 0 columns)."""
+    native = _native() if config.shingle == "word" else None
+    if native is None:
+        return None
+    a, b = _permutations(config) if with_signatures else (_NO_PERMUTATIONS, _NO_PERMUTATIONS)
+    signatures, counts, values, set_counts, (long_words, capped, cut) = native.sketch(
+        texts,
+        *_native_tables(),
+        _odd_constants(_NGRAM_SALT, config.ngram_size),
+        a,
+        b,
+        config.max_tokens_per_document,
+        with_sets,
+        xxhash.xxh3_64_intdigest,
+    )
+    if long_words:
+        counters.increment("minhash/long_words", long_words)
+    if capped:
+        counters.increment("minhash/documents_capped", capped)
+        counters.increment("minhash/tokens_not_shingled", cut)
+    signatures = np.frombuffer(signatures, dtype=np.uint32).reshape(len(texts), len(a))
+    counts = np.frombuffer(counts, dtype=np.int64)
+    if values is None:
+        return signatures, counts, None, None
+    return signatures, counts, np.frombuffer(values, dtype=np.uint64), np.frombuffer(set_counts, dtype=np.int64)
 
 
 def _signatures(texts: Sequence[str], config: MinHashConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(signatures, shingle counts per document, all shingle hashes in document order)."""
+    """(signatures, shingle counts per document, all shingle hashes in document order), in numpy: the
+    reference for the C kernel, and its fallback."""
     a, b = _permutations(config)
     num_perm = config.num_perm
     shingles, counts = _shingles(*_tokens(texts, config), config.ngram_size)
@@ -545,13 +630,26 @@ def sketch_documents(
     each document's :func:`shingle_set`, else None). Documents with a count of 0 have no shingles:
     their band keys are meaningless and must not be bucketed.
     """
+    signatures, counts, values, set_counts = _sketch(texts, config, with_sets)
+    sets = np.split(values, np.cumsum(set_counts)[:-1]) if with_sets else None
+    return band_hashes(signatures, config), counts, sets
+
+
+def _sketch(
+    texts: Sequence[str], config: MinHashConfig, with_sets: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(signatures, shingle counts, and with `with_sets` every document's sorted distinct shingle hashes
+    back to back and their counts), from the C kernel when built, else numpy."""
+    native = _native_sketch(texts, config, with_sets)
+    no_sets = np.empty(0, dtype=np.uint64), np.zeros(len(texts), dtype=np.int64)
+    if native is not None:
+        signatures, counts, values, set_counts = native
+        return (signatures, counts, values, set_counts) if values is not None else (signatures, counts, *no_sets)  # type: ignore[return-value]
     signatures, counts, shingles = _signatures(texts, config)
-    keys = band_hashes(signatures, config)
-    sets = None
-    if with_sets:
-        values, set_counts = _sorted_sets(shingles, counts)
-        sets = np.split(values, np.cumsum(set_counts)[:-1])
-    return keys, counts, sets
+    if not with_sets:
+        return signatures, counts, *no_sets
+    values, set_counts = _sorted_sets(shingles, counts)
+    return signatures, counts, values, set_counts
 
 
 @dataclass(frozen=True)
@@ -559,8 +657,8 @@ class SketchBatch:
     """A batch's sketches as flat arrays (what fuzzy dedup stores; no per-document arrays).
 
     keys: (n, num_bands) uint64 LSH bucket keys; counts: (n,) shingles per document (0: no
-    shingles, keys meaningless); set_values: every document's set of 32-bit shingle hashes (top
-    32 bits of the 64-bit hashes), sorted, back to back; set_offsets: (n + 1,) where each begins.
+    shingles, keys meaningless); set_values: every document's set of 64-bit shingle hashes (as
+    :func:`shingle_set` gives them), sorted, back to back; set_offsets: (n + 1,) where each begins.
     """
 
     keys: np.ndarray
@@ -569,18 +667,37 @@ class SketchBatch:
     set_offsets: np.ndarray
 
 
-def sketch_batch(texts: Sequence[str], config: MinHashConfig = MinHashConfig()) -> SketchBatch:
-    """Band keys and 32-bit shingle sets of `texts`, in one pass, as flat arrays.
+def sketch_batch(
+    texts: Sequence[str], config: MinHashConfig = MinHashConfig(), *, with_sets: bool = True
+) -> SketchBatch:
+    """Band keys and (with `with_sets`, else empty) 64-bit shingle sets of `texts`, in one pass, as flat arrays.
 
-    32-bit sets halve what verification ships: two distinct shingles of a pair collide in 32 bits
-    with probability ~n^2 / 2^32 (~3e-5 for 2 KB documents), which moves a Jaccard value by
-    about 1/n when it happens.
+    Why 64 bits: verification decides on these sets, and a hash collision between two different
+    shingles can only raise a Jaccard value (a shared element that is not shared text), so a pair
+    below the threshold could be removed. With 32-bit values that happens with probability
+    ~n^2 / 2^32 per pair of n-shingle documents (~1e-5 for 2 KB documents, ~1 for 100 KB ones);
+    with 64 bits, ~n^2 / 2^64: never in practice, so the decision is the exact Jaccard of the word
+    n-gram sets (tests/operators/test_fuzzy_dedup.py plants a 32-bit collision that flipped it).
     """
-    signatures, counts, shingles = _signatures(texts, config)
-    values, set_counts = _sorted_sets((shingles >> np.uint64(32)).astype(np.uint32), counts)
+    signatures, counts, values, set_counts = _sketch(texts, config, with_sets)
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(set_counts, out=offsets[1:])
     return SketchBatch(band_hashes(signatures, config), counts, values, offsets)
+
+
+def shingle_sets(texts: Sequence[str], config: MinHashConfig = MinHashConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """Every text's sorted, distinct 64-bit shingle hashes back to back, and (n + 1,) offsets where each
+    begins: :func:`shingle_set` of a batch, without the MinHash work."""
+    native = _native_sketch(texts, config, True, with_signatures=False)
+    if native is not None:
+        values, set_counts = native[2], native[3]
+    else:
+        shingles, counts = _shingles(*_tokens(texts, config), config.ngram_size)
+        values, set_counts = _sorted_sets(shingles, counts)
+    assert values is not None and set_counts is not None
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(set_counts, out=offsets[1:])
+    return values, offsets
 
 
 def _sorted_sets(hashes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

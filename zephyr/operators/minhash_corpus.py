@@ -3,7 +3,9 @@
 Why: MinHash quality claims mean nothing without a corpus whose true near-duplicate pairs are
 known. We take real article text, plant copies edited at known word-edit rates (substitutions,
 deletions and insertions of real words), compute the exact Jaccard similarity of shingle sets for
-every pair that shares a shingle, and score predicted clusters against it. The tests and
+every pair that shares a shingle, and score predicted clusters against it. The shingles here are
+strings from a plain-Python copy of the documented normalization rule (`reference_shingles`), not the
+pipeline's hashes, so the ground truth does not share the code it judges. The tests and
 ``benchmarks/minhash.py`` use the same builders so their figures describe the same corpus.
 """
 
@@ -12,14 +14,11 @@ from __future__ import annotations
 import json
 import random
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
-
-from zephyr.operators.minhash import MinHashConfig, shingle_set
 
 __all__ = [
     "DEFAULT_EDIT_RATES",
@@ -29,6 +28,9 @@ __all__ = [
     "recombined_documents",
     "plant_near_duplicates",
     "exact_similar_pairs",
+    "reference_jaccard",
+    "reference_shingles",
+    "reference_words",
     "score_clusters",
 ]
 
@@ -153,43 +155,73 @@ def plant_near_duplicates(
     return docs
 
 
-_DEFAULT_CONFIG = MinHashConfig()  # frozen: one shared default, as the default argument was
+def reference_words(text: str) -> list[str]:
+    """The normalization rule of :func:`zephyr.operators.minhash.normalize_text`, written out again in
+    plain Python from its documentation (not calling it), so that scores rest on an independent oracle:
+    lowercase; every ASCII character that is not a letter or digit, and in the Basic Multilingual Plane
+    every character of Unicode category P*, S*, Z*, Cc or Cf, becomes a space; split on whitespace."""
+
+    def separator(char: str) -> bool:
+        code = ord(char)
+        if code < 128:
+            return not char.isalnum()
+        if code > 0xFFFF or 0xD800 <= code <= 0xDFFF:
+            return False
+        category = unicodedata.category(char)
+        return category[0] in "PSZ" or category in ("Cc", "Cf")
+
+    return "".join(" " if separator(c) else c for c in text.lower()).split()
+
+
+def reference_shingles(text: str, ngram_size: int = 5) -> set[tuple[str, ...]]:
+    """The document's word n-grams as tuples of strings (no hashing): what "Jaccard" means in fuzzy dedup.
+
+    A text with fewer than `ngram_size` words (but at least one) has one shingle of all its words.
+    """
+    words = reference_words(text)
+    if not words:
+        return set()
+    if len(words) < ngram_size:
+        return {tuple(words)}
+    return {tuple(words[i : i + ngram_size]) for i in range(len(words) - ngram_size + 1)}
+
+
+def reference_jaccard(a: set, b: set) -> float:
+    """Jaccard similarity of two shingle sets; 0 when either is empty (as in fuzzy dedup)."""
+    if not a or not b:
+        return 0.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
 
 
 def exact_similar_pairs(
-    docs: Sequence[Mapping], *, config: MinHashConfig = _DEFAULT_CONFIG, threshold: float = 0.8
+    docs: Sequence[Mapping], *, ngram_size: int = 5, threshold: float = 0.8
 ) -> dict[tuple[str, str], float]:
-    """Every pair (id_a < id_b) whose exact shingle-set Jaccard is >= `threshold`.
+    """Every pair (id_a < id_b) whose exact word n-gram Jaccard is >= `threshold`, on
+    :func:`reference_shingles` (strings, not the pipeline's hashes).
 
-    Exact, not sampled: candidate pairs are all pairs sharing at least one shingle (found by
-    sorting (shingle, document) pairs), and each is checked by set intersection. Meant for
-    evaluation corpora of thousands of documents, not for production.
+    Exact, not sampled: candidate pairs are all pairs sharing at least one shingle (an inverted index),
+    and each is checked by set intersection. Meant for evaluation corpora of thousands of documents.
     """
     ids = [str(d["id"]) for d in docs]
-    sets = [shingle_set(d["text"], config) for d in docs]
-    sizes = np.array([len(s) for s in sets], dtype=np.int64)
-    if sizes.sum() == 0:
-        return {}
-    hashes = np.concatenate(sets)
-    owners = np.repeat(np.arange(len(docs), dtype=np.int64), sizes)
-    order = np.argsort(hashes, kind="stable")
-    hashes, owners = hashes[order], owners[order]
-    boundaries = np.flatnonzero(np.diff(hashes)) + 1
+    sets = [reference_shingles(d["text"], ngram_size) for d in docs]
+    holders: dict[tuple[str, ...], list[int]] = {}
+    for index, shingles in enumerate(sets):
+        for shingle in shingles:
+            holders.setdefault(shingle, []).append(index)
     shared: Counter[tuple[int, int]] = Counter()
-    for group in np.split(owners, boundaries):
-        if len(group) < 2:
+    for members in holders.values():
+        if len(members) < 2:
             continue
-        members = sorted(set(group.tolist()))
         for i, a in enumerate(members):
             for b in members[i + 1 :]:
                 shared[(a, b)] += 1
     result = {}
     for (a, b), inter in shared.items():
-        # A pair can reach the threshold only if it shares enough shingles; skip the rest cheaply.
-        union = sizes[a] + sizes[b] - inter
-        if inter / union >= threshold:
+        similarity = inter / (len(sets[a]) + len(sets[b]) - inter)
+        if similarity >= threshold:
             pair = (ids[a], ids[b]) if ids[a] < ids[b] else (ids[b], ids[a])
-            result[pair] = inter / union
+            result[pair] = similarity
     return result
 
 

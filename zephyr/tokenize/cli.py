@@ -9,6 +9,10 @@ import time
 
 __all__ = ["add_cli"]
 
+# zephyr.tokenize.tokenizer.ENGINES, written out so that building the CLI imports no tokenizer code
+# (tests/tokenize/test_tokenizer.py checks the two agree)
+ENGINES = ("auto", "native", "tiktoken", "tokenizers")
+
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register the token-store subcommands on the ``zephyr`` argparse parser."""
@@ -42,11 +46,11 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--encoder",
-        choices=("auto", "tiktoken", "tokenizers"),
+        choices=ENGINES,
         default="auto",
-        help="BPE encoder: auto = tiktoken when verified identical to tokenizers",
+        help="BPE encoder: auto = the first of native, tiktoken verified identical to tokenizers",
     )
-    p.add_argument("--engine", dest="encoder", choices=("auto", "tiktoken", "tokenizers"), help=argparse.SUPPRESS)
+    p.add_argument("--engine", dest="encoder", choices=ENGINES, help=argparse.SUPPRESS)
     p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
     from zephyr.engine.options import add_engine_options, add_on_bad_record_option
 

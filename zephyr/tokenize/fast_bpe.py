@@ -43,11 +43,21 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["FastEncoder", "build_fast_encoder", "bytes_to_unicode", "VERIFICATION_SAMPLES"]
+__all__ = [
+    "FastEncoder",
+    "build_fast_encoder",
+    "bpe_model_problem",
+    "bytes_to_unicode",
+    "recognise_pre_tokenizer",
+    "verify_fast_encoder",
+    "verification_samples",
+    "BatchEncoder",
+    "VERIFICATION_SAMPLES",
+]
 
 # Used to mark insertion points. Private-use and noncharacter code points: never in real text
 # (and if one ever is, that text is encoded by tokenizers instead).
@@ -157,6 +167,14 @@ def recognise_pre_tokenizer(pre: Any) -> _PreTokenizer | str:
         ):
             return _PreTokenizer("regex", parts[0]["pattern"]["Regex"])
     return f"pre-tokenizer {str(pre)[:200]} has no tiktoken translation"
+
+
+class BatchEncoder(Protocol):
+    """What the tokenizer asks of a fast engine (this module's tiktoken one, or zephyr.tokenize.native_bpe)."""
+
+    def encode(self, text: str) -> np.ndarray | None: ...
+
+    def encode_many(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[int]]: ...
 
 
 class FastEncoder:
@@ -302,6 +320,34 @@ def _rank_table(
     return ranks, table, base + len(order)
 
 
+def bpe_model_problem(tokenizer_json: dict[str, Any], engine: str) -> str | None:
+    """Why `tokenizer_json` cannot run on a byte-level BPE `engine` other than ``tokenizers`` (None: it can).
+
+    Those engines do byte-level BPE and nothing else: no normalizer, no BPE dropout, byte fallback or
+    subword affixes, a pre-tokenizer :func:`recognise_pre_tokenizer` knows, and added tokens matched as
+    plain strings (no lstrip/rstrip/single_word).
+    """
+    model = tokenizer_json.get("model", {})
+    if model.get("type") != "BPE":
+        return f"model type {model.get('type')!r} is not BPE"
+    if (
+        model.get("dropout")
+        or model.get("byte_fallback")
+        or model.get("continuing_subword_prefix")
+        or model.get("end_of_word_suffix")
+    ):
+        return f"BPE options (dropout/byte_fallback/subword prefix/suffix) have no {engine} equivalent"
+    if tokenizer_json.get("normalizer") is not None:
+        return f"normalizer {tokenizer_json['normalizer'].get('type')!r} has no {engine} equivalent"
+    pre = recognise_pre_tokenizer(tokenizer_json.get("pre_tokenizer"))
+    if isinstance(pre, str):
+        return pre
+    added_list = tokenizer_json.get("added_tokens", [])
+    if any(t.get("lstrip") or t.get("rstrip") or t.get("single_word") for t in added_list):
+        return f"added tokens with lstrip/rstrip/single_word have no {engine} equivalent"
+    return None
+
+
 def build_fast_encoder(tokenizer_json: dict[str, Any], hf_tokenizer: Any, *, parse_special: bool) -> FastEncoder | str:
     """Build and verify a :class:`FastEncoder`; return the reason (a string) when not possible.
 
@@ -313,24 +359,13 @@ def build_fast_encoder(tokenizer_json: dict[str, Any], hf_tokenizer: Any, *, par
         import tiktoken
     except ImportError:
         return "tiktoken is not installed (pip install 'tiktoken>=0.8')"
-    model = tokenizer_json.get("model", {})
-    if model.get("type") != "BPE":
-        return f"model type {model.get('type')!r} is not BPE"
-    if (
-        model.get("dropout")
-        or model.get("byte_fallback")
-        or model.get("continuing_subword_prefix")
-        or model.get("end_of_word_suffix")
-    ):
-        return "BPE options (dropout/byte_fallback/subword prefix/suffix) have no tiktoken equivalent"
-    if tokenizer_json.get("normalizer") is not None:
-        return f"normalizer {tokenizer_json['normalizer'].get('type')!r} has no tiktoken equivalent"
+    problem = bpe_model_problem(tokenizer_json, "tiktoken")
+    if problem:
+        return problem
+    model = tokenizer_json["model"]
     pre = recognise_pre_tokenizer(tokenizer_json.get("pre_tokenizer"))
-    if isinstance(pre, str):
-        return pre
+    assert not isinstance(pre, str)  # bpe_model_problem checked it
     added_list = tokenizer_json.get("added_tokens", [])
-    if any(t.get("lstrip") or t.get("rstrip") or t.get("single_word") for t in added_list):
-        return "added tokens with lstrip/rstrip/single_word have no tiktoken equivalent"
     added = {t["content"]: int(t["id"]) for t in added_list}
     if any(any(ch.isspace() for ch in t) for t in added) and pre.kind == "gpt2":
         return "an added token contains whitespace, which the whitespace-run rewrite cannot guard"
@@ -369,11 +404,12 @@ def build_fast_encoder(tokenizer_json: dict[str, Any], hf_tokenizer: Any, *, par
     except Exception as exc:  # noqa: BLE001 - any failure means "stay on tokenizers"
         return f"tiktoken rejected the translated tokenizer: {exc}"
     encoder = FastEncoder(encoding, pre, frozenset(allowed), vocab_size, separator_id, document_id, rank_to_id)
-    problem = verify_fast_encoder(encoder, hf_tokenizer, _samples_with_specials(added))
+    problem = verify_fast_encoder(encoder, hf_tokenizer, verification_samples(added))
     return problem or encoder
 
 
-def _samples_with_specials(added: dict[str, int]) -> list[str]:
+def verification_samples(added: dict[str, int]) -> list[str]:
+    """:data:`VERIFICATION_SAMPLES` plus texts around the tokenizer's own added tokens."""
     samples = list(VERIFICATION_SAMPLES)
     names = sorted(added)[:8]
     if names:
@@ -382,7 +418,7 @@ def _samples_with_specials(added: dict[str, int]) -> list[str]:
     return samples
 
 
-def verify_fast_encoder(encoder: FastEncoder, hf_tokenizer: Any, texts: list[str]) -> str | None:
+def verify_fast_encoder(encoder: BatchEncoder, hf_tokenizer: Any, texts: list[str]) -> str | None:
     """None when ``encoder`` reproduces ``hf_tokenizer`` on every text, else a description.
 
     Texts the encoder hands back to ``tokenizers`` (it returns None) are not

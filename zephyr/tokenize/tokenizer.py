@@ -3,10 +3,11 @@ was loaded (:class:`TokenizerInfo`, recorded in every store manifest), and the
 encoder itself (:class:`Tokenizer`).
 
 Ids always equal those of Hugging Face ``tokenizers`` for the same
-``tokenizer.json`` (``add_special_tokens=False``): the tiktoken fast path is
-used only after it reproduced ``tokenizers`` on a built-in sample at load time
-(see :mod:`zephyr.tokenize.fast_bpe`), and any single text it cannot handle
-exactly is encoded by ``tokenizers``.
+``tokenizer.json`` (``add_special_tokens=False``): a fast engine, Zephyr's C
+kernel (:mod:`zephyr.tokenize.native_bpe`) or else tiktoken
+(:mod:`zephyr.tokenize.fast_bpe`), is used only after it reproduced
+``tokenizers`` on a built-in sample at load time, and any single text it cannot
+handle exactly is encoded by ``tokenizers``.
 
 Long documents are cut into chunks of at most ``max_chunk_chars`` characters
 before encoding, which bounds the memory and latency of one encode call. A cut
@@ -42,14 +43,16 @@ import numpy as np
 
 from zephyr import counters
 
-from .fast_bpe import FastEncoder, build_fast_encoder, recognise_pre_tokenizer
+from .fast_bpe import BatchEncoder, build_fast_encoder, recognise_pre_tokenizer
 from .loader import DEFAULT_TOKENIZER, TokenizerSource, resolve_tokenizer_source
+from .native_bpe import build_native_encoder
 
 __all__ = ["TokenizerSpec", "TokenizerInfo", "Tokenizer", "load_tokenizer"]
 
 _UNSAFE_AFTER = 10  # chunk lengths without a safe space before a cut is made anyway
 
-Engine = Literal["auto", "tiktoken", "tokenizers"]
+Engine = Literal["auto", "native", "tiktoken", "tokenizers"]
+ENGINES: tuple[str, ...] = ("auto", "native", "tiktoken", "tokenizers")
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,10 @@ class TokenizerSpec:
     strings inside the text (e.g. a literal ``<|endoftext|>`` on a web page)
     become special ids, as ``tokenizers`` does by default; the default false
     encodes them as ordinary text so raw web data cannot inject document
-    boundaries. ``engine``: ``"auto"`` uses tiktoken when verified identical,
-    ``"tiktoken"`` insists (error if not possible), ``"tokenizers"`` never uses it.
+    boundaries. ``engine``: ``"auto"`` uses the first fast engine verified
+    identical to ``tokenizers`` (the C kernel, then tiktoken); ``"native"`` or
+    ``"tiktoken"`` insists on one (error if not possible); ``"tokenizers"`` uses
+    neither.
     ``bos_token``/``eos_token`` override the detected document markers.
     """
 
@@ -74,8 +79,8 @@ class TokenizerSpec:
     max_chunk_chars: int = 100_000
 
     def __post_init__(self) -> None:
-        if self.engine not in ("auto", "tiktoken", "tokenizers"):
-            raise ValueError(f"TokenizerSpec.engine must be 'auto', 'tiktoken' or 'tokenizers', got {self.engine!r}.")
+        if self.engine not in ENGINES:
+            raise ValueError(f"TokenizerSpec.engine must be one of {', '.join(ENGINES)}; got {self.engine!r}.")
         if self.max_chunk_chars < 1000:
             raise ValueError(
                 f"TokenizerSpec.max_chunk_chars={self.max_chunk_chars} is too small to find safe split points; "
@@ -125,20 +130,25 @@ class Tokenizer:
         data = json.loads(source.json_text)
         self.hf = HFTokenizer.from_str(source.json_text)
         self.hf.encode_special_tokens = not spec.parse_special
-        self._fast: FastEncoder | None = None
-        note = "engine='tokenizers' requested"
-        if spec.engine != "tokenizers":
-            built = build_fast_encoder(data, self.hf, parse_special=spec.parse_special)
-            if isinstance(built, str):
-                if spec.engine == "tiktoken":
-                    raise ValueError(
-                        f"engine='tiktoken' was requested for tokenizer {source.name!r} ({source.origin}), "
-                        f"but the fast path is not exact for it: {built}. Use engine='auto' to fall back to tokenizers."
-                    )
-                note = built
-            else:
-                self._fast = built
-                note = "verified identical to tokenizers on the built-in sample"
+        self._fast: BatchEncoder | None = None
+        engine = "tokenizers"
+        notes = ["engine='tokenizers' requested"] if spec.engine == "tokenizers" else []
+        builders = {"native": build_native_encoder, "tiktoken": build_fast_encoder}
+        for name, build in builders.items():
+            if spec.engine not in ("auto", name):
+                continue
+            built = build(data, self.hf, parse_special=spec.parse_special)
+            if not isinstance(built, str):
+                self._fast, engine = built, name
+                notes = [f"{name}: verified identical to tokenizers on the built-in sample"]
+                break
+            if spec.engine == name:
+                raise ValueError(
+                    f"engine={name!r} was requested for tokenizer {source.name!r} ({source.origin}), "
+                    f"but it is not exact for it: {built}. Use engine='auto' to fall back to the next engine."
+                )
+            notes.append(f"{name}: {built}")
+        note = "; ".join(notes)
         added = {t["content"] for t in data.get("added_tokens", [])}
         pre = recognise_pre_tokenizer(data.get("pre_tokenizer"))
         split_safe = (
@@ -158,7 +168,7 @@ class Tokenizer:
             bos_id=self._token_id(bos, "bos_token"),
             eos_token=eos,
             eos_id=self._token_id(eos, "eos_token"),
-            engine="tiktoken" if self._fast is not None else "tokenizers",
+            engine=engine,
             fast_path_note=note,
             parse_special=spec.parse_special,
             split_safe=split_safe,

@@ -25,6 +25,11 @@ JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 # records per orjson pass when writing (measured: as fast as 8,192); small blocks keep a shard of long
 # documents from holding 8,192 of them (~100 MB of 4 KB documents as dicts, their lines and the joined block)
 WRITE_BLOCK = 256
+# zstd level of .jsonl.zst outputs. Level 1, not zstd's default 3: on 3.8 KB web-text records it compresses
+# at ~380 MB/s against ~215 (10 against 18 us per record, one core) for files 16% larger (ratio 2.38 against
+# 2.77), and a pipeline writes each document several times (normalize, dedup steps), so compression was
+# the largest single cost of those steps (benchmarks/pipeline_scale.py; issue 32).
+ZSTD_LEVEL = 1
 
 
 def _describe_json_error(line: bytes, exc: orjson.JSONDecodeError) -> tuple[str, str]:
@@ -162,13 +167,42 @@ def project_filter_lists(
 def write_jsonl(blocks: Iterator[list[dict] | pa.RecordBatch], url: str) -> WriteStats:
     """Write blocks of records as JSON Lines, compressed as the name's suffix says, atomically; numpy values are
     allowed and a record that is not JSON-serialisable raises naming it."""
-    codec = split_compression(url)[1]
     records = 0
-    dumps = orjson.dumps
+
+    def encoded() -> Iterator[bytes]:
+        nonlocal records
+        for block in blocks:
+            rows = block.to_pylist() if isinstance(block, pa.RecordBatch) else block
+            yield encode_jsonl_block(rows, url, records)
+            records += len(rows)
+
+    written = write_jsonl_bytes(encoded(), url)
+    return WriteStats(path=url, records=records, bytes=written)
+
+
+def encode_jsonl_block(rows: list[Any], url: str, written: int) -> bytes:
+    """`rows` as JSON Lines (each line ending in a newline); `written` rows came before, for messages."""
+    try:
+        lines = [orjson.dumps(row, option=JSON_OPTIONS) for row in rows]
+    except orjson.JSONEncodeError:
+        lines = _dumps_checked(rows, url, written)
+    if set(map(type, rows)) != {dict}:
+        for index, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise TypeError(
+                    f"writing {url}: record {written + index + 1} is a {type(row).__name__}, expected a dict"
+                )
+    lines.append(b"")
+    return b"\n".join(lines)
+
+
+def write_jsonl_bytes(chunks: Iterable[bytes], url: str) -> int:
+    """Write encoded JSON Lines to `url` atomically, compressed as its suffix says; returns the file's bytes."""
+    codec = split_compression(url)[1]
     with atomic_write(url, "wb", compression=None) as raw:
         sink: Any = CountingSink(raw)  # a binary file object to the compressors (typeshed wants IO[bytes])
         if codec == "zstd":
-            out: Any = zstandard.ZstdCompressor(level=3).stream_writer(sink, closefd=False)
+            out: Any = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(sink, closefd=False)
         elif codec == "gzip":
             out = gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=6, mtime=0)
         elif codec == "bz2":
@@ -177,24 +211,11 @@ def write_jsonl(blocks: Iterator[list[dict] | pa.RecordBatch], url: str) -> Writ
             out = lzma.LZMAFile(sink, "wb")  # noqa: SIM115 - closed after the loop, as the other codecs' writers are
         else:
             out = sink
-        for block in blocks:
-            rows = block.to_pylist() if isinstance(block, pa.RecordBatch) else block
-            try:
-                lines = [dumps(row, option=JSON_OPTIONS) for row in rows]
-            except orjson.JSONEncodeError:
-                lines = _dumps_checked(rows, url, records)
-            if set(map(type, rows)) != {dict}:
-                for index, row in enumerate(rows):
-                    if not isinstance(row, dict):
-                        raise TypeError(
-                            f"writing {url}: record {records + index + 1} is a {type(row).__name__}, expected a dict"
-                        )
-            lines.append(b"")
-            out.write(b"\n".join(lines))
-            records += len(rows)
+        for chunk in chunks:
+            out.write(chunk)
         if out is not sink:
             out.close()  # writes the compression trailer into sink; sink and raw stay open
-    return WriteStats(path=url, records=records, bytes=sink.count)
+    return sink.count
 
 
 def _dumps_checked(rows: list[dict], url: str, written: int) -> list[bytes]:

@@ -125,11 +125,11 @@ def write_records(
     """Write records (dicts and/or Arrow record batches) to one file, atomically.
 
     The file appears complete or not at all (temporary name, then rename). jsonl is written with
-    orjson (numpy values allowed) and compressed from the suffix (.zst at zstd level 3, .gz, .bz2,
-    .xz). Parquet (zstd) and Vortex files get one schema: `schema` if given, else the first 8192
-    records' (union of their fields); later records may lack fields (null) or hold a type that
-    widens losslessly (int into a float column), but a new field or an incompatible type raises
-    SchemaMismatchError naming the field and the records.
+    orjson (numpy values allowed) and compressed from the suffix (.zst at zstd level 1, see
+    jsonl.ZSTD_LEVEL; .gz, .bz2, .xz). Parquet (zstd) and Vortex files get one schema: `schema` if
+    given, else the first 8192 records' (union of their fields); later records may lack fields
+    (null) or hold a type that widens losslessly (int into a float column), but a new field or an
+    incompatible type raises SchemaMismatchError naming the field and the records.
 
     Empty input (no records) writes nothing and returns `records=0`; whether that is an error is
     the caller's decision (`write_empty` writes a file with no records).
