@@ -75,8 +75,7 @@ def _start_emulator() -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "gcp_storage_emulator",
+            str(Path(__file__).resolve().parents[1] / "tests" / "engine" / "gcs_emulator.py"),  # with objects.move
             "start",
             "--host",
             "127.0.0.1",

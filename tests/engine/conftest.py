@@ -1,6 +1,7 @@
 """Real storage servers on 127.0.0.1 for the filesystem tests (no mocks of the storage clients).
 
-- `gcs_server`: the `gcp-storage-emulator` package (GCS JSON API) as a subprocess.
+- `gcs_server`: the `gcp-storage-emulator` package (GCS JSON API) as a subprocess, with the `objects.move`
+  call gcsfs makes on every rename added (gcs_emulator.py).
 - `s3_server`: moto in server mode (`moto_server`) as a subprocess.
 
 Both are session-scoped, listen on free loopback ports and are always shut down. Tests get the
@@ -117,8 +118,7 @@ def gcs_server() -> Iterator[GcsServer]:
     endpoint = f"http://127.0.0.1:{port}"
     cmd = [
         sys.executable,
-        "-m",
-        "gcp_storage_emulator",
+        str(Path(__file__).with_name("gcs_emulator.py")),  # the emulator, with objects.move added
         "start",
         "--host",
         "127.0.0.1",
