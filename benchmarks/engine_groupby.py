@@ -60,7 +60,7 @@ import contextlib
 
 from zephyr import Dataset, execution  # noqa: E402
 from zephyr.engine import executor  # noqa: E402
-from zephyr.engine.backends import ProcessBackend  # noqa: E402
+from zephyr.engine.backends.local import ProcessBackend  # noqa: E402
 from zephyr.engine.context import ExecutionConfig, parse_size  # noqa: E402
 from zephyr.engine.plan import plan  # noqa: E402
 from zephyr.engine.worker import ShardTask  # noqa: E402
@@ -350,7 +350,7 @@ def _load_big(log: str, blob: np.ndarray) -> _BigObject:
 
 def big_object_stage(mode: str, scratch: Path, workers: int, shards: int, size: int) -> tuple[float, int]:
     """A stage whose function holds a large object, run with the actor pool or with plain Ray tasks."""
-    from zephyr.engine.ray_backend import RayBackend
+    from zephyr.engine.backends.ray import RayBackend
 
     log = scratch / f"loads-{mode}.txt"
     big = _BigObject(str(log), size)
@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         if ray_wanted:
             import ray
 
-            from zephyr.engine.ray_backend import connect
+            from zephyr.engine.backends.ray import connect
 
             connect(None)
             print(f"  local Ray: {ray.cluster_resources().get('CPU')} CPUs", flush=True)
@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         overhead: dict[str, float] = {}
         cache: dict[str, tuple[float, int]] = {}
         if "overhead" not in skip:
-            from zephyr.engine.ray_backend import RayBackend
+            from zephyr.engine.backends.ray import RayBackend
 
             config = ExecutionConfig(
                 backend="ray",

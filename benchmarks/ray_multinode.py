@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO))
 import ray  # noqa: E402
 
 from zephyr import Dataset, execution  # noqa: E402
+from zephyr.engine.backends.ray import RayBackend  # noqa: E402
 from zephyr.engine.context import ExecutionConfig  # noqa: E402
-from zephyr.engine.ray_backend import RayBackend  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests"))  # the local multi-node cluster the Ray tests use
 from ray_local import LocalNodes, free_port  # noqa: E402

@@ -29,7 +29,7 @@ from zephyr import Dataset, counters
 from zephyr.cli import ZephyrArgumentParser
 from zephyr.engine.context import current_config
 from zephyr.engine.options import add_on_bad_record_option, positive_int
-from zephyr.engine.pending import pending_producer
+from zephyr.engine.run.pending import pending_producer
 from zephyr.errors import BadInputError
 from zephyr.fs import expand_glob, join, url_to_fs
 from zephyr.operators import dedup_documents
@@ -453,7 +453,7 @@ def summary_lines(outputs: dict[str, StepOutput]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     from zephyr import execution
-    from zephyr.engine.progress import report_results
+    from zephyr.engine.run.progress import report_results
 
     config = parse_args(argv)
     with execution(**({"on_bad_record": config.on_bad_record} if config.on_bad_record else {})):

@@ -15,7 +15,7 @@ def test_version_is_one_value_everywhere(capsys):
     import pytest
 
     from zephyr.cli import main
-    from zephyr.engine.run_record import RunRecorder
+    from zephyr.engine.run.record import RunRecorder
 
     assert re.fullmatch(r"\d+\.\d+\.\d+([.+-].+)?", zephyr.__version__)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())

@@ -154,13 +154,13 @@ def test_a_second_run_on_the_same_output_root_is_refused_while_the_first_holds_i
     import subprocess
     import sys
 
-    from zephyr.engine.run_lock import RunLockedError
+    from zephyr.engine.run.lock import RunLockedError
 
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from zephyr.engine.run_lock import hold_folder; "
+            "import sys, time; from zephyr.engine.run.lock import hold_folder; "
             "hold_folder(sys.argv[1], 'recipe output folder'); print('held', flush=True); time.sleep(120)",
             str(tmp_path),
         ],

@@ -195,8 +195,8 @@ def _split_run_argv(
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from zephyr.engine.progress import print_run_summary
-    from zephyr.engine.run_record import RunRecorder, open_run
+    from zephyr.engine.run.progress import print_run_summary
+    from zephyr.engine.run.record import RunRecorder, open_run
 
     overrides = engine_overrides(args)
     recorder = RunRecorder(
@@ -208,7 +208,7 @@ def _run_command(args: argparse.Namespace) -> int:
     )  # a dry run leaves no record
     recorder.summary_at_end = not overrides.get("dry_run")
     scratch = overrides.get("scratch")
-    from zephyr.engine.run_record import default_record_dir
+    from zephyr.engine.run.record import default_record_dir
 
     try:
         with open_run(recorder, fallback_dir=default_record_dir(scratch)):
@@ -331,7 +331,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 def main(argv: Sequence[str] | None = None) -> int:
     """`zephyr ...`: parse the command line, set the verbosity and run the subcommand; returns the exit code (1: an
     error Zephyr raised on purpose, printed as one line; 2: a wrong command line)."""
-    from zephyr.engine.progress import set_verbosity, verbosity
+    from zephyr.progress import set_verbosity, verbosity
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -359,8 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_subcommand(args: argparse.Namespace, argv: list[str]) -> int:
     """A subcommand as one run: its engine jobs share one record and one summary table at the end."""
-    from zephyr.engine.progress import print_run_summary
-    from zephyr.engine.run_record import RunRecorder, open_run
+    from zephyr.engine.run.progress import print_run_summary
+    from zephyr.engine.run.record import RunRecorder, open_run
 
     recorder = RunRecorder(command=["zephyr", *argv], write_empty=False)
     recorder.summary_at_end = True

@@ -33,9 +33,9 @@ from typing import Any
 
 from zephyr.engine.context import InputSample, current_config, execution
 from zephyr.engine.estimate import DEFAULT_SAMPLE, extrapolate_count, sampled_share
-from zephyr.engine.progress import format_duration, log
-from zephyr.engine.run_record import RunRecorder, use_run
+from zephyr.engine.run.record import RunRecorder, use_run
 from zephyr.fs import join
+from zephyr.progress import format_duration, log
 
 __all__ = ["StepEstimator", "StepFigures"]
 

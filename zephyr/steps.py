@@ -24,7 +24,7 @@ nothing a later run would trust (no output, no marker, no run record): completed
 reused; every step that would run is called with its output redirected to a throw-away directory under
 the engine's dry run, so its pipelines print their plans and write nothing, and it returns a *planned*
 `StepOutput` (`planned=True`, empty summary). Its output folder (and the throw-away one) are declared
-pending (`zephyr.engine.pending`), so the later steps that read them are planned too: their sources
+pending (`zephyr.engine.run.pending`), so the later steps that read them are planned too: their sources
 read "the output of step 'x', not written yet", with a shard count known once it runs. A recipe ends its
 dry run with `end_dry_run()` (exit code 0, `DryRunStop`), which lists what would run; work a recipe does
 outside a step (building a sample) asks `would_write(...)` first.
@@ -43,11 +43,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from zephyr.engine.pending import declare_pending
-from zephyr.engine.progress import format_duration, live_view, log
-from zephyr.engine.run_lock import hold_folder
-from zephyr.engine.run_record import RunRecorder, current_run, use_run
+from zephyr.engine.run.lock import hold_folder
+from zephyr.engine.run.pending import declare_pending
+from zephyr.engine.run.record import RunRecorder, current_run, use_run
 from zephyr.fs import join, url_to_fs
+from zephyr.progress import format_duration, live_view, log
 from zephyr.staged import StagedWork, clear
 from zephyr.step_estimate import StepEstimator
 from zephyr.versioning import describe, digest, undescribable
@@ -227,7 +227,7 @@ class StepRunner:
         """One run per output root at a time: a second run of a recipe on the same `--output` used to rerun an
         unfinished step into the folder the first was reading, and both went on (one failed, the other's
         steps were marked complete with documents missing). The lock (`.zephyr-run.lock` in the root, see
-        `zephyr.engine.run_lock`) is held from the first step until `close()` (the end of a `with` block);
+        `zephyr.engine.run.lock`) is held from the first step until `close()` (the end of a `with` block);
         without it, until this runner is garbage-collected or the process ends. That is not the moment
         the last reference goes: looking for a step's marker on a bucket raises FileNotFoundError inside
         fsspec's `sync()`, whose frame keeps the exception, its traceback, and through the frames' callers

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from zephyr import Dataset, execution
-from zephyr.engine.backend_api import Backend, Outcome
 from zephyr.engine.backend_registry import BACKENDS, BackendSpec, RayOptions
+from zephyr.engine.backends.api import Backend, Outcome
 from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.expr import Expr, col
 from zephyr.engine.io import FORMATS, infer_format, read_records, write_records

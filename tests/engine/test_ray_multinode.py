@@ -195,7 +195,7 @@ def test_a_stage_asking_for_a_custom_resource_runs_only_where_it_is(cluster, buc
 
 
 def test_a_stage_asking_for_what_no_node_has_is_one_clear_error(cluster, bucket):
-    from zephyr.engine.backends import ClusterError  # noqa: F401  (the same family of errors)
+    from zephyr.engine.backends.api import ClusterError  # noqa: F401  (the same family of errors)
 
     ds = Dataset.from_list(list(range(4)), num_shards=2).map(_cwd_slow, resources={"gpus": 1})
     with pytest.raises(
@@ -206,7 +206,7 @@ def test_a_stage_asking_for_what_no_node_has_is_one_clear_error(cluster, bucket)
 
 # --------------------------------------------------------------------------- configuration errors
 def test_a_local_scratch_path_on_several_nodes_is_refused(cluster, tmp_path):
-    from zephyr.engine.backends import ClusterError
+    from zephyr.engine.backends.api import ClusterError
 
     started = time.monotonic()
     with pytest.raises(ClusterError, match=r"is a local path but the Ray cluster has \d nodes") as raised:
@@ -229,7 +229,7 @@ sys.meta_path.insert(0, _NotInstalled())
 
 @pytest.mark.slow  # ~15 s: starts a fourth raylet
 def test_a_node_without_the_package_is_one_clear_error(cluster, bucket, tmp_path):
-    from zephyr.engine.backends import ClusterError
+    from zephyr.engine.backends.api import ClusterError
 
     site = tmp_path / "site"
     site.mkdir()

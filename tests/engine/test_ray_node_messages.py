@@ -15,7 +15,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from zephyr.engine import ray_cluster  # noqa: E402
+from zephyr.engine.backends import ray_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 _RAYLET = {"lines": ["Raylet is terminated. Termination is unexpected."], "pid": "raylet", "is_err": False}
@@ -67,7 +67,7 @@ if __name__ == "__main__":
 @pytest.mark.ray
 @pytest.mark.timeout(400)
 def test_a_killed_raylet_leaves_only_the_engines_report_in_the_driver_output(tmp_path):
-    from zephyr.engine.ray_local import LocalNodes
+    from ray_local import LocalNodes
 
     script, marker = tmp_path / "driver.py", tmp_path / "node_a-started"
     script.write_text(_DRIVER)

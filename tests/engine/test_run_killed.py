@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from zephyr.engine import run_record
-from zephyr.engine.run_record import RunRecorder, observed_status, read_run_records
+from zephyr.engine.run import record as run_record
+from zephyr.engine.run.record import RunRecorder, observed_status, read_run_records
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from zephyr import Dataset, execution
-from zephyr.engine.run_lock import LOCK_NAME, RunLockedError
+from zephyr.engine.run.lock import LOCK_NAME, RunLockedError
 from zephyr.fs import url_to_fs
 
 _SLOW = textwrap.dedent("""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from terminal import run_in_pty
 
-from zephyr.engine.run_record import FORMAT, read_run_records
+from zephyr.engine.run.record import FORMAT, read_run_records
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -296,7 +296,7 @@ def test_counts_and_bytes_read_differently():
 def test_summary_of_a_run_that_failed_before_any_stage_prints_no_empty_table(capsys):
     # A cluster error (no raylet, a lost connection) ends a run before any stage is recorded: the
     # summary used to print an empty table above the one-line error.
-    from zephyr.engine.progress import print_run_summary
+    from zephyr.engine.run.progress import print_run_summary
 
     print_run_summary({"status": "failed", "seconds": 1.2, "command": ["zephyr", "run"], "jobs": [{"job": 0}]})
     assert "records in" not in capsys.readouterr().err
@@ -306,7 +306,7 @@ def test_progress_false_also_silences_the_plain_stage_lines(capsys, monkeypatch,
     # Without a terminal a stage logs a progress line every 30 s; progress=False used to keep them
     # (a benchmark's output filled with "stage 1 ...: 1/2 shards ... ETA" lines).
     from zephyr import Dataset, execution
-    from zephyr.engine import progress
+    from zephyr.engine.run import progress
 
     monkeypatch.setattr(progress, "PLAIN_LOG_EVERY_S", 0.0)
     records = [{"i": i} for i in range(40)]

@@ -90,8 +90,8 @@ def test_processes_backend_says_what_it_ignores(monkeypatch, scratch):
 
 def test_pools_state_what_release_backend_uses():
     """release_backend reads only the WorkerPool protocol: the process pool is one, the in-process backend is not."""
-    from zephyr.engine.backend_api import WorkerPool
-    from zephyr.engine.backends import LocalBackend, ProcessBackend
+    from zephyr.engine.backends.api import WorkerPool
+    from zephyr.engine.backends.local import LocalBackend, ProcessBackend
 
     assert not isinstance(LocalBackend(), WorkerPool)
     pool = ProcessBackend(1)

@@ -140,7 +140,7 @@ def test_step_runner_dry_run_reuses_complete_steps_and_plans_the_rest_on_their_o
 
 
 def test_a_pending_input_is_planned_only_in_a_dry_run(tmp_path):
-    from zephyr.engine.pending import declare_pending
+    from zephyr.engine.run.pending import declare_pending
     from zephyr.errors import BadInputError
 
     missing = str(tmp_path / "step-out")

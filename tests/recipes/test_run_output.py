@@ -47,7 +47,7 @@ def test_nemotron_recipe_prints_one_summary_not_a_table_per_engine_job(tmp_path)
         assert f"step {step}: running" in output and f"step {step}: done" in output
     assert "\x1b[" not in result.stderr.split("zephyr run succeeded")[0]  # no bars, no cursor moves
     # and the whole story is in the run record
-    from zephyr.engine.run_record import read_run_records
+    from zephyr.engine.run.record import read_run_records
 
     (record,) = read_run_records(str(tmp_path / "out"))
     assert [s["name"] for s in record["steps"]] == steps and record["status"] == "succeeded"

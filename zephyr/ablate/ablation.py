@@ -60,7 +60,7 @@ def _run_ray(
         import ray
     except ImportError as exc:
         raise ImportError("backend='ray' needs Ray: pip install 'ray[data]>=2.40,<3'") from exc
-    from zephyr.engine.ray_backend import connect
+    from zephyr.engine.backends.ray import connect
 
     started = connect(config.ray_address)
     try:

@@ -2,7 +2,7 @@
 
 The names used to be spelled in six places (the config check, the CLI's choices, Datashop's CLI and
 config, two recipes) and `make_backend` switched on them three times. Each backend is now one module
-holding a class that implements the `Backend` protocol (`zephyr.engine.backend_api`), and one entry
+holding a class that implements the `Backend` protocol (`zephyr.engine.backends.api`), and one entry
 here: its name, where its class lives (imported only when a run uses it, so Ray is not imported by a
 run on processes), its options dataclass, and whether it runs shards in the driver's own process.
 Everything else asks this table: `ExecutionConfig` checks the name, the CLIs offer `backend_names()`,
@@ -69,7 +69,7 @@ class RayOptions:
 @dataclass(frozen=True)
 class BackendSpec:
     """One registered backend: `module.cls` implements the Backend protocol (and its classmethods `create`
-    and `reuse_key_for`, see `zephyr.engine.backend_api`)."""
+    and `reuse_key_for`, see `zephyr.engine.backends.api`)."""
 
     name: str
     module: str
@@ -91,11 +91,13 @@ class BackendSpec:
 BACKENDS: dict[str, BackendSpec] = {
     spec.name: spec
     for spec in (
-        BackendSpec("local", "zephyr.engine.backends", "LocalBackend", "in-process, for debugging", in_process=True),
-        BackendSpec("processes", "zephyr.engine.backends", "ProcessBackend", "all cores of this machine"),
+        BackendSpec(
+            "local", "zephyr.engine.backends.local", "LocalBackend", "in-process, for debugging", in_process=True
+        ),
+        BackendSpec("processes", "zephyr.engine.backends.local", "ProcessBackend", "all cores of this machine"),
         BackendSpec(
             "ray",
-            "zephyr.engine.ray_backend",
+            "zephyr.engine.backends.ray",
             "RayBackend",
             "a Ray cluster",
             RayOptions,

@@ -29,12 +29,13 @@ import cloudpickle
 from zephyr.counters import internal, merge
 from zephyr.engine import absent_fields
 from zephyr.engine.backend_registry import backend_spec
-from zephyr.engine.backends import Backend, Outcome, make_backend, release_backend
+from zephyr.engine.backends.api import Backend, Outcome
+from zephyr.engine.backends.pool import make_backend, release_backend
 from zephyr.engine.context import ExecutionConfig, current_config
 from zephyr.engine.plan import Plan, Stage, plan
-from zephyr.engine.progress import ProgressDisplay
 from zephyr.engine.resources import stage_request
-from zephyr.engine.run_lock import run_locks
+from zephyr.engine.run.lock import run_locks
+from zephyr.engine.run.progress import ProgressDisplay
 from zephyr.engine.shuffle import ReducePiece, RunFile, plan_tasks, target_bytes, task_bytes
 from zephyr.engine.task import Figures
 from zephyr.engine.worker import ShardResult, ShardTask

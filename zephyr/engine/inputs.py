@@ -103,7 +103,7 @@ class FileInput(Input):
     source: O.FilesSource
     shards: tuple[SourceShard, ...]
     batch_rows: int | None = None
-    pending: str | None = None  # dry run only: who would write the patterns not there yet (engine.pending)
+    pending: str | None = None  # dry run only: who would write the patterns not there yet (engine.run.pending)
 
     @property
     def upstream(self) -> tuple[int, ...]:

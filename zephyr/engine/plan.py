@@ -31,7 +31,6 @@ from zephyr.engine.inputs import (
     StageInput,
 )
 from zephyr.engine.outputs import Collect, FileSink, PartitionedSink, Scatter, ShardWriterSink, StageOutput
-from zephyr.engine.pending import pending_producer
 from zephyr.engine.pipeline import (
     Apply,
     BatchApply,
@@ -43,6 +42,7 @@ from zephyr.engine.pipeline import (
     ShardApply,
     Step,
 )
+from zephyr.engine.run.pending import pending_producer
 from zephyr.engine.shuffle import ShuffleSpec
 from zephyr.errors import PlanError
 from zephyr.fs import url_to_fs
@@ -96,7 +96,7 @@ class Plan:
 
     @property
     def pending(self) -> list[str]:
-        """Who would write the inputs a dry run planned before they exist (`zephyr.engine.pending`)."""
+        """Who would write the inputs a dry run planned before they exist (`zephyr.engine.run.pending`)."""
         return [stage.input.pending for stage in self.stages if stage.input.pending]
 
     def describe(self) -> str:

@@ -13,7 +13,7 @@ In code: `set_cross_region_budget(nbytes)` and the `allow_cross_region()` contex
 
 Without a run, the budget is per process. During an engine run on the processes or Ray backend the
 budget is the run's: every worker charges one run-wide ledger (`set_run_ledger`; shared memory on the
-processes backend, a Ray actor on Ray, see zephyr.engine.ledger), whose limit the driver fixed from its
+processes backend, a Ray actor on Ray, see zephyr.engine.backends.ledger), whose limit the driver fixed from its
 own settings when the run started, so 512 workers share one budget instead of having 512. A ledger may
 be stale by what the other workers have not yet reported (each reports at least every 1% of the
 budget); before refusing a read, a worker asks the ledger for the exact total.

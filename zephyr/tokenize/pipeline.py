@@ -322,7 +322,7 @@ def tokenize_dataset(
     from zephyr import Dataset
     from zephyr.engine.context import current_config
     from zephyr.engine.io.listing import data_files
-    from zephyr.engine.pending import pending_producer
+    from zephyr.engine.run.pending import pending_producer
     from zephyr.fs import join
 
     spec = tokenizer if isinstance(tokenizer, TokenizerSpec) else TokenizerSpec(source=os.fspath(tokenizer))

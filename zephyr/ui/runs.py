@@ -22,7 +22,7 @@ import posixpath
 import re
 from typing import Any
 
-from zephyr.engine.run_record import observed_status
+from zephyr.engine.run.record import observed_status
 from zephyr.ui.source import Root
 
 __all__ = ["RUN_FORMAT", "run_records", "latest_run", "steps_view", "runs_view"]

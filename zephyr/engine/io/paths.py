@@ -4,7 +4,7 @@ Some inputs are read by an operator rather than by a record reader: WARC archive
 PDFs, images. Reading them as `Dataset.from_files(glob, format="path")` keeps one shard per file and
 everything a file source gets from the planner: the files listed at plan time, the shard's file size in
 the stats and fingerprint, and in a dry run a glob over what an earlier step would write planned as that
-step's pending output (`engine.pending`). It is never inferred from a name, and cannot be written.
+step's pending output (`engine.run.pending`). It is never inferred from a name, and cannot be written.
 """
 
 from __future__ import annotations

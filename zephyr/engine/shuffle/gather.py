@@ -232,14 +232,13 @@ def _tallied(rows: pa.RecordBatch, starts: np.ndarray, heads: list[bytes], tally
         tally.add(key, count, size)
 
 
-def _pieces(
-    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None, check_order: bool = True
-) -> Iterator[tuple[bytes, bytes, list[Any], bool]]:
-    """(key, key hint, values, pickled) for each stretch of one group's rows within a chunk of merged
-    rows; a group spanning chunks gives consecutive pieces with the same key. Values are pickled bytes
-    (unpickled lazily by the caller) or, from columnar runs, the records themselves (one Arrow
-    conversion a chunk). Sort keys are checked for an order Python has (`_OrderCheck`) unless
-    `check_order` is False (`order_checked`: the runs hold one kind of scalar sort key)."""
+def _stretches(
+    blocks: Iterable[pa.RecordBatch], tally: _Tally | None, check_order: bool
+) -> Iterator[tuple[pa.Array, Iterator[tuple[bytes, bytes, int, int]]]]:
+    """For each chunk of merged rows: its value column and (key, key hint, start, end) for each stretch
+    of one group's rows in it; a group spanning chunks gives consecutive stretches with the same key.
+    Sort keys are checked for an order Python has (`_OrderCheck`) unless `check_order` is False
+    (`order_checked`: the runs hold one kind of scalar sort key)."""
     order = _OrderCheck() if check_order else None
     for rows in _chunks(blocks):
         keys = rows.column(2)
@@ -249,32 +248,30 @@ def _pieces(
         heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
         hints = _head_hints(rows, starts)
         _tallied(rows, starts, heads, tally)
-        column = rows.column(4)
+        bounds = starts.tolist()
+        bounds.append(rows.num_rows)
+        yield rows.column(4), zip(heads, hints, bounds, bounds[1:], strict=False)
+
+
+def _pieces(
+    blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None, check_order: bool = True
+) -> Iterator[tuple[bytes, bytes, list[Any], bool]]:
+    """(key, key hint, values, pickled) for each stretch of one group's rows (`_stretches`). Values are
+    pickled bytes (unpickled lazily by the caller) or, from columnar runs, the records themselves (one
+    Arrow conversion a chunk)."""
+    for column, stretches in _stretches(blocks, tally, check_order):
         pickled = pa.types.is_large_binary(column.type)
         values = column.to_pylist() if pickled else records_of(column)
-        bounds = starts.tolist()
-        bounds.append(len(values))
-        for key, key_hint, start, end in zip(heads, hints, bounds, bounds[1:], strict=False):
+        for key, key_hint, start, end in stretches:
             yield key, key_hint, values[start:end], pickled
 
 
 def _batch_pieces(
     blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None, check_order: bool = True
 ) -> Iterator[tuple[bytes, bytes, pa.RecordBatch]]:
-    """(key, key hint, records as one RecordBatch) for each stretch of one group's rows within a chunk."""
-    order = _OrderCheck() if check_order else None
-    for rows in _chunks(blocks):
-        keys = rows.column(2)
-        starts = _group_starts(keys)
-        if order is not None:
-            order.check(rows, starts)
-        heads = pc.take(keys, starts, memory_pool=SHUFFLE_POOL).to_pylist()
-        hints = _head_hints(rows, starts)
-        _tallied(rows, starts, heads, tally)
-        column = rows.column(4)
-        bounds = starts.tolist()
-        bounds.append(len(column))
-        for key, key_hint, start, end in zip(heads, hints, bounds, bounds[1:], strict=False):
+    """(key, key hint, records as one RecordBatch) for each stretch of one group's rows (`_stretches`)."""
+    for column, stretches in _stretches(blocks, tally, check_order):
+        for key, key_hint, start, end in stretches:
             yield key, key_hint, _records_batch(column.slice(start, end - start))
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 import ray
 
-from zephyr.engine.backend_api import ClusterError
+from zephyr.engine.backends.api import ClusterError
 from zephyr.progress import verbosity
 
 __all__ = ["connect", "keep_node_messages_out", "ClusterWatch", "missing_package"]

@@ -1,7 +1,7 @@
 """What a backend is: the `Backend` protocol the executor drives, the `Outcome` it reports per task,
 and `portable_error`, which every backend applies to a task's exception before shipping it back.
 
-Its own module so that `backends` (local and process pools, `make_backend`) and `ray_backend` both
+Its own module so that `local` (in-process and process pools), `ray` and `pool` (`make_backend`) all
 import it without importing each other. A backend class subclasses `Backend`, implements `submit`,
 `wait`, `close` and `create`, and inherits no-op defaults for the rest; it is registered by name in
 `zephyr.engine.backend_registry`. A backend whose workers outlive a run also implements `WorkerPool`.

@@ -39,10 +39,10 @@ import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from zephyr.engine.backend_api import Backend, ClusterError, Outcome, portable_error
 from zephyr.engine.backend_registry import RayOptions
-from zephyr.engine.ledger import LedgerActor, RayLedger, run_limit
-from zephyr.engine.ray_cluster import ClusterWatch, connect, missing_package
+from zephyr.engine.backends.api import Backend, ClusterError, Outcome, portable_error
+from zephyr.engine.backends.ledger import LedgerActor, RayLedger, run_limit
+from zephyr.engine.backends.ray_cluster import ClusterWatch, connect, missing_package
 from zephyr.engine.resources import Resources, effective
 from zephyr.engine.worker import ShardTask, run_task
 from zephyr.fs.transfer_budget import run_ledger, set_run_ledger

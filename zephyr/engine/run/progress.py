@@ -23,38 +23,20 @@ from rich.console import Console
 from rich.table import Table
 
 from zephyr.counters import is_internal
-from zephyr.engine import run_record
+from zephyr.engine.run import record as run_record
 from zephyr.progress import (
-    LiveView,
-    TaskProgress,
     format_bytes,
     format_count,
     format_duration,
     live_view,
     log,
-    set_verbosity,
-    task_progress,
     terminal,
     verbosity,
 )
 
 _view = live_view()
 
-__all__ = [
-    "LiveView",
-    "ProgressDisplay",
-    "TaskProgress",
-    "format_bytes",
-    "format_count",
-    "format_duration",
-    "live_view",
-    "log",
-    "print_run_summary",
-    "report_results",
-    "set_verbosity",
-    "task_progress",
-    "verbosity",
-]
+__all__ = ["ProgressDisplay", "print_run_summary", "report_results"]
 
 
 # ------------------------------------------------------------------------------- engine jobs
