@@ -1,7 +1,8 @@
-"""The custom VJP wiring that every hand-written linear cross-entropy shares (fused JAX in `loss.py`, Pallas
-in `pallas_loss.py`): the forward saves only (hidden, weight, labels, lse), never the [N x V] logits, and
-the backward recomputes them block by block from that saved log-sum-exp. Kept in one place so that the
-residuals and the gradient contract (no gradient for the labels) cannot drift between implementations.
+"""What every hand-written linear cross-entropy shares (fused JAX in `loss.py`, Pallas in `pallas_loss.py`):
+the shape contract, and the custom VJP wiring. The forward saves only (hidden, weight, labels, lse), never the
+[N x V] logits, and the backward recomputes them block by block from that saved log-sum-exp. Kept in one
+place so that the residuals and the gradient contract (no gradient for the labels) cannot drift between
+implementations.
 """
 
 from __future__ import annotations
@@ -12,7 +13,17 @@ from typing import Any
 
 import jax
 
-__all__ = ["linear_ce_with_vjp"]
+__all__ = ["linear_ce_with_vjp", "check_linear_ce_shapes"]
+
+
+def check_linear_ce_shapes(function: str, hidden: Any, weight: Any, labels: Any) -> None:
+    """Raise ValueError unless hidden is [N, D], weight [D, V] and labels [N]: the contract of every
+    implementation, named `function` in the message."""
+    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[0] or labels.shape != hidden.shape[:1]:
+        raise ValueError(
+            f"{function} expects hidden [N, D], weight [D, V], labels [N]; got hidden {hidden.shape}, "
+            f"weight {weight.shape}, labels {labels.shape}. Flatten batch and sequence first: hidden.reshape(-1, D)."
+        )
 
 
 def linear_ce_with_vjp(forward: Callable[..., Any], backward: Callable[..., Any]) -> Callable[..., Any]:

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from zephyr.train.ce_vjp import linear_ce_with_vjp
+from zephyr.train.ce_vjp import check_linear_ce_shapes, linear_ce_with_vjp
 
 __all__ = ["reference_linear_cross_entropy", "fused_linear_cross_entropy", "linear_cross_entropy_loss"]
 
@@ -138,11 +138,7 @@ def fused_linear_cross_entropy(
     token_block: int = 4096,
 ) -> tuple[Float[Array, "N"], Float[Array, "N"]]:
     """Streaming (ce, lse) with a custom VJP; peak temporary is token_block x vocab_block f32."""
-    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[0] or labels.shape != hidden.shape[:1]:
-        raise ValueError(
-            f"fused_linear_cross_entropy expects hidden [N, D], weight [D, V], labels [N]; got hidden {hidden.shape}, "
-            f"weight {weight.shape}, labels {labels.shape}. Flatten batch and sequence first: hidden.reshape(-1, D)."
-        )
+    check_linear_ce_shapes("fused_linear_cross_entropy", hidden, weight, labels)
     return _fused(hidden, weight, labels.astype(jnp.int32), int(vocab_block), int(token_block))
 
 

@@ -32,7 +32,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 from jaxtyping import Array, Float, Int
 
-from zephyr.train.ce_vjp import linear_ce_with_vjp
+from zephyr.train.ce_vjp import check_linear_ce_shapes, linear_ce_with_vjp
 
 __all__ = ["pallas_linear_cross_entropy"]
 
@@ -175,10 +175,7 @@ def pallas_linear_cross_entropy(
     zero-padded to whole blocks. The defaults were the fastest of those tried on an
     H100 (benchmarks/train_gpu.py); a 64 x 256 tile already exceeds shared memory.
     """
-    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[0] or labels.shape != hidden.shape[:1]:
-        raise ValueError(
-            f"expected hidden [N, D], weight [D, V], labels [N]; got {hidden.shape}, {weight.shape}, {labels.shape}."
-        )
+    check_linear_ce_shapes("pallas_linear_cross_entropy", hidden, weight, labels)
     blocks = (int(token_block), int(vocab_block), int(d_block), int(num_warps))
     if any(b < 1 or b & (b - 1) for b in blocks[:3]):
         raise ValueError(
