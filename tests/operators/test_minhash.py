@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from zephyr.operators import minhash as mh
+from zephyr.operators import minhash_native
 from zephyr.operators.minhash import (
     EMPTY_HASH,
     MinHashConfig,
@@ -260,9 +261,9 @@ def test_batched_word_hashes_are_per_word_and_collision_free(articles):
 
 @pytest.fixture
 def native():
-    if mh._native() is None:
+    if minhash_native.kernel() is None:
         pytest.skip("zephyr.operators.minhash_kernel is not built (make install builds it)")
-    return mh._native()
+    return minhash_native.kernel()
 
 
 def _numpy_sketch(texts: list[str], config: MinHashConfig) -> tuple[np.ndarray, ...]:

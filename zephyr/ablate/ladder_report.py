@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from zephyr.json_safe import json_safe
+
 from .ladder_fit import LadderReport, MixtureLadder
 
 __all__ = ["format_ladder_report", "ladder_json", "write_ladder_report", "plot_ladder"]
@@ -139,16 +141,6 @@ def format_ladder_report(report: LadderReport) -> str:
     return "\n".join(lines)
 
 
-def _finite(x: Any) -> Any:
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): _finite(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_finite(v) for v in x]
-    return x
-
-
 def ladder_json(report: LadderReport) -> dict[str, Any]:
     """Plain data of the report (``ladder.json``); infinities and NaN become null."""
     mixtures = []
@@ -181,7 +173,7 @@ def ladder_json(report: LadderReport) -> dict[str, Any]:
                 "within_interval": m.within_interval,
             }
         )
-    return _finite(
+    return json_safe(
         {
             "axis": report.axis,
             "metric": report.metric,
@@ -217,7 +209,8 @@ def ladder_json(report: LadderReport) -> dict[str, Any]:
             ],
             "transfer_holds": report.transfer_holds,
             "transfer_flops": report.transfer_flops,
-        }
+        },
+        infinity="null",
     )
 
 

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from zephyr.json_safe import json_safe
+
 from .runner import AblationPlan, RunResult, read_eval_curves
 from .stats import PairedDifference, Spread, paired_difference, spread
 
@@ -228,16 +230,6 @@ def format_report(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, float):
-        return None if math.isnan(x) else ("inf" if x == math.inf else "-inf" if x == -math.inf else x)
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
-
-
 def write_report(report: Report, output_dir: str | Path) -> dict[str, str]:
     """Write ``report.csv``, ``report.json``, ``report.png`` and ``report.txt``; returns their paths.
 
@@ -336,7 +328,7 @@ def _render_report(report: Report, out: Path) -> dict[str, str]:
         "runs": list(report.runs),
         "notes": list(report.notes),
     }
-    json_path.write_text(json.dumps(_jsonable(payload), indent=1) + "\n")
+    json_path.write_text(json.dumps(json_safe(payload), indent=1) + "\n")
     txt_path = out / "report.txt"
     txt_path.write_text(format_report(report) + "\n")
     png_path = plot_report(report, out / "report.png")

@@ -15,11 +15,13 @@ Everything a stage produced stays in `output_dir/<stage>/` with a `report.json`;
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,15 +306,10 @@ def _label_pool(
     needs, e.g. a GPU for vLLM: `zephyr.datashop.label_stage`), or in this process with `backend` when the
     caller passes a loaded one."""
     fields = {"text_field": config.text_field, "id_field": config.id_field}
-    if backend is not None:
-        labeling = label_documents(
-            pool,
-            stage.prompt,
-            stage.labeler,
-            cache_path=labels_path,
-            backend=backend,
-            progress=f"datashop {stage.name} label",
-            **fields,
+
+    def label_and_measure(label: Callable[..., LabelingRun]) -> tuple[LabelingRun, LabelQuality]:
+        labeling = label(
+            pool, stage.prompt, stage.labeler, cache_path=labels_path, progress=f"datashop {stage.name} label", **fields
         )
         quality = measure_label_quality(
             pool,
@@ -321,32 +318,18 @@ def _label_pool(
             stage.labeler,
             backend,
             cache_path=labels_path.parent / "quality",
+            label=label,
             **fields,
         )
         return labeling, quality
+
+    if backend is not None:
+        return label_and_measure(functools.partial(label_documents, backend=backend))
     with _execution(config):
         try:
-            labeling = label_on_engine(
-                pool,
-                stage.prompt,
-                stage.labeler,
-                cache_path=labels_path,
-                progress=f"datashop {stage.name} label",
-                **fields,
-            )
-            quality = measure_label_quality(
-                pool,
-                labeling.results,
-                stage.prompt,
-                stage.labeler,
-                None,
-                cache_path=labels_path.parent / "quality",
-                label=label_on_engine,
-                **fields,
-            )
+            return label_and_measure(label_on_engine)
         finally:
             release_labelers()  # the local backend's model and helper processes, loaded in this process
-    return labeling, quality
 
 
 def run_datashop(config: DatashopConfig) -> DatashopReport:

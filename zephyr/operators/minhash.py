@@ -31,17 +31,17 @@ across machines, processes and numpy versions.
 from __future__ import annotations
 
 import functools
-import logging
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import xxhash
 
 from zephyr import counters
+from zephyr.operators import minhash_native
 
 __all__ = [
     "EMPTY_HASH",
@@ -510,49 +510,6 @@ def minhash_signatures(texts: Sequence[str], config: MinHashConfig = MinHashConf
     return _sketch(texts, config, False)[0]
 
 
-@functools.lru_cache(maxsize=1)
-def _native() -> Any:
-    """The C kernel (zephyr/operators/minhash_kernel.c), or None when it was not built: the numpy path
-    below gives the same bits, ~3x slower, and says so once per process."""
-    try:
-        from zephyr.operators import minhash_kernel
-    except ImportError as exc:
-        logging.getLogger(__name__).warning(
-            "zephyr.operators.minhash_kernel is not built (%s): MinHash runs on numpy, about 3x slower; "
-            "build it with `make install` (pip install -e .), which needs gcc and the Python headers",
-            exc,
-        )
-        return None
-    return minhash_kernel
-
-
-@functools.lru_cache(maxsize=1)
-def _native_tables() -> tuple[bytes, bytes, bytes]:
-    """The C kernel's character tables, from this Python's own Unicode data (built once per process, ~0.1 s):
-    a bit per code point of the Basic Multilingual Plane, set for a separator; str.lower() of each of
-    them as one code point (all ones where it is not one code point of its own: U+0130 lowers to two,
-    U+03A3 to final or medial sigma by context, a lone surrogate cannot be encoded; the kernel hands
-    such a text to str.lower()); and (code point, lowercase) pairs beyond the plane."""
-    bits = np.zeros(0x10000, dtype=bool)
-    bits[128:] = [_is_separator(chr(code)) for code in range(128, 0x10000)]
-    special = (0x130, 0x3A3)
-    codes = np.arange(0x110000, dtype=np.uint32)
-    plain = codes[((codes < 0xD800) | (codes > 0xDFFF)) & ~np.isin(codes, special)]
-    text = plain.astype("<u4").tobytes().decode("utf-32-le")
-    lowered = text.lower()  # one call: context rules touch only the code points left out
-    lower = np.full(0x110000, 0xFFFF_FFFF, dtype=np.uint32)
-    if len(lowered) == len(text):
-        lower[plain] = np.frombuffer(lowered.encode("utf-32-le"), dtype="<u4")
-    else:  # a Unicode version with another multi-character lowercase: one code point at a time
-        lower[plain] = [ord(c.lower()) if len(c.lower()) == 1 else 0xFFFF_FFFF for c in text]
-    astral = np.flatnonzero(lower[0x10000:] != codes[0x10000:]) + 0x10000
-    return (
-        np.packbits(bits, bitorder="little").tobytes(),
-        lower[:0x10000].tobytes(),
-        np.stack([astral, lower[astral]], axis=1).astype(np.uint32).tobytes(),
-    )
-
-
 _NO_PERMUTATIONS = np.zeros(0, dtype=np.uint32)
 
 
@@ -562,30 +519,18 @@ def _native_sketch(
     """(signatures, shingle counts, set values, set counts) from the C kernel; None without it or for
     character shingles (numpy only). Without `with_signatures` no permutation is computed (signatures
     have 0 columns)."""
-    native = _native() if config.shingle == "word" else None
-    if native is None:
+    if config.shingle != "word" or minhash_native.kernel() is None:
         return None
     a, b = _permutations(config) if with_signatures else (_NO_PERMUTATIONS, _NO_PERMUTATIONS)
-    signatures, counts, values, set_counts, (long_words, capped, cut) = native.sketch(
+    return minhash_native.sketch(
         texts,
-        *_native_tables(),
+        minhash_native.tables(_is_separator),
         _odd_constants(_NGRAM_SALT, config.ngram_size),
         a,
         b,
         config.max_tokens_per_document,
         with_sets,
-        xxhash.xxh3_64_intdigest,
     )
-    if long_words:
-        counters.increment("minhash/long_words", long_words)
-    if capped:
-        counters.increment("minhash/documents_capped", capped)
-        counters.increment("minhash/tokens_not_shingled", cut)
-    signatures = np.frombuffer(signatures, dtype=np.uint32).reshape(len(texts), len(a))
-    counts = np.frombuffer(counts, dtype=np.int64)
-    if values is None:
-        return signatures, counts, None, None
-    return signatures, counts, np.frombuffer(values, dtype=np.uint64), np.frombuffer(set_counts, dtype=np.int64)
 
 
 def _signatures(texts: Sequence[str], config: MinHashConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -22,8 +22,9 @@ in C. ARC files (pre-2008 crawls) go through warcio, which is the one reader tha
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from zephyr import counters
@@ -114,18 +115,9 @@ def read_warc(url: str, config: WarcReadConfig = WarcReadConfig()) -> Iterator[d
                     break
                 yielded_any = True
                 offset = base + record.stream_pos
-                counters.increment("warc/records")
-                if not (record.record_type & wanted):
-                    counters.increment("warc/skipped_type")
-                    continue
-                try:
-                    doc = _document_from_fastwarc(record, url, config, offset)
-                except Exception as exc:
-                    counters.increment("warc/malformed")
-                    log.warning("%s: malformed WARC record at byte %d (%s); skipped", url, offset, exc)
-                    continue
+                convert = functools.partial(_document_from_fastwarc, record, url, config, offset)
+                doc = _counted_document(bool(record.record_type & wanted), convert, url, "WARC", offset)
                 if doc is not None:
-                    counters.increment("warc/documents")
                     yield doc
             # A broken record. In a gzip-per-record file (as Common Crawl publishes) the next record
             # starts at the next gzip member: resynchronise there instead of losing the rest of the file.
@@ -236,19 +228,31 @@ def _read_arc(url: str, config: WarcReadConfig) -> Iterator[dict]:
                     "%s: malformed ARC record after byte %d (%s); skipping the rest of this file", url, offset, exc
                 )
                 return
-            counters.increment("warc/records")
-            if record.rec_type != "response":
-                counters.increment("warc/skipped_type")
-                continue
-            try:
-                doc = _document_from_warcio(record, url, config)
-            except Exception as exc:
-                counters.increment("warc/malformed")
-                log.warning("%s: malformed ARC record at byte %d (%s); skipped", url, offset, exc)
-                continue
+            convert = functools.partial(_document_from_warcio, record, url, config)
+            doc = _counted_document(record.rec_type == "response", convert, url, "ARC", offset)
             if doc is not None:
-                counters.increment("warc/documents")
                 yield doc
+
+
+def _counted_document(
+    wanted: bool, convert: Callable[[], dict | None], url: str, kind: str, offset: int
+) -> dict | None:
+    """One archive record's document, or None, with the counts both readers keep (warc/records, skipped_type,
+    malformed, documents). A record that fails to convert is counted and skipped: one bad record does not
+    lose the rest of the file."""
+    counters.increment("warc/records")
+    if not wanted:
+        counters.increment("warc/skipped_type")
+        return None
+    try:
+        doc = convert()
+    except Exception as exc:
+        counters.increment("warc/malformed")
+        log.warning("%s: malformed %s record at byte %d (%s); skipped", url, kind, offset, exc)
+        return None
+    if doc is not None:
+        counters.increment("warc/documents")
+    return doc
 
 
 def _document_from_warcio(record, url: str, config: WarcReadConfig) -> dict | None:

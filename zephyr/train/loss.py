@@ -21,12 +21,13 @@ token weight rather than with an out-of-range label.
 
 from __future__ import annotations
 
-import functools
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
+
+from zephyr.train.ce_vjp import check_linear_ce_shapes, linear_ce_with_vjp
 
 __all__ = ["reference_linear_cross_entropy", "fused_linear_cross_entropy", "linear_cross_entropy_loss"]
 
@@ -125,24 +126,7 @@ def _backward(hidden, weight, labels, lse, g_ce, g_lse, vocab_block, token_block
     return dh.reshape(-1, d)[:n].astype(hidden.dtype), dw[:, :v].astype(weight.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _fused(hidden, weight, labels, vocab_block, token_block):
-    return _forward(hidden, weight, labels, vocab_block, token_block)
-
-
-def _fused_fwd(hidden, weight, labels, vocab_block, token_block):
-    ce, lse = _forward(hidden, weight, labels, vocab_block, token_block)
-    return (ce, lse), (hidden, weight, labels, lse)
-
-
-def _fused_bwd(vocab_block, token_block, residuals, cotangents):
-    hidden, weight, labels, lse = residuals
-    g_ce, g_lse = cotangents
-    dh, dw = _backward(hidden, weight, labels, lse, g_ce, g_lse, vocab_block, token_block)
-    return dh, dw, None
-
-
-_fused.defvjp(_fused_fwd, _fused_bwd)
+_fused = linear_ce_with_vjp(_forward, _backward)  # (hidden, weight, labels, vocab_block, token_block)
 
 
 def fused_linear_cross_entropy(
@@ -154,11 +138,7 @@ def fused_linear_cross_entropy(
     token_block: int = 4096,
 ) -> tuple[Float[Array, "N"], Float[Array, "N"]]:
     """Streaming (ce, lse) with a custom VJP; peak temporary is token_block x vocab_block f32."""
-    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[0] or labels.shape != hidden.shape[:1]:
-        raise ValueError(
-            f"fused_linear_cross_entropy expects hidden [N, D], weight [D, V], labels [N]; got hidden {hidden.shape}, "
-            f"weight {weight.shape}, labels {labels.shape}. Flatten batch and sequence first: hidden.reshape(-1, D)."
-        )
+    check_linear_ce_shapes("fused_linear_cross_entropy", hidden, weight, labels)
     return _fused(hidden, weight, labels.astype(jnp.int32), int(vocab_block), int(token_block))
 
 

@@ -32,6 +32,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 from jaxtyping import Array, Float, Int
 
+from zephyr.train.ce_vjp import check_linear_ce_shapes, linear_ce_with_vjp
+
 __all__ = ["pallas_linear_cross_entropy"]
 
 _CONTRACT_LAST = (((1,), (1,)), ((), ()))  # a [T, Bv] . b [Dc, Bv] -> [T, Dc]   (a @ b.T)
@@ -153,24 +155,7 @@ def _call_backward(hidden, weight, labels, lse, g_ce, g_lse, blocks, interpret):
     return dh[:n, :d].astype(hidden.dtype), dw[:d, :v].astype(weight.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _pallas_ce(hidden, weight, labels, blocks, interpret):
-    return _call_forward(hidden, weight, labels, blocks, interpret)
-
-
-def _pallas_ce_fwd(hidden, weight, labels, blocks, interpret):
-    ce, lse = _call_forward(hidden, weight, labels, blocks, interpret)
-    return (ce, lse), (hidden, weight, labels, lse)
-
-
-def _pallas_ce_bwd(blocks, interpret, residuals, cotangents):
-    hidden, weight, labels, lse = residuals
-    g_ce, g_lse = cotangents
-    dh, dw = _call_backward(hidden, weight, labels, lse, g_ce, g_lse, blocks, interpret)
-    return dh, dw, None
-
-
-_pallas_ce.defvjp(_pallas_ce_fwd, _pallas_ce_bwd)
+_pallas_ce = linear_ce_with_vjp(_call_forward, _call_backward)  # (hidden, weight, labels, blocks, interpret)
 
 
 def pallas_linear_cross_entropy(
@@ -190,10 +175,7 @@ def pallas_linear_cross_entropy(
     zero-padded to whole blocks. The defaults were the fastest of those tried on an
     H100 (benchmarks/train_gpu.py); a 64 x 256 tile already exceeds shared memory.
     """
-    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[0] or labels.shape != hidden.shape[:1]:
-        raise ValueError(
-            f"expected hidden [N, D], weight [D, V], labels [N]; got {hidden.shape}, {weight.shape}, {labels.shape}."
-        )
+    check_linear_ce_shapes("pallas_linear_cross_entropy", hidden, weight, labels)
     blocks = (int(token_block), int(vocab_block), int(d_block), int(num_warps))
     if any(b < 1 or b & (b - 1) for b in blocks[:3]):
         raise ValueError(

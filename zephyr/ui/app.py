@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from zephyr.json_safe import json_safe
 from zephyr.ui import pages, pages_runs
 from zephyr.ui.filters import FilterSyntaxError
 from zephyr.ui.source import Root
@@ -30,13 +30,7 @@ __all__ = ["create_app"]
 STATIC = Path(__file__).resolve().parent / "static"
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+def _json_leaf(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
@@ -53,7 +47,7 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(_jsonable(content), ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return json.dumps(json_safe(content, leaf=_json_leaf), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def _endpoints(
