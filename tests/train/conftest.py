@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,6 +61,23 @@ def tiny_run(article_stores: dict[str, str], tmp_path_factory: pytest.TempPathFa
         log_every=1,
     )
     return config, train(config)
+
+
+@pytest.fixture(scope="session")
+def hf_export(tiny_run, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`zephyr export hf` of `tiny_run`, run once as a user runs it (a subprocess): (export folder, its stdout)."""
+    config, _result = tiny_run
+    out = tmp_path_factory.mktemp("hf_export") / "hf"
+    done = subprocess.run(
+        [sys.executable, "-m", "zephyr.cli", "export", "hf", config.output_dir, str(out)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return out, done.stdout
 
 
 @pytest.fixture

@@ -18,18 +18,9 @@ transformers = pytest.importorskip("transformers")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_export_hf_of_a_trained_run_matches_our_logits(tiny_run, tmp_path):
+def test_export_hf_of_a_trained_run_matches_our_logits(tiny_run, hf_export):
     config, _result = tiny_run
-    out = tmp_path / "hf"
-    done = subprocess.run(
-        [sys.executable, "-m", "zephyr.cli", "export", "hf", config.output_dir, str(out)],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    out, _stdout = hf_export
     from zephyr.train.checkpoint import load_checkpoint
     from zephyr.train.export import resolve_checkpoint
     from zephyr.train.optim import make_optimizer

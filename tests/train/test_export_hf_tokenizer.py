@@ -7,34 +7,20 @@ failed, and picking a tokenizer by hand risks one whose ids differ from the trai
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 transformers = pytest.importorskip("transformers")
-REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_export_loads_with_autotokenizer_and_gives_the_stores_ids(tiny_run, tmp_path):
+def test_the_export_loads_with_autotokenizer_and_gives_the_stores_ids(tiny_run, hf_export):
     from zephyr.tokenize import open_store
     from zephyr.tokenize.tokenizer import load_tokenizer
 
     config, _result = tiny_run
-    out = tmp_path / "hf"
-    done = subprocess.run(
-        [sys.executable, "-m", "zephyr.cli", "export", "hf", config.output_dir, str(out)],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "AutoTokenizer" in done.stdout
+    out, stdout = hf_export
+    assert "AutoTokenizer" in stdout
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
     store = open_store(config.data.train["articles"][0])
     ours = load_tokenizer(store.tokenizer["source"])
