@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -58,28 +57,21 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SAMPLE_STORES = ("prose", "code")  # what `write_sample_stores` writes under `<root>/stores/`
 
 
-@dataclass(frozen=True)
-class SampleConfig:
-    """The `sample` step: ~`chars` characters each of prose and code (past 300k, from every offline source:
-    docstrings and installed packages too), tokenized with `tokenizer`."""
-
-    tokenizer: str
-    chars: int
-    text: str  # a digest of that text: other shared data or other installed packages make another version
-
-    @classmethod
-    def of(cls, tokenizer: str, chars: int) -> SampleConfig:
-        extended = chars > 300_000
-        text = fingerprint(
-            prose_documents(chars, shared_data=SHARED_DATA, extended=extended), code_documents(chars, extended=extended)
-        )
-        return cls(tokenizer, chars, text)
+def sample_config(tokenizer: str, chars: int) -> dict:
+    """The `sample` step's config: ~`chars` characters each of prose and code (past 300k, from every offline
+    source: docstrings and installed packages too), tokenized with `tokenizer`; and a digest of that text,
+    so that other shared data or other installed packages make another version (not the old stores)."""
+    extended = chars > 300_000
+    text = fingerprint(
+        prose_documents(chars, shared_data=SHARED_DATA, extended=extended), code_documents(chars, extended=extended)
+    )
+    return {"tokenizer": tokenizer, "chars": chars, "extended": extended, "text": text}
 
 
-def build_sample_stores(path: str, *, config: SampleConfig) -> dict:
+def build_sample_stores(path: str, *, config: dict) -> dict:
     """The `sample` step: the prose and code stores, with their text and tokenizer, under `path`."""
     stores = write_sample_stores(
-        path, chars=config.chars, tokenizer=config.tokenizer, shared_data=SHARED_DATA, extended=config.chars > 300_000
+        path, chars=config["chars"], tokenizer=config["tokenizer"], shared_data=SHARED_DATA, extended=config["extended"]
     )
     return {"stores": stores}
 
@@ -242,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if given:
             stores = given
         else:
-            sample = steps.run("sample", build_sample_stores, config=SampleConfig.of(args.tokenizer, args.chars))
+            sample = steps.run("sample", build_sample_stores, config=sample_config(args.tokenizer, args.chars))
             stores = {name: join(sample.path, "stores", name) for name in SAMPLE_STORES}
         config = ablation_dict(stores, args)
         if steps.would_write("ablation", config["output_dir"], plan_line(config, args), builds_input=False):
