@@ -12,7 +12,8 @@ when present, else the README texts of the installed packages) and Python code
 docstrings and the installed packages' sources. They are tokenized with a
 1024-entry BPE trained on them so a
 tiny model trains on CPU in seconds (``--tokenizer smollm2`` uses the real
-SmolLM2 tokenizer instead: 49k entries, much slower on CPU).
+SmolLM2 tokenizer instead: 49k entries, much slower on CPU). They are the recipe's ``sample`` step
+(``OUTPUT/sample-<version>/stores/{prose,code}``), reused until their text or settings change.
 
 With stores A and B (the first and second ``--store``), the ablation is::
 
