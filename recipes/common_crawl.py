@@ -629,7 +629,6 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
             config=TokenizeStep(config.tokenizer, config.store),
             inputs={"docs": steps["fuzzy_dedup"]},
         )
-        runner.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
         return RecipeResult(steps, config)
 
 

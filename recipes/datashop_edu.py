@@ -722,7 +722,6 @@ def run_recipe(config: RecipeConfig) -> RecipeResult:
         steps["tokenize"] = runner.run(
             "tokenize", tokenize_step, config={"tokenizer": config.tokenizer}, inputs={"kept": steps["filter"]}
         )
-        runner.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
         return RecipeResult(config, steps, time.perf_counter() - started)
 
 

@@ -12,7 +12,8 @@ when present, else the README texts of the installed packages) and Python code
 docstrings and the installed packages' sources. They are tokenized with a
 1024-entry BPE trained on them so a
 tiny model trains on CPU in seconds (``--tokenizer smollm2`` uses the real
-SmolLM2 tokenizer instead: 49k entries, much slower on CPU).
+SmolLM2 tokenizer instead: 49k entries, much slower on CPU). They are the recipe's ``sample`` step
+(``OUTPUT/sample-<version>/stores/{prose,code}``), reused until their text or settings change.
 
 With stores A and B (the first and second ``--store``), the ablation is::
 
@@ -48,28 +49,47 @@ from pathlib import Path
 import yaml
 
 from zephyr.ablate import ablation_config_from_dict, run_ablation
-from zephyr.ablate.sample_text import write_sample_stores
+from zephyr.ablate.sample_text import code_documents, prose_documents, write_sample_stores
+from zephyr.fs import join
+from zephyr.steps import StepRunner
+from zephyr.versioning import fingerprint
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SAMPLE_STORES = ("prose", "code")  # what `write_sample_stores` writes under `<root>/stores/`
 
 
-def build_sample_stores(root: Path, *, tokenizer: str, chars: int) -> dict[str, str]:
-    """Tokenize ~``chars`` characters each of prose and code into ``root/stores/{prose,code}`` (past 300k
-    characters, from every offline source: docstrings and installed packages too)."""
-    return write_sample_stores(
-        root, chars=chars, tokenizer=tokenizer, shared_data=SHARED_DATA, extended=chars > 300_000
+def sample_config(tokenizer: str, chars: int) -> dict:
+    """The `sample` step's config: ~`chars` characters each of prose and code (past 300k, from every offline
+    source: docstrings and installed packages too), tokenized with `tokenizer`; and a digest of that text,
+    so that other shared data or other installed packages make another version (not the old stores)."""
+    extended = chars > 300_000
+    text = fingerprint(
+        prose_documents(chars, shared_data=SHARED_DATA, extended=extended), code_documents(chars, extended=extended)
     )
+    return {"tokenizer": tokenizer, "chars": chars, "extended": extended, "text": text}
 
 
-def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:
-    """The ablation config (as written to OUTPUT/ablation.yaml) for stores A and B."""
-    (a, a_path), (b, b_path) = list(stores.items())[:2]
-    for name, path in ((a, a_path), (b, b_path)):
+def build_sample_stores(path: str, *, config: dict) -> dict:
+    """The `sample` step: the prose and code stores, with their text and tokenizer, under `path`."""
+    stores = write_sample_stores(
+        path, chars=config["chars"], tokenizer=config["tokenizer"], shared_data=SHARED_DATA, extended=config["extended"]
+    )
+    return {"stores": stores}
+
+
+def check_stores(stores: dict[str, str]) -> None:
+    """Given stores must have a validation split: the ablation evaluates on it."""
+    for name, path in stores.items():
         if not (Path(path) / "validation" / "manifest.json").is_file():
             raise SystemExit(
                 f"store {path} ({name}) has no validation/ split to evaluate on; tokenize it with "
                 "--validation-fraction 0.01 (or similar)."
             )
+
+
+def ablation_dict(stores: dict[str, str], args: argparse.Namespace) -> dict:
+    """The ablation config (as written to OUTPUT/ablation.yaml) for stores A and B."""
+    (a, a_path), (b, b_path) = list(stores.items())[:2]
     fractions = [0.5, 0.75] if not args.quick else [0.75]
     heavy = f"baseline+{b}75"
     config = {
@@ -185,55 +205,48 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _dry_run(out: Path, args: argparse.Namespace) -> int:
-    """A dry run writes nothing: the sample stores' text and tokenizer go to a throw-away folder (their
-    tokenize plans are printed, the stores are not written), and the ablation is described, not trained."""
-    import tempfile
-
-    if not args.store:
-        with tempfile.TemporaryDirectory(prefix="zephyr-dry-run-ablation-") as scratch:
-            print(f"[dry run] would build the prose and code stores under {out / 'stores'}; their plans:", flush=True)
-            build_sample_stores(Path(scratch), tokenizer=args.tokenizer, chars=args.chars)
-    mixtures = 1 + (1 if args.quick else 2) + 1  # baseline, the sweep of B's share, the negative control
-    seeds = len(args.seeds.split(","))
+def plan_line(config: dict, args: argparse.Namespace) -> str:
+    """What the ablation trains, in one line (what a dry run says it would do)."""
+    mixtures = 1 + len(config["candidates"][0]["sweep"]["fractions"]) + 1  # baseline, B's shares, the control
+    seeds = len(config["seeds"])
     runs = (
         f"a ladder of widths {args.ladder} (target {args.target_width or args.target_flops or '4x the largest'})"
         if args.ladder
         else f"{mixtures * seeds} runs of {args.steps} steps, model {args.model!r}"
     )
-    print(
-        f"[dry run] would write {out / 'ablation.yaml'} and train {mixtures} mixtures x {seeds} seeds "
-        f"({runs}) into {out / 'ablation'}. Nothing was written.",
-        flush=True,
-    )
-    return 0
+    written = Path(args.output) / "ablation.yaml"
+    return f"{written} and train {mixtures} mixtures x {seeds} seeds ({runs}) into {config['output_dir']}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Build the sample stores (a step: reused once built) unless given, then train the ablation. A dry run
+    plans the stores' pipelines and says what it would train; the runner ends it, writing nothing."""
     from zephyr.engine.context import current_config
 
     args = parse_args(argv)
     args.backend = "ray" if current_config().backend == "ray" else "local"  # `zephyr run ... --backend ray`
     out = Path(args.output)
-    if args.store:
-        stores = dict(item.split("=", 1) for item in args.store)
-        if len(stores) < 2 or any(not v for v in stores.values()):
-            print("give two stores as --store NAME=PATH --store NAME=PATH", file=sys.stderr)
-            return 2
-    elif current_config().dry_run:
-        return _dry_run(out, args)
-    else:
-        stores = build_sample_stores(out, tokenizer=args.tokenizer, chars=args.chars)
-    if current_config().dry_run:
-        return _dry_run(out, args)
-    config = ablation_dict(stores, args)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ablation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    print(
-        f"ablation config: {out / 'ablation.yaml'} (rerun it with `zephyr ablate {out / 'ablation.yaml'}`)",
-        file=sys.stderr,
-    )
-    outcome = run_ablation(ablation_config_from_dict(config))
+    given = dict(item.split("=", 1) for item in args.store)
+    if args.store and (len(given) < 2 or any(not v for v in given.values())):
+        print("give two stores as --store NAME=PATH --store NAME=PATH", file=sys.stderr)
+        return 2
+    check_stores(dict(list(given.items())[:2]))  # A and B, the two the ablation trains on
+    with StepRunner(str(out)) as steps:
+        if given:
+            stores = given
+        else:
+            sample = steps.run("sample", build_sample_stores, config=sample_config(args.tokenizer, args.chars))
+            stores = {name: join(sample.path, "stores", name) for name in SAMPLE_STORES}
+        config = ablation_dict(stores, args)
+        if steps.would_write("ablation", config["output_dir"], plan_line(config, args), builds_input=False):
+            return 0  # a dry run or an estimate: the runner's end says what would run and stops
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ablation.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        print(
+            f"ablation config: {out / 'ablation.yaml'} (rerun it with `zephyr ablate {out / 'ablation.yaml'}`)",
+            file=sys.stderr,
+        )
+        outcome = run_ablation(ablation_config_from_dict(config))
     if outcome.ladder is not None:
         return 0
     control = outcome.report.verdicts[-1]

@@ -414,7 +414,6 @@ def run(config: RecipeConfig) -> dict[str, StepOutput]:
                 },
                 inputs={"mixture_path": mix, "stores": tokens.summary},
             )
-        steps.end_dry_run()  # a dry run ends here (exit 0), having printed every step's plan
         return outputs
 
 

@@ -64,6 +64,15 @@ class SlottedScorer:
         return record["score"] > self.threshold
 
 
+def test_long_strings_and_bytes_are_described_by_a_digest_of_their_content():
+    """A str past the inline length used to raise (xxhash hashes bytes only): a step config holding a long
+    text could not be versioned."""
+    text = "é" * 3000
+    assert describe(text) == describe("é" * 3000) != describe("é" * 2999 + "e")
+    assert describe(text)[:2] == ["str", 3000] and describe(text.encode())[:2] == ["bytes", 6000]
+    assert fingerprint(text) != fingerprint(text.encode())
+
+
 def test_plain_callable_objects_are_fingerprinted_by_their_settings():
     # Two instances of one class with different settings used to share a fingerprint (by type and
     # __call__ code only), so a rerun with another threshold resumed the old checkpoint.

@@ -13,7 +13,8 @@ replaced by another completed one (see `StepRunner.run`).
     dedup.path, dedup.summary, dedup.skipped
 
 The `with` block is how long the runner holds its output root (one run per root at a time, see
-`_hold_root`); a runner used without it holds the root until it is garbage-collected or the process ends.
+`_hold_root`); a runner used without it holds the root until `close()`, or until it is garbage-collected or
+the process ends.
 
 An estimate (`zephyr run --estimate`) runs every step for real on a sample of the input and on half of it,
 into a throw-away folder, and ends where a dry run ends with a table of each step's figures grown to the
@@ -25,9 +26,15 @@ reused; every step that would run is called with its output redirected to a thro
 the engine's dry run, so its pipelines print their plans and write nothing, and it returns a *planned*
 `StepOutput` (`planned=True`, empty summary). Its output folder (and the throw-away one) are declared
 pending (`zephyr.engine.run.pending`), so the later steps that read them are planned too: their sources
-read "the output of step 'x', not written yet", with a shard count known once it runs. A recipe ends its
-dry run with `end_dry_run()` (exit code 0, `DryRunStop`), which lists what would run; work a recipe does
-outside a step (building a sample) asks `would_write(...)` first.
+read "the output of step 'x', not written yet", with a shard count known once it runs. Work a recipe does
+outside a step (building a sample, training on the results) asks `would_write(...)` first.
+
+The runner, not the recipe, ends a dry run and an estimate: when its `with` block ends without an error, it
+lists every step and whether it would run (an estimate: prints its table) and raises `DryRunStop` (exit code
+0), so nothing after the block (a summary reading the steps' figures, which a dry run does not have) runs.
+A recipe says nothing about dry runs. A runner used without `with` plans its steps all the same and returns
+planned outputs, but nothing ends the run for it: its caller goes on with empty summaries, and an
+estimate's table is not printed (`close()` still removes its throw-away folder).
 """
 
 from __future__ import annotations
@@ -111,25 +118,33 @@ class StepRunner:
 
         return current_config().dry_run and not self.is_estimate
 
-    def would_write(self, name: str, path: str, what: str) -> bool:
-        """For work a recipe does outside a step (such as building a sample into `path`): in a dry run,
-        say that `name` would write `what`, declare `path` pending (the steps reading it are planned
-        against it) and return True: the caller skips the work. Otherwise return False."""
+    def would_write(self, name: str, path: str, what: str, *, builds_input: bool = True) -> bool:
+        """For work a recipe does outside a step: return True when the caller must skip it (it is planned,
+        not done), False when the caller does it now.
+
+        In a dry run: say that `name` would write `what` (into `path`), declare `path` pending (the steps
+        reading it are planned against it), list it with the steps, and return True. In an estimate, work
+        that `builds_input` (a sample the steps read) is done for real, the input the estimate samples
+        (False); other work (training on the steps' results, which no sample can stand for) is skipped and
+        said so (True). In a real run: False (and the runner holds its root from here on)."""
         if self.is_estimate:
-            print(f"[estimate] {name!r} writes {what}: the input the estimate samples", flush=True)
-            return False
+            if builds_input:
+                print(f"[estimate] {name!r} writes {what}: the input the estimate samples", flush=True)
+                return False
+            print(f"[estimate] {name!r} is not estimated: it would write {what}", flush=True)
+            return True
         if not self.is_dry_run:
             self._hold_root()
             return False
-        print(f"[dry run] {name!r} would write {what}; not written, the steps reading it are planned", flush=True)
+        planned = "not written, the steps reading it are planned" if builds_input else "not written"
+        print(f"[dry run] {name!r} would write {what}; {planned}", flush=True)
         self._pending[path] = f"{name!r}"
         self.history.append(StepOutput(name, path, "", {}, False, 0.0, planned=True))
         return True
 
-    def end_dry_run(self) -> None:
-        """In a dry run, end it (exit code 0) with a line listing every step and whether it would run;
-        otherwise do nothing. Recipes call it after their last step, before reading summaries. An estimate
-        ends here too, with its table."""
+    def _end_planning(self) -> None:
+        """The end of the `with` block: in a dry run, a line listing every step and whether it would run, then
+        `DryRunStop` (exit code 0); in an estimate, its table, then `DryRunStop`; otherwise nothing."""
         if self.is_estimate:
             estimator = self._estimator or StepEstimator()
             try:
@@ -211,12 +226,17 @@ class StepRunner:
     def __enter__(self) -> StepRunner:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        """Release the root; a block that ended without an error ends a dry run or an estimate (`DryRunStop`)."""
+        try:
+            if exc_type is None:
+                self._end_planning()
+        finally:
+            self.close()
 
     def close(self) -> None:
-        """Release the output root now (the end of a `with` block calls it). Steps run after it take the
-        root again."""
+        """Release the output root now (the end of a `with` block calls it) and remove an estimate's throw-away
+        folder. Steps run after it take the root again. It does not end a dry run: only the `with` block does."""
         if self._estimator is not None:
             self._estimator.close()
         if self._root_lock:

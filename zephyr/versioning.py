@@ -181,7 +181,8 @@ class _Describer:
         kind = type(value)
         if kind in _PLAIN:
             if kind in (str, bytes) and len(value) > _INLINE_CHARS:
-                return [kind.__name__, len(value), xxhash.xxh3_128_hexdigest(value)]
+                data = value.encode("utf-8", "surrogatepass") if kind is str else value  # xxhash hashes bytes only
+                return [kind.__name__, len(value), xxhash.xxh3_128_hexdigest(data)]
             return value
         if depth > _MAX_DEPTH:
             return Undescribable(f"{where or 'a value'}: nested deeper than {_MAX_DEPTH} levels")

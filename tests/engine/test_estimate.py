@@ -101,7 +101,6 @@ def main():
     with StepRunner(out) as steps:
         copied = steps.run("copy", copy, inputs={"docs": inputs})
         steps.run("count", count, inputs={"docs": copied})
-        steps.end_dry_run()
 """
 
 

@@ -104,14 +104,18 @@ def _count(path: str, *, config=None, numbers: str):
 
 
 def test_step_runner_dry_run_plans_a_step_reading_what_an_earlier_one_would_write(tmp_path, capsys):
-    with execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False):
-        steps = StepRunner(str(tmp_path / "out"))
-        numbers = steps.run("numbers", _write_numbers)
-        assert numbers.planned and numbers.summary == {}
-        count = steps.run("count", _count, inputs={"numbers": numbers})
-        assert count.planned
-        with pytest.raises(DryRunStop, match=r"2 step\(s\): numbers \(would run\), count \(would run\); 2 would run"):
-            steps.end_dry_run()
+    after_the_block = []
+    with (
+        execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False),
+        pytest.raises(DryRunStop, match=r"2 step\(s\): numbers \(would run\), count \(would run\); 2 would run"),
+    ):
+        with StepRunner(str(tmp_path / "out")) as steps:  # its end ends the dry run: the recipe says nothing
+            numbers = steps.run("numbers", _write_numbers)
+            assert numbers.planned and numbers.summary == {}
+            count = steps.run("count", _count, inputs={"numbers": numbers})
+            assert count.planned
+        after_the_block.append(count.summary["records"])  # a summary after the block: never reached
+    assert after_the_block == []
     out = capsys.readouterr().out
     count_section = out[out.index("[dry run] step 'count'") :]
     assert "reading the output of 'numbers' (not written yet)" in count_section
@@ -125,18 +129,69 @@ def test_step_runner_dry_run_reuses_complete_steps_and_plans_the_rest_on_their_o
         numbers = StepRunner(str(tmp_path / "out")).run("numbers", _write_numbers)
     before = sorted(p for p in tmp_path.rglob("*") if "scratch" not in p.parts)
     capsys.readouterr()
-    with execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False):
-        steps = StepRunner(str(tmp_path / "out"))
+    with (
+        execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False),
+        pytest.raises(DryRunStop, match=r"2 step\(s\): numbers \(reused\), count \(would run\); 1 would run"),
+        StepRunner(str(tmp_path / "out")) as steps,
+    ):
         assert steps.run("numbers", _write_numbers).skipped  # complete: reused
         steps.run("count", _count, inputs={"numbers": numbers})
-        with pytest.raises(DryRunStop, match=r"2 step\(s\): numbers \(reused\), count \(would run\); 1 would run"):
-            steps.end_dry_run()
     out = capsys.readouterr().out
     assert "stage 0 [2 shards] read(" in out  # the written output's real files
     assert sorted(p for p in tmp_path.rglob("*") if "scratch" not in p.parts) == before
     with execution(backend="local", scratch=str(tmp_path / "scratch"), progress=False, summary=False):
         count = StepRunner(str(tmp_path / "out")).run("count", _count, inputs={"numbers": numbers})
     assert len(count.summary["records"]) == 2
+
+
+def test_a_runner_block_ends_a_dry_run_only_when_it_ends_without_an_error(tmp_path, capsys):
+    """The `with` block's end lists the plan and raises DryRunStop; an error inside the block is the error (a
+    dry run that failed must not exit 0); a real run's block ends quietly; a runner without `with` plans its
+    steps and leaves ending to its caller."""
+    dry = {"backend": "local", "scratch": str(tmp_path / "scratch"), "progress": False, "summary": False}
+    with (
+        execution(**dry, dry_run=True),
+        pytest.raises(ValueError, match="the recipe's own error"),
+        StepRunner(str(tmp_path / "out")) as steps,
+    ):
+        steps.run("numbers", _write_numbers)
+        raise ValueError("the recipe's own error")
+    assert "step(s)" not in capsys.readouterr().out
+    with execution(**dry, dry_run=True):
+        loose = StepRunner(str(tmp_path / "out"))
+        assert loose.run("numbers", _write_numbers).planned  # no DryRunStop: nothing ends it for the caller
+        loose.close()
+    assert list(tmp_path.rglob("*")) == []
+    with execution(**dry), StepRunner(str(tmp_path / "out")) as steps:
+        ran = steps.run("numbers", _write_numbers)
+    assert not ran.planned and ran.summary == {"files": 2}
+
+
+def test_would_write_plans_work_outside_a_step_and_an_estimate_skips_what_no_sample_can_stand_for(tmp_path, capsys):
+    dry = {"backend": "local", "scratch": str(tmp_path / "scratch"), "progress": False, "summary": False}
+    done = []
+    with (
+        execution(**dry, dry_run=True),
+        pytest.raises(DryRunStop, match=r"3 step.*train \(would run\); 3 would run"),
+        StepRunner(str(tmp_path / "out")) as steps,
+    ):
+        assert steps.would_write("sample", str(tmp_path / "out" / "sample"), "the sample")
+        steps.run("count", _count, inputs={"numbers": str(tmp_path / "out" / "sample")})
+        assert steps.would_write("train", str(tmp_path / "out" / "train"), "the runs", builds_input=False)
+    out = capsys.readouterr().out
+    assert "[dry run] 'sample' would write the sample; not written, the steps reading it are planned" in out
+    assert "reads the output of 'sample', not written yet" in out  # the step reading it is planned against it
+    assert "[dry run] 'train' would write the runs; not written\n" in out
+    with (
+        execution(**dry, dry_run=True, estimate=True),
+        pytest.raises(DryRunStop, match=r"\[estimate\] 0 step"),
+        StepRunner(str(tmp_path / "out")) as steps,
+    ):
+        done.append(steps.would_write("sample", str(tmp_path / "sample"), "the sample"))
+        done.append(steps.would_write("train", str(tmp_path / "train"), "the runs", builds_input=False))
+    assert done == [False, True]  # the sample is built (the estimate samples it), the training skipped
+    assert "[estimate] 'train' is not estimated: it would write the runs" in capsys.readouterr().out
+    assert list(tmp_path.rglob("*")) == []
 
 
 def test_a_pending_input_is_planned_only_in_a_dry_run(tmp_path):
@@ -160,10 +215,39 @@ def test_a_pending_input_is_planned_only_in_a_dry_run(tmp_path):
 def test_the_mixture_ablation_dry_run_prints_its_plans_and_writes_nothing(load_recipe, tmp_path, capsys):
     recipe = load_recipe("mixture_ablation")
     throwaways = _dry_run_dirs()
-    with execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False):
-        assert recipe.main(["--output", str(tmp_path / "out"), "--quick", "--chars", "20000"]) == 0
+    with (
+        execution(backend="local", scratch=str(tmp_path / "scratch"), dry_run=True, progress=False, summary=False),
+        pytest.raises(SystemExit) as stop,
+    ):
+        recipe.main(["--output", str(tmp_path / "out"), "--quick", "--chars", "20000"])
+    assert stop.value.code == 0
     out = capsys.readouterr().out
+    assert list(_step_sections(out)) == ["sample", "ablation"]
     assert out.count("write_token_store(") >= 2  # the prose and code stores' plans
-    assert "would write" in out and "3 mixtures x 2 seeds" in out and "Nothing was written." in out
+    assert re.search(
+        r"'ablation' would write \S+ablation.yaml and train 3 mixtures x 2 seeds \(6 runs of 60 steps", out
+    )
+    assert "[dry run] 2 step(s): sample (would run), ablation (would run); 2 would run. Nothing was written." in out
     assert list(tmp_path.rglob("*")) == []  # no text, tokenizer, store, ablation.yaml or runs
     assert _dry_run_dirs() == throwaways
+
+
+def test_the_mixture_ablation_dry_run_on_given_stores_checks_them_and_plans_the_training_only(
+    load_recipe, tmp_path, capsys
+):
+    from zephyr.ablate.sample_text import write_sample_stores
+
+    recipe = load_recipe("mixture_ablation")
+    engine = {"backend": "local", "scratch": str(tmp_path / "scratch"), "progress": False, "summary": False}
+    with execution(**engine):
+        stores = write_sample_stores(tmp_path / "given", chars=20_000)
+    argv = ["--output", str(tmp_path / "out"), "--store", f"web={stores['prose']}", "--store", f"py={stores['code']}"]
+    with execution(**engine, dry_run=True), pytest.raises(SystemExit) as stop:
+        recipe.main([*argv, "--ladder", "8,12"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "'ablation' would write" in out and "a ladder of widths 8,12 (target 4x the largest)" in out
+    assert "[dry run] 1 step(s): ablation (would run); 1 would run." in out
+    assert not (tmp_path / "out").exists()
+    with execution(**engine, dry_run=True), pytest.raises(SystemExit, match="has no validation/ split"):
+        recipe.main([*argv[:-1], f"py={tmp_path / 'given' / 'text'}"])  # checked in a dry run too
