@@ -89,6 +89,7 @@ class RunResult:
     stages: list[StageStats]
     seconds: float = 0.0
     plan: Plan | None = None
+    planned: bool = False  # a dry run: the plan was printed, nothing ran and nothing was written
 
 
 def execute(dataset: Any, config: ExecutionConfig | None = None) -> RunResult:
@@ -116,7 +117,7 @@ def execute_plan(physical: Plan, config: ExecutionConfig) -> RunResult:
             print(format_estimate(estimate_plan(physical, config, execute_plan), config.num_workers))
         # every stage's figures are zero: nothing ran (code reading run.stages[i] still runs on)
         stats = [StageStats(stage.index, stage.name, stage.num_shards) for stage in physical.stages]
-        return RunResult([], {}, stats, plan=physical)
+        return RunResult([], {}, stats, plan=physical, planned=True)
     started = time.perf_counter()
     run_url = join(config.scratch_url, physical.fingerprint[:16])
     with run_locks(run_url, _output_dirs(physical)):

@@ -320,7 +320,6 @@ def tokenize_dataset(
             tokenize_dataset("data/*.jsonl.zst", "stores/web", validation_fraction=0.01)
     """
     from zephyr import Dataset
-    from zephyr.engine.context import current_config
     from zephyr.engine.io.listing import data_files
     from zephyr.engine.run.pending import pending_producer
     from zephyr.fs import join
@@ -337,7 +336,7 @@ def tokenize_dataset(
     globs = [input_glob] if isinstance(input_glob, str) else list(input_glob)
     files: list[str] = []
     for pattern in globs:
-        if current_config().dry_run and pending_producer(pattern) is not None:
+        if pending_producer(pattern) is not None:
             files.append(pattern)  # what an earlier step would write: the dry run plans against it as it is
             continue
         for match in data_files(pattern, format):
@@ -367,7 +366,7 @@ def tokenize_dataset(
     check = _ShardsOfOtherRuns(config_hash, tuple(files))
     dataset = Dataset.from_files(files, format=format, columns=columns, on_bad_record=on_bad_record)
     run = dataset.write_shards(writer, name=f"write_token_store({out})", check=check).execute()
-    if current_config().dry_run:  # the plan was printed; nothing is written
+    if run.planned:  # a dry run: the plan was printed; nothing is written
         return TokenizeResult(out, {}, None, 0, 0, {})
     counters = dict(run.counters)
     records = _read_shard_records(run.outputs, files, config_hash, split)

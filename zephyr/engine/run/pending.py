@@ -5,8 +5,10 @@ the second step's input (the first step's output folder) does not exist when the
 planned. The step runner declares such folders here, each with the step that would produce it; the
 planner (`plan._lower_source`) then plans a source whose pattern lies under one of them as a *pending*
 input: no shards listed, its shard count unknown until the producer runs, and its plan printed
-naming the producer. Only a dry run consults the declarations (`ExecutionConfig.dry_run`), so a
-real run never plans against something that is not there.
+naming the producer. Only a dry run declares them (the step runner's planning) and only a dry run's
+planner consults them (`ExecutionConfig.dry_run`), so a real run never plans against something that is
+not there; code outside the engine that lists inputs itself (`tokenize_dataset`) asks `pending_producer`
+the same way, without a dry-run flag of its own.
 
     with declare_pending({"out/extract-1a2b": "step 'extract'"}):
         Dataset.from_files("out/extract-1a2b/docs/*.jsonl.zst").map(f).write_jsonl(...).execute()
