@@ -4,7 +4,7 @@
 
 Corpus: real article text from ../shared/data/aeb-dev (~2 KB chunks, topped up with documents
 drawn from its real sentences) with planted near-duplicates at known word-edit rates
-(zephyr.operators.minhash_corpus). Parameters for everyone: word 5-grams, 14 bands x 8 rows.
+(tests/minhash_corpus.py, the builders the tests use). Parameters for everyone: word 5-grams, 14 bands x 8 rows.
 
 Figures are documents per CPU-second of one process (= docs/s per core): the machine is shared,
 so CPU time is steadier than wall time; `uptime` load is printed beside them.
@@ -58,6 +58,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -71,7 +72,10 @@ from zephyr.operators.fuzzy_dedup import (
     find_duplicate_clusters,
 )
 from zephyr.operators.minhash import MinHashConfig, normalize_text, sketch_batch
-from zephyr.operators.minhash_corpus import (
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the near-duplicate corpus builders the MinHash tests use
+from minhash_corpus import (  # noqa: E402
     article_chunks,
     exact_similar_pairs,
     load_article_bodies,
@@ -81,7 +85,6 @@ from zephyr.operators.minhash_corpus import (
     score_clusters,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "aeb-dev" / "ground-truth.json"
 PEER_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 PEERS_SETUP = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -11,7 +12,13 @@ from zephyr.datashop.classifiers import nearest_bin
 from zephyr.datashop.config import LabelerConfig, PromptConfig
 from zephyr.datashop.labeling import label_documents
 from zephyr.datashop.metrics import macro_f1
-from zephyr.datashop.quality import assess, classifier_beats_majority, measure_label_quality, rank_calibrate
+from zephyr.datashop.quality import (
+    LabelQuality,
+    assess,
+    classifier_beats_majority,
+    measure_label_quality,
+    rank_calibrate,
+)
 
 VALUES = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
 PROMPT = PromptConfig(
@@ -47,17 +54,14 @@ def test_majority_baseline_is_the_macro_f1_of_always_predicting_the_majority() -
 
 
 def test_assess_calls_inconsistent_labels_noisy_and_names_the_fix() -> None:
-    common = dict(
-        n=32,
-        generate_parsed=1.0,
-        modes_label_agreement=0.5,
-        paraphrase_label_agreement=0.3,
-        model_id="llamacpp:smollm2-135m-instruct",
-        pool_size=64,
+    measured = functools.partial(
+        LabelQuality, n=32, generate_parsed=1.0, modes_label_agreement=0.5, paraphrase_label_agreement=0.3
     )
-    good = assess(modes_spearman=0.8, paraphrase_spearman=0.7, score_spread=0.1, **common)
+    run = dict(model_id="llamacpp:smollm2-135m-instruct", pool_size=64)
+    good = assess(measured(modes_spearman=0.8, paraphrase_spearman=0.7, score_spread=0.1), **run)
     assert not good.noisy and good.advice is None and "-> ok" in good.summary()
-    bad = assess(modes_spearman=0.2, paraphrase_spearman=0.1, score_spread=0.01, **common)
+    bad = assess(measured(modes_spearman=0.2, paraphrase_spearman=0.1, score_spread=0.01), **run)
+    assert bad.modes_spearman == 0.2 and bad.n == 32  # the figures pass through; only the verdict is added
     assert bad.noisy and len(bad.reasons) == 3
     text = bad.summary()
     assert "NOISY" in text and "WARNING" in text and "too noisy for this criterion" in text

@@ -122,8 +122,9 @@ def test_group_by_and_join_match_processes(cluster, bucket, tmp_path):
 
 @pytest.mark.slow  # ~50 s on 2 busy cores: many small group_by stages through the emulator
 def test_fuzzy_dedup_matches_processes(cluster, bucket, tmp_path, shared_data):
+    from minhash_corpus import article_chunks, load_article_bodies, plant_near_duplicates
+
     from zephyr.operators.fuzzy_dedup import FuzzyDedupConfig, fuzzy_dedup
-    from zephyr.operators.minhash_corpus import article_chunks, load_article_bodies, plant_near_duplicates
 
     articles = load_article_bodies(shared_data / "aeb-dev" / "ground-truth.json")[:12]
     docs = plant_near_duplicates(article_chunks(articles), seed=0)  # records with id, text, metadata

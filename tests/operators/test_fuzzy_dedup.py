@@ -9,6 +9,16 @@ import random
 from pathlib import Path
 
 import pytest
+from minhash_corpus import (
+    article_chunks,
+    exact_similar_pairs,
+    load_article_bodies,
+    plant_near_duplicates,
+    recombined_documents,
+    reference_jaccard,
+    reference_shingles,
+    score_clusters,
+)
 
 from zephyr import Dataset, execution
 from zephyr.engine.io import read_records
@@ -23,16 +33,6 @@ from zephyr.operators.fuzzy_dedup import (
     fuzzy_dedup,
 )
 from zephyr.operators.minhash import jaccard, shingle_set
-from zephyr.operators.minhash_corpus import (
-    article_chunks,
-    exact_similar_pairs,
-    load_article_bodies,
-    plant_near_duplicates,
-    recombined_documents,
-    reference_jaccard,
-    reference_shingles,
-    score_clusters,
-)
 
 
 @pytest.fixture

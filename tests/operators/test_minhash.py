@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import pytest
+from minhash_corpus import article_chunks, load_article_bodies
 
 from zephyr.operators import minhash as mh
 from zephyr.operators import minhash_native
@@ -21,7 +22,6 @@ from zephyr.operators.minhash import (
     shingle_set,
     sketch_documents,
 )
-from zephyr.operators.minhash_corpus import article_chunks, load_article_bodies
 
 
 @pytest.fixture(scope="module")

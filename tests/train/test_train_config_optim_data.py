@@ -37,6 +37,8 @@ def test_train_config_yaml_overrides_and_errors(tmp_path):
         load_config(path, ["steps"])
     with pytest.raises(ConfigError, match="0 would zero every update"):
         OptimizerConfig(max_grad_norm=0)
+    with pytest.raises(ConfigError, match=r"model.head_dim must be a positive int, got -2"):
+        ModelConfig(head_dim=-2)  # even, so only the shape-field check refuses it
     with pytest.raises(ConfigError, match="must be divisible by data_parallel"):
         TrainConfig(data_parallel=3)
     example = load_config(Path(__file__).resolve().parents[2] / "zephyr" / "train" / "example.yaml", ["steps=5"])

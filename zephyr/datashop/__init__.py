@@ -5,29 +5,21 @@
     print(report.summary())
 
 Heavy dependencies (torch, transformers, fastText, sentence-transformers, vLLM) are imported only
-by the step that needs them.
+by the step that needs them. The config (`zephyr.datashop.config`, plain dataclasses) is imported with the
+package and offered as that module lists it (``__all__ += config.__all__``); the rest on first use.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from zephyr.datashop import config
+from zephyr.datashop.config import *
 from zephyr.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from zephyr.datashop.apply import score_dataset
     from zephyr.datashop.classifiers import load_classifier, train_classifier
-    from zephyr.datashop.config import (
-        ClassifierConfig,
-        DatashopConfig,
-        FilterConfig,
-        LabelerConfig,
-        PoolConfig,
-        PromptConfig,
-        StageConfig,
-        config_from_dict,
-        load_config,
-    )
     from zephyr.datashop.label_stage import label_on_engine, label_resources
     from zephyr.datashop.labeling import (
         LabelingRun,
@@ -40,15 +32,6 @@ if TYPE_CHECKING:
     from zephyr.datashop.sample import sample_pool, sample_pool_dataset, split_holdout
 
 __all__ = [
-    "PromptConfig",
-    "LabelerConfig",
-    "PoolConfig",
-    "ClassifierConfig",
-    "FilterConfig",
-    "StageConfig",
-    "DatashopConfig",
-    "load_config",
-    "config_from_dict",
     "make_backend",
     "label_documents",
     "label_on_engine",
@@ -67,20 +50,12 @@ __all__ = [
     "DatashopReport",
     "StageReport",
 ]
+__all__ += config.__all__
 
 # Imported on first use (zephyr.lazy): importing one submodule never imports the others.
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "ClassifierConfig": "zephyr.datashop.config",
-        "DatashopConfig": "zephyr.datashop.config",
-        "FilterConfig": "zephyr.datashop.config",
-        "LabelerConfig": "zephyr.datashop.config",
-        "PoolConfig": "zephyr.datashop.config",
-        "PromptConfig": "zephyr.datashop.config",
-        "StageConfig": "zephyr.datashop.config",
-        "config_from_dict": "zephyr.datashop.config",
-        "load_config": "zephyr.datashop.config",
         "LabelingRun": "zephyr.datashop.labeling",
         "LabelResult": "zephyr.datashop.labeling",
         "label_documents": "zephyr.datashop.labeling",

@@ -57,7 +57,9 @@ class QualityThresholds:
 
 @dataclass(frozen=True)
 class LabelQuality:
-    """Label-quality metrics for one run; None where a check did not run (and `skipped` says why)."""
+    """Label-quality metrics for one run; None where a check did not run (and `skipped` says why).
+
+    `measure_label_quality` fills in the figures and `assess` the verdict (`noisy`, `reasons`, `advice`)."""
 
     n: int
     modes_spearman: float | None
@@ -66,9 +68,9 @@ class LabelQuality:
     paraphrase_spearman: float | None
     paraphrase_label_agreement: float | None
     score_spread: float | None
-    noisy: bool
-    reasons: tuple[str, ...]
-    advice: str | None
+    noisy: bool = False
+    reasons: tuple[str, ...] = ()
+    advice: str | None = None
     skipped: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,36 +124,26 @@ def classifier_beats_majority(
 
 
 def assess(
-    *,
-    n: int,
-    modes_spearman: float | None,
-    modes_label_agreement: float | None,
-    generate_parsed: float | None,
-    paraphrase_spearman: float | None,
-    paraphrase_label_agreement: float | None,
-    score_spread: float | None,
-    model_id: str,
-    pool_size: int,
-    skipped: Sequence[str] = (),
-    thresholds: QualityThresholds = QualityThresholds(),
+    measured: LabelQuality, *, model_id: str, pool_size: int, thresholds: QualityThresholds = QualityThresholds()
 ) -> LabelQuality:
-    """The verdict on measured figures: which checks fail, and the advice for the run's report."""
+    """The verdict on measured figures: `measured` with the checks that fail and the advice for the run's report."""
     reasons = []
-    if generate_parsed is not None and generate_parsed < thresholds.min_generate_parsed:
-        reasons.append(f"only {generate_parsed:.0%} of generated answers contain a label")
-    if modes_spearman is None and generate_parsed:
+    if measured.generate_parsed is not None and measured.generate_parsed < thresholds.min_generate_parsed:
+        reasons.append(f"only {measured.generate_parsed:.0%} of generated answers contain a label")
+    if measured.modes_spearman is None and measured.generate_parsed:
         reasons.append("generate-mode answers do not vary")
-    if modes_spearman is not None and modes_spearman < thresholds.min_modes_spearman:
+    if measured.modes_spearman is not None and measured.modes_spearman < thresholds.min_modes_spearman:
         reasons.append(
-            f"probability and generate modes disagree (Spearman {modes_spearman:.2f} < {thresholds.min_modes_spearman})"
+            f"probability and generate modes disagree (Spearman {measured.modes_spearman:.2f} < "
+            f"{thresholds.min_modes_spearman})"
         )
-    if paraphrase_spearman is not None and paraphrase_spearman < thresholds.min_paraphrase_spearman:
+    if measured.paraphrase_spearman is not None and measured.paraphrase_spearman < thresholds.min_paraphrase_spearman:
         reasons.append(
-            f"a paraphrased prompt ranks documents differently (Spearman {paraphrase_spearman:.2f} < "
+            f"a paraphrased prompt ranks documents differently (Spearman {measured.paraphrase_spearman:.2f} < "
             f"{thresholds.min_paraphrase_spearman})"
         )
-    if score_spread is not None and score_spread < thresholds.min_spread:
-        reasons.append(f"scores barely vary (spread {score_spread:.3f} of the label range)")
+    if measured.score_spread is not None and measured.score_spread < thresholds.min_spread:
+        reasons.append(f"scores barely vary (spread {measured.score_spread:.3f} of the label range)")
     advice = None
     if reasons:
         advice = (
@@ -161,19 +153,7 @@ def assess(
             "backend: openai with url: http://HOST:PORT/v1 of an OpenAI-compatible server); or ask a "
             "question this model can judge (a Yes/No prompt with few-shot examples)."
         )
-    return LabelQuality(
-        n=n,
-        modes_spearman=modes_spearman,
-        modes_label_agreement=modes_label_agreement,
-        generate_parsed=generate_parsed,
-        paraphrase_spearman=paraphrase_spearman,
-        paraphrase_label_agreement=paraphrase_label_agreement,
-        score_spread=score_spread,
-        noisy=bool(reasons),
-        reasons=tuple(reasons),
-        advice=advice,
-        skipped=tuple(skipped),
-    )
+    return dataclasses.replace(measured, noisy=bool(reasons), reasons=tuple(reasons), advice=advice)
 
 
 def measure_label_quality(
@@ -257,7 +237,7 @@ def measure_label_quality(
                     )
                 )
     model_id = getattr(backend, "model_id", None) or f"{config.backend}:{config.model}"
-    return assess(
+    measured = LabelQuality(
         n=len(sample),
         modes_spearman=modes_rho,
         modes_label_agreement=modes_same,
@@ -265,7 +245,6 @@ def measure_label_quality(
         paraphrase_spearman=para_rho,
         paraphrase_label_agreement=para_same,
         score_spread=spread,
-        model_id=model_id,
-        pool_size=len(docs),
-        skipped=skipped,
+        skipped=tuple(skipped),
     )
+    return assess(measured, model_id=model_id, pool_size=len(docs))

@@ -21,6 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zephyr.lazy import lazy_exports
+from zephyr.operators import quality
+from zephyr.operators.quality import *
 
 if TYPE_CHECKING:
     from zephyr.operators.charset import decode_html
@@ -40,14 +42,6 @@ if TYPE_CHECKING:
     )
     from zephyr.operators.langid import LanguageId, detect_language
     from zephyr.operators.pii import PiiRedactor, redact_pii
-    from zephyr.operators.quality import (
-        C4Quality,
-        FineWebQuality,
-        GopherQuality,
-        GopherRepetition,
-        QualityFilter,
-        quality_signals,
-    )
     from zephyr.operators.warc import ReadWarc, WarcReadConfig, read_warc, warc_dataset
 
 __all__ = [
@@ -64,12 +58,6 @@ __all__ = [
     "html_to_markdown",
     "LanguageId",
     "detect_language",
-    "quality_signals",
-    "GopherRepetition",
-    "GopherQuality",
-    "C4Quality",
-    "FineWebQuality",
-    "QualityFilter",
     "PiiRedactor",
     "redact_pii",
     "normalize_for_hash",
@@ -78,6 +66,7 @@ __all__ = [
     "dedup_paragraphs",
     "keep",
 ]
+__all__ += quality.__all__
 
 
 def keep(doc: dict) -> bool:
@@ -85,7 +74,8 @@ def keep(doc: dict) -> bool:
     return not doc.get("filter_reason")
 
 
-# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
+# Imported on first use (zephyr.lazy): importing one submodule never imports the others (but the light quality
+# rules, imported with the package and offered as `zephyr.operators.quality.__all__` lists them).
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
@@ -104,12 +94,6 @@ __getattr__, __dir__ = lazy_exports(
         "detect_language": "zephyr.operators.langid",
         "PiiRedactor": "zephyr.operators.pii",
         "redact_pii": "zephyr.operators.pii",
-        "C4Quality": "zephyr.operators.quality",
-        "FineWebQuality": "zephyr.operators.quality",
-        "GopherQuality": "zephyr.operators.quality",
-        "GopherRepetition": "zephyr.operators.quality",
-        "QualityFilter": "zephyr.operators.quality",
-        "quality_signals": "zephyr.operators.quality",
         "ReadWarc": "zephyr.operators.warc",
         "WarcReadConfig": "zephyr.operators.warc",
         "read_warc": "zephyr.operators.warc",

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "fmix64.h"
+#include "grow.h"
 
 #define CHUNK_SALT 0x9E3779B97F4A7C15ULL
 #define WORD_LENGTH_MULTIPLIER 0xD6E8FEB86659FD93ULL
@@ -30,19 +31,7 @@ typedef struct {
     size_t size; /* bytes */
 } Buffer;
 
-static int reserve(Buffer *buffer, size_t bytes) {
-    if (bytes <= buffer->size) return 0;
-    size_t size = buffer->size ? buffer->size : 4096;
-    while (size < bytes) size *= 2;
-    void *data = realloc(buffer->data, size);
-    if (!data) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    buffer->data = data;
-    buffer->size = size;
-    return 0;
-}
+static int reserve(Buffer *buffer, size_t bytes) { return grow(&buffer->data, &buffer->size, bytes, 1, 4096); }
 
 /* ------------------------------------------------------------------------------ words */
 

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "fmix64.h"
+#include "grow.h"
 
 enum { CLASS_OTHER = 0, CLASS_LETTER = 1, CLASS_NUMBER = 2, CLASS_SPACE = 3 };
 #define NO_ID 0xFFFFFFFFu
@@ -204,16 +205,9 @@ typedef struct {
 } Ids;
 
 static int ids_reserve(Ids *ids, size_t more) {
-    if (ids->size + more <= ids->capacity) return 0;
-    size_t capacity = ids->capacity ? ids->capacity : 1 << 16;
-    while (capacity < ids->size + more) capacity *= 2;
-    uint32_t *data = realloc(ids->data, capacity * sizeof(uint32_t));
-    if (!data) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    void *data = ids->data;
+    if (grow(&data, &ids->capacity, ids->size + more, sizeof(uint32_t), 1 << 16) < 0) return -1;
     ids->data = data;
-    ids->capacity = capacity;
     return 0;
 }
 

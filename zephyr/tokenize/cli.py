@@ -58,27 +58,36 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     add_engine_options(p)
     p.set_defaults(func=_run_tokenize)
 
-    p = subparsers.add_parser(
+    p = _store_command(
+        subparsers,
         "inspect",
-        help="summarise a token store",
-        description="Print counts, a document-length histogram and decoded samples. A bucket store is read by "
-        "byte ranges (its offsets and the sampled documents), not copied.",
+        "summarise a token store",
+        "Print counts, a document-length histogram and decoded samples. A bucket store is read by byte ranges (its "
+        "offsets and the sampled documents), not copied.",
     )
-    p.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     p.add_argument("--samples", type=int, default=3, help="documents to decode and show")
     p.add_argument("--max-chars", type=int, default=400, help="characters shown per sample")
     p.add_argument("--no-decode", action="store_true", help="show ids instead of loading the tokenizer")
     p.set_defaults(func=_run_inspect)
 
-    p = subparsers.add_parser(
+    p = _store_command(
+        subparsers,
         "verify",
-        help="check a token store's files against its manifest",
-        description="Check offsets, counts, file sizes, digests (every 512-byte chunk too) and id range; exit 1 on "
-        "any problem. A bucket store is streamed once where it is, not copied.",
+        "check a token store's files against its manifest",
+        "Check offsets, counts, file sizes, digests (every 512-byte chunk too) and id range; exit 1 on any "
+        "problem. A bucket store is streamed once where it is, not copied.",
     )
-    p.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     p.add_argument("--no-ids", action="store_true", help="skip the scan of every id against vocab_size")
     p.set_defaults(func=_run_verify)
+
+
+def _store_command(
+    subparsers: argparse._SubParsersAction, name: str, help: str, description: str
+) -> argparse.ArgumentParser:
+    """A subcommand that reads one token store, named by its STORE argument."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    parser.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
+    return parser
 
 
 def _run_tokenize(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from zephyr.config import (
 __all__ = [
     "ConfigError",
     "ModelConfig",
+    "MODEL_SHAPE_FIELDS",
     "LossConfig",
     "OptimizerConfig",
     "DataConfig",
@@ -39,6 +40,19 @@ RematPolicy = Literal["none", "full", "dots"]
 LossImpl = Literal["fused", "reference", "pallas"]
 DType = Literal["float32", "bfloat16"]
 MatmulPrecision = Literal["default", "highest"]
+
+MODEL_SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_dim",
+    "intermediate_dim",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "max_seq_len",
+)
+"""The `ModelConfig` fields that size its arrays: positive ints (``head_dim`` may be None), and what a
+`zephyr.train.scaling.ScalingRecipe` derives from the width."""
 
 
 @dataclass(frozen=True)
@@ -67,16 +81,10 @@ class ModelConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "hidden_dim",
-            "intermediate_dim",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "max_seq_len",
-        ):
+        for name in MODEL_SHAPE_FIELDS:
             value = getattr(self, name)
+            if name == "head_dim" and value is None:
+                continue  # hidden_dim // num_heads
             require(isinstance(value, int) and value > 0, f"model.{name} must be a positive int, got {value!r}.")
         require(
             self.num_heads % self.num_kv_heads == 0,

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zephyr.config import require
-from zephyr.train.config import ModelConfig, OptimizerConfig
+from zephyr.train.config import MODEL_SHAPE_FIELDS, ModelConfig, OptimizerConfig
 
 __all__ = ["ScalingRecipe", "RecipeRun"]
 
@@ -150,17 +150,7 @@ class ScalingRecipe:
             self.schedule in ("wsd", "cosine"), f"recipe.schedule must be 'wsd' or 'cosine', got {self.schedule!r}."
         )
         require(self.min_steps >= 1, f"recipe.min_steps must be >= 1, got {self.min_steps}.")
-        owned = {
-            "vocab_size",
-            "hidden_dim",
-            "intermediate_dim",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "max_seq_len",
-        }
-        clash = sorted(owned & set(self.extra_model))
+        clash = sorted(set(MODEL_SHAPE_FIELDS) & set(self.extra_model))
         require(
             not clash,
             f"recipe.extra_model sets {clash}, which the recipe derives from the width; set head_dim, aspect_ratio, "

@@ -24,33 +24,15 @@ gather (reduce side).
 
 from __future__ import annotations
 
-from zephyr.engine.shuffle.gather import (
-    as_records,
-    iter_group_batches,
-    iter_groups,
-    iter_values,
-    merged_blocks,
-    order_checked,
-)
-from zephyr.engine.shuffle.pieces import ReducePiece, plan_tasks, target_bytes, task_bytes
+from zephyr.engine.shuffle import gather, pieces, scatter
+from zephyr.engine.shuffle.gather import *
+from zephyr.engine.shuffle.pieces import *
 from zephyr.engine.shuffle.runs import RunFile, ShuffleSpec
-from zephyr.engine.shuffle.scatter import ScatterWriter, column_keyed, records_to_batch, scatters_batches
+from zephyr.engine.shuffle.scatter import *
 
-__all__ = [
-    "ReducePiece",
-    "RunFile",
-    "ScatterWriter",
-    "ShuffleSpec",
-    "as_records",
-    "column_keyed",
-    "iter_group_batches",
-    "iter_groups",
-    "iter_values",
-    "merged_blocks",
-    "order_checked",
-    "plan_tasks",
-    "records_to_batch",
-    "scatters_batches",
-    "target_bytes",
-    "task_bytes",
-]
+# What the rest of the engine uses: gather, pieces and scatter whole (each module's `__all__`), and of the
+# run files only their handle and spec (the rest of runs is the shuffle's own plumbing).
+__all__ = ["RunFile", "ShuffleSpec"]
+__all__ += gather.__all__
+__all__ += pieces.__all__
+__all__ += scatter.__all__

@@ -7,6 +7,9 @@ every pair that shares a shingle, and score predicted clusters against it. The s
 strings from a plain-Python copy of the documented normalization rule (`reference_shingles`), not the
 pipeline's hashes, so the ground truth does not share the code it judges. The tests and
 ``benchmarks/minhash.py`` use the same builders so their figures describe the same corpus.
+
+A test and benchmark helper, not part of the package (tests import it as `minhash_corpus`: pytest puts
+tests/ on the path; the benchmark adds tests/ itself, as it does for `ray_local`).
 """
 
 from __future__ import annotations
