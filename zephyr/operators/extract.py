@@ -261,13 +261,25 @@ def _visible_len(text: str) -> int:
     return len(text) - text.count(" ") - text.count("\n") - text.count("\t") - text.count("\r")
 
 
-def _link_density(node, text_len: int) -> float:
-    """Share of the node's visible characters that sit inside links (text_len from `_visible_len`)."""
+def _link_density(node, text_len: int, link_lengths: dict[int, int]) -> float:
+    """Share of the node's visible characters that sit inside links (text_len from `_visible_len`).
+
+    link_lengths: visible length of each link already measured, by lexbor node address; a link is measured
+    once however many nested containers ask (valid while the tree is unchanged, so one dict per phase)."""
+    return _link_density_of(node, text_len, link_lengths, node.css("a") if text_len else [])
+
+
+def _link_density_of(node, text_len: int, link_lengths: dict[int, int], links: list) -> float:
+    """`_link_density` with the node's links (`node.css("a")`) already selected."""
     if text_len == 0:
         return 0.0
     link_len = 0
-    for a in node.css("a"):
-        link_len += _visible_len(a.text(deep=True))
+    for a in links:
+        key = a.mem_id
+        length = link_lengths.get(key)
+        if length is None:
+            length = link_lengths[key] = _visible_len(a.text(deep=True))
+        link_len += length
     return min(1.0, link_len / text_len)
 
 
@@ -288,7 +300,7 @@ def _initial_score(node, use_weights: bool) -> float:
 
 
 def _has_block_child(node) -> bool:
-    child = node.child
+    child = node.first_child
     while child is not None:
         if child.tag in _BLOCK_CHILD_TAGS:
             return True
@@ -299,7 +311,7 @@ def _has_block_child(node) -> bool:
 def _inline_text(node) -> str:
     """Text of a node's own phrasing content: direct text nodes and inline children, not block children."""
     parts = []
-    child = node.child
+    child = node.first_child
     while child is not None:
         tag = child.tag
         if tag == "-text":
@@ -338,6 +350,11 @@ class _Scores:
 
     def __init__(self) -> None:
         self.entries: dict[int, list] = {}  # mem_id -> [node, raw score, final score or None]
+        # Measures that the steps after scoring ask again for the same nodes (nested containers, a
+        # paragraph seen from each ancestor), by node address; the tree is not changed until cleaning.
+        self.link_lengths: dict[int, int] = {}
+        self.link_densities: dict[int, float] = {}
+        self.prose: dict[int, int] = {}
 
     def __bool__(self) -> bool:
         return bool(self.entries)
@@ -347,9 +364,16 @@ class _Scores:
         if entry is None:
             return default
         if entry[2] is None:
-            target = entry[0]
-            entry[2] = entry[1] * (1.0 - _link_density(target, _visible_len(target.text(deep=True))))
+            entry[2] = entry[1] * (1.0 - self.link_density(entry[0]))
         return entry[2]
+
+    def link_density(self, node) -> float:
+        key = node.mem_id
+        density = self.link_densities.get(key)
+        if density is None:
+            length = _visible_len(node.text(deep=True))
+            density = self.link_densities[key] = _link_density(node, length, self.link_lengths)
+        return density
 
     def ranked(self, k: int) -> list[tuple[Any, float]]:
         """The k best (node, final score), best first. final <= max(raw, 0), so once k finals beat
@@ -444,14 +468,18 @@ _WIDEN_LINK_DENSITY = 0.3
 _WIDEN_LEVELS = 3
 
 
-def _prose_mass(node) -> int:
+def _prose_mass(node, scores: _Scores) -> int:
     """Visible characters in the node's prose paragraphs (>= 25 chars, mostly not links)."""
     mass = 0
+    measured = scores.prose
     for para in node.css("p"):
-        text = para.text(deep=True)
-        length = _visible_len(text)
-        if length >= 25 and _link_density(para, length) < 0.5:
-            mass += length
+        key = para.mem_id
+        prose = measured.get(key)
+        if prose is None:
+            length = _visible_len(para.text(deep=True))
+            prose = length if length >= 25 and _link_density(para, length, scores.link_lengths) < 0.5 else 0
+            measured[key] = prose
+        mass += prose
     return mass
 
 
@@ -459,18 +487,15 @@ def _widen_to_split_article(top, top_score: float, scores: _Scores):
     """Articles split into chunks (body, ad, body, ad ...) make one chunk win; readability's sibling
     pass only sees the winner's siblings, not cousins. Climb a few levels when an ancestor holds
     clearly more prose (gain) while staying prose, not navigation (link density)."""
-    best, best_mass = top, _prose_mass(top)
+    best, best_mass = top, _prose_mass(top, scores)
     if best_mass == 0:
         return top, top_score
     ancestor = top.parent
     for _ in range(_WIDEN_LEVELS):
         if ancestor is None or ancestor.tag in ("body", "html"):
             break
-        mass = _prose_mass(ancestor)
-        if (
-            mass >= best_mass * _WIDEN_GAIN
-            and _link_density(ancestor, _visible_len(ancestor.text(deep=True))) <= _WIDEN_LINK_DENSITY
-        ):
+        mass = _prose_mass(ancestor, scores)
+        if mass >= best_mass * _WIDEN_GAIN and scores.link_density(ancestor) <= _WIDEN_LINK_DENSITY:
             best, best_mass = ancestor, mass
         ancestor = ancestor.parent
     if best is top:
@@ -480,7 +505,7 @@ def _widen_to_split_article(top, top_score: float, scores: _Scores):
 
 def _only_element_child(node) -> bool:
     parent = node.parent
-    child = parent.child
+    child = parent.first_child
     count = 0
     while child is not None:
         tag = child.tag
@@ -503,7 +528,7 @@ def _select_content(top, top_score: float, scores: _Scores, use_weights: bool) -
     threshold = max(10.0, top_score * 0.2)
     top_class = top.attributes.get("class") or ""
     selected = []
-    child = parent.child
+    child = parent.first_child
     top_key = top.mem_id
     while child is not None:
         if child.tag in ("-text", "-comment"):
@@ -518,7 +543,7 @@ def _select_content(top, top_score: float, scores: _Scores, use_weights: bool) -
                 selected.append(child)
             elif child.tag == "p":
                 text = _text(child)
-                density = _link_density(child, _visible_len(text))
+                density = _link_density(child, _visible_len(text), scores.link_lengths)
                 if (
                     len(text) > 80
                     and density < 0.25
@@ -537,6 +562,7 @@ def _select_content(top, top_score: float, scores: _Scores, use_weights: bool) -
 def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None:
     doomed = []
     own = root.mem_id
+    link_lengths: dict[int, int] = {}  # every verdict is taken before any removal
     for node in root.css("div, section, ul, ol, table, form, dl, figure"):
         if node.mem_id == own:
             continue  # the container itself was chosen by scoring; lexbor's css() includes it
@@ -547,7 +573,10 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
         if tag in ("ul", "ol") and not config.include_lists:
             doomed.append(node)
             continue
-        if node.css_first("pre, code") is not None and tag not in ("ul", "ol"):
+        # One walk of the subtree for all the counts below (it was five queries, one per tag).
+        inner = node.css("p, img, li, a, pre, code")
+        tags = [n.tag for n in inner]
+        if ("pre" in tags or "code" in tags) and tag not in ("ul", "ol"):
             continue  # code samples are content even when they are short and link-free
         weight = _class_weight(node) if use_weights else 0
         if weight < 0:
@@ -556,22 +585,24 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
         text = node.text(deep=True)
         if text.count(",") >= 10:
             continue
-        text_len = _visible_len(text)
-        paragraphs = len(node.css("p"))
-        images = len(node.css("img"))
-        list_items = len(node.css("li")) - 100
-        inputs = len(node.css("input"))
-        density = _link_density(node, text_len)
-        is_list = tag in ("ul", "ol")
         if tag == "figure":
             doomed.append(node)  # captions and credits: not article prose
-        elif (
+            continue
+        text_len = _visible_len(text)
+        paragraphs = tags.count("p")
+        images = tags.count("img")
+        list_items = tags.count("li") - 100
+        density = _link_density_of(
+            node, text_len, link_lengths, [n for n, t in zip(inner, tags, strict=True) if t == "a"]
+        )
+        is_list = tag in ("ul", "ol")
+        # (readability also drops blocks with more form inputs than paragraphs / 3: step 1 removed inputs)
+        if (
             images > 1
             and paragraphs / images < 0.5
             and text_len < 200
             or not is_list
             and list_items > paragraphs
-            or inputs > paragraphs // 3
             or not is_list
             and tag != "table"
             and text_len < 25
@@ -585,13 +616,14 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
             doomed.append(node)
     _remove_all(doomed)
     # A paragraph that is almost all link text is a "read more" / related-story line, not prose.
+    link_lengths = {}  # the removals may have emptied a link (a <div> inside an <a>)
     _remove_all(
         [
             para
             for para in root.css("p")
             if para.mem_id != own
             and (length := _visible_len(para.text(deep=True)))
-            and _link_density(para, length) > _PARAGRAPH_LINK_DENSITY_MAX
+            and _link_density(para, length, link_lengths) > _PARAGRAPH_LINK_DENSITY_MAX
         ]
     )
 
