@@ -322,24 +322,29 @@ def _inline_text(node) -> str:
     return " ".join(parts)
 
 
-def _paragraph_nodes(body) -> list[tuple[Any, str, Any]]:
-    """(voter, text, first ancestor to credit) for every paragraph-like piece of the page.
+def _paragraph_nodes(body) -> list[tuple[Any, str, bool]]:
+    """(voter, text, loose) for every paragraph-like piece of the page, non-div paragraphs first, then
+    divs, each in document order; the first ancestor to credit is the voter itself when `loose`, else
+    its parent.
 
     Like readability, a div with only inline content counts as a paragraph, and the loose text of a
     div that also holds blocks counts as a paragraph of its own inside that div (articles written as
     bare text + <br> inside a layout div are common on older sites).
     """
-    out = [
-        (node, node.text(deep=True), node.parent)
-        for node in body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6")
-    ]
-    for div in body.css("div"):
+    out = []
+    divs = []
+    for node in body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6, div"):  # one walk for both
+        if node.tag == "div":
+            divs.append(node)
+        else:
+            out.append((node, node.text(deep=True), False))
+    for div in divs:
         if not _has_block_child(div):
-            out.append((div, div.text(deep=True), div.parent))
+            out.append((div, div.text(deep=True), False))
         else:
             loose = _inline_text(div)
             if len(loose) >= 25:
-                out.append((div, loose, div))
+                out.append((div, loose, True))
     return out
 
 
@@ -392,25 +397,39 @@ def _find_candidates(body, config: ExtractConfig, use_weights: bool) -> _Scores:
     """Readability's scoring: every container that got votes from the paragraphs below it."""
     scores = _Scores()
     entries = scores.entries
-    for _para, text, ancestor in _paragraph_nodes(body):
+    # The up-to-5 ancestors credited, per first ancestor: paragraphs share parents, so each chain is
+    # walked once (lexbor hands out a new Python object per .parent).
+    chains: dict[int, list[tuple[int, Any]]] = {}
+    for para, text, loose in _paragraph_nodes(body):
         length = _visible_len(text)
         if length < config.min_paragraph_chars:
             continue
         content_score = 1.0 + text.count(",") + text.count("，") + min(length // 100, 3)
-        level = 0
-        while ancestor is not None and level < 5:
-            tag = ancestor.tag
-            if tag in ("html", "-document", "#document") or tag is None:
-                break
-            key = ancestor.mem_id
+        first = para if loose else para.parent
+        if first is None:
+            continue
+        chain = chains.get(first.mem_id)
+        if chain is None:
+            chain = chains[first.mem_id] = _credited_ancestors(first)
+        for level, (key, ancestor) in enumerate(chain):
             entry = entries.get(key)
             if entry is None:
                 entry = entries[key] = [ancestor, _initial_score(ancestor, use_weights), None]
             divider = 1 if level == 0 else (2 if level == 1 else level * 3)
             entry[1] += content_score / divider
-            ancestor = ancestor.parent
-            level += 1
     return scores
+
+
+def _credited_ancestors(node) -> list[tuple[int, Any]]:
+    """(address, node) of `node` and its ancestors, 5 at most, up to (not including) the root element."""
+    chain: list[tuple[int, Any]] = []
+    while node is not None and len(chain) < 5:
+        tag = node.tag
+        if tag in ("html", "-document", "#document") or tag is None:
+            break
+        chain.append((node.mem_id, node))
+        node = node.parent
+    return chain
 
 
 def _is_ancestor(ancestor, node) -> bool:
