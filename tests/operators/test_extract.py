@@ -202,3 +202,15 @@ def test_step_one_cleaning_matches_the_css_it_replaced(doctype):
     # the cases are not vacuous: each kind is kept or removed as named, quirks mode deciding "SKIP-LINK"
     assert {i for i in ids if i.startswith("k")} <= kept and not {i for i in ids if i.startswith("d")} & kept
     assert ("q1" in kept) == bool(doctype)
+
+
+def test_the_c_length_measure_matches_the_python_one():
+    kernel = pytest.importorskip("zephyr.operators.extract_kernel", reason="built by make install")
+    from zephyr.operators.extract import _visible_len_python
+
+    texts = ["", " \n\t\r", "a b\n\tc\r", "é x\u00a0y", "€ \t\u2003", "😀 \n😀", "\x0b\x0c\x1c x", "Real prose. " * 500]
+    texts += [t * 3 + "é" for t in texts] + [t + "😀" for t in texts]  # each str storage width: 1, 2, 4 bytes
+    for text in texts:
+        assert kernel.visible_len(text) == _visible_len_python(text), repr(text)
+    with pytest.raises(TypeError, match="expects a str, got bytes"):
+        kernel.visible_len(b"bytes")
