@@ -33,6 +33,7 @@ from typing import Any
 
 from zephyr import counters
 from zephyr.operators.charset import html_for_parser
+from zephyr.operators.render import TAG_NAMES, learn_tag
 from zephyr.operators.render import normalized_text as _text
 from zephyr.operators.render import render_blocks as _serialize
 
@@ -334,7 +335,7 @@ def _initial_score(node, use_weights: bool) -> float:
 def _has_block_child(node) -> bool:
     child = node.first_child
     while child is not None:
-        if child.tag in _BLOCK_CHILD_TAGS:
+        if (TAG_NAMES.get(child.tag_id) or learn_tag(child)) in _BLOCK_CHILD_TAGS:
             return True
         child = child.next
     return False
@@ -345,7 +346,7 @@ def _inline_text(node) -> str:
     parts = []
     child = node.first_child
     while child is not None:
-        tag = child.tag
+        tag = TAG_NAMES.get(child.tag_id) or learn_tag(child)
         if tag == "-text":
             parts.append(child.text_content or "")
         elif tag not in _BLOCK_CHILD_TAGS and tag != "-comment":
@@ -366,7 +367,7 @@ def _paragraph_nodes(body) -> list[tuple[Any, str, bool]]:
     out = []
     divs = []
     for node in body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6, div"):  # one walk for both
-        if node.tag == "div":
+        if (TAG_NAMES.get(node.tag_id) or learn_tag(node)) == "div":
             divs.append(node)
         else:
             out.append((node, node.text(deep=True), False))
@@ -627,7 +628,7 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> int:
             continue
         # One walk of the subtree for all the counts below (it was five queries, one per tag).
         inner = node.css("p, img, li, a, pre, code")
-        tags = [n.tag for n in inner]
+        tags = [TAG_NAMES.get(n.tag_id) or learn_tag(n) for n in inner]
         if ("pre" in tags or "code" in tags) and tag not in ("ul", "ol"):
             continue  # code samples are content even when they are short and link-free
         weight = _class_weight(node) if use_weights else 0

@@ -9,9 +9,27 @@ The walk is iterative, so pathologically deep DOMs cannot hit Python's recursion
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-__all__ = ["render_blocks", "normalized_text"]
+__all__ = ["render_blocks", "normalized_text", "TAG_NAMES", "learn_tag"]
+
+# Tag names by lexbor tag id, learned as pages are read. `node.tag` decodes the element's name into a new
+# str on every call (~90 ns, and the set lookups that follow hash it again); hot loops read
+# `TAG_NAMES.get(node.tag_id) or learn_tag(node)` (~35 ns, one interned str per tag). Only small ids are
+# kept: the tags lexbor knows have fixed small ids, custom elements get per-document ids (addresses). A
+# tag id shared by an HTML name and an SVG camelCase one (foreignobject, foreignObject) may hand back
+# either spelling: every set these modules test holds lower-case HTML names only, so no test changes.
+TAG_NAMES: dict[int, str] = {}
+_FIXED_TAG_IDS = 1 << 16
+
+
+def learn_tag(node) -> str | None:
+    """`node.tag`, remembered in `TAG_NAMES` when lexbor's id for it is a fixed one."""
+    tag = node.tag
+    if tag is not None and node.tag_id < _FIXED_TAG_IDS:
+        tag = TAG_NAMES[node.tag_id] = sys.intern(tag)
+    return tag
 
 
 def _collapse(text: str) -> str:
@@ -85,13 +103,14 @@ class _Writer:
         # last first, so they pop in document order.
         stack: list[Any] = [root]
         inline = self.inline
+        names = TAG_NAMES
         closing = _CLOSING | {"code"} if self.markdown else _CLOSING
         while stack:
             node = stack.pop()
             if type(node) is tuple:
                 self._leave(node[1])
                 continue
-            tag = node.tag
+            tag = names.get(node.tag_id) or learn_tag(node)
             if tag == "-text":
                 content = node.text_content
                 if content:
