@@ -214,3 +214,18 @@ def test_the_c_length_measure_matches_the_python_one():
         assert kernel.visible_len(text) == _visible_len_python(text), repr(text)
     with pytest.raises(TypeError, match="expects a str, got bytes"):
         kernel.visible_len(b"bytes")
+
+
+def test_grouped_hint_patterns_match_what_the_plain_alternations_match():
+    from zephyr.operators import extract
+
+    for name in ("_UNLIKELY", "_NEGATIVE", "_POSITIVE", "_MAYBE_CANDIDATE"):
+        alternation = getattr(extract, name + "_WORDS")
+        grouped, plain = getattr(extract, name), re.compile(alternation)
+        assert grouped.pattern != alternation  # grouping happened
+        words = {re.sub(r"\\b|[?^$]", "", word) for word in alternation.split("|")}
+        samples = ["", "x", "hid", "hidden-x", "ads", "x-ad-y", "tags", "tag", "tagsx", "most-popular", "mostpopular"]
+        for word in words:
+            samples += [word, word[:-1], word[1:], f"x {word} y", f"pre{word}post", f"a-{word}-b"]
+        for sample in samples:
+            assert bool(grouped.search(sample)) == bool(plain.search(sample)), (name, sample)
