@@ -125,9 +125,8 @@ def _never_tag_ids() -> frozenset[int]:
 
 
 _NEVER_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "dialog", "alert", "menu", "menubar"})
-# text only screen readers get ("Skip to content", "Opens in a new window"); matched case-sensitively,
-# as CSS's [class*=...] does
-_SCREEN_READER_CLASSES = ("screen-reader", "sr-only", "visually-hidden", "visuallyhidden")
+# text only screen readers get ("Skip to content", "Opens in a new window")
+_SCREEN_READER_CLASSES = re.compile("screen-reader|sr-only|visually-hidden|visuallyhidden")
 _ATTRIBUTE_QUERY = "[style], [hidden], [aria-hidden], [role], [class], [id]"
 
 
@@ -178,14 +177,6 @@ def _is_hidden_style(style: str) -> bool:
 
 
 @functools.lru_cache(maxsize=65536)
-def _is_unlikely(hint: str) -> bool:
-    # Class names repeat heavily within and across pages, so the verdict is cached per string; the
-    # patterns are lower-case and matched case-sensitively on lowered text (re.IGNORECASE is ~5x slower).
-    hint = hint.lower()
-    return _UNLIKELY.search(hint) is not None and _MAYBE_CANDIDATE.search(hint) is None
-
-
-@functools.lru_cache(maxsize=65536)
 def _hint_weight(value: str) -> int:
     value = value.lower()
     weight = 0
@@ -222,15 +213,19 @@ _UNLIKELY_HINT = 4  # class/id says boilerplate
 @functools.lru_cache(maxsize=65536)
 def _hint_flags(cls: str | None, ident: str | None) -> int:
     """What an element's class and id say (`_SCREEN_READER` | `_SKIP_LINK` | `_UNLIKELY_HINT`), cached:
-    class strings repeat heavily within and across pages."""
+    class strings repeat heavily within and across pages. The hint patterns are lower-case and matched on
+    lowered text (re.IGNORECASE is ~5x slower); the screen-reader classes case-sensitively, as CSS's
+    `[class*=...]` matches them."""
     flags = 0
     if cls:
-        if any(name in cls for name in _SCREEN_READER_CLASSES):
+        if _SCREEN_READER_CLASSES.search(cls):
             flags |= _SCREEN_READER
         elif "skip-link" in cls.lower():
             flags |= _SKIP_LINK
-    if (cls or ident) and _is_unlikely(f"{cls or ''} {ident or ''}"):
-        flags |= _UNLIKELY_HINT
+    if cls or ident:
+        hint = f"{cls or ''} {ident or ''}".lower()
+        if _UNLIKELY.search(hint) is not None and _MAYBE_CANDIDATE.search(hint) is None:
+            flags |= _UNLIKELY_HINT
     return flags
 
 
