@@ -337,7 +337,7 @@ def _link_density_of(node, text_len: int, link_lengths: dict[int, int], links: l
 
 
 def _initial_score(node, use_weights: bool) -> float:
-    tag = node.tag
+    tag = TAG_NAMES.get(node.tag_id) or learn_tag(node)
     score = 0.0
     if tag == "div":
         score = 5
@@ -477,7 +477,7 @@ def _credited_ancestors(node) -> list[tuple[int, Any]]:
     """(address, node) of `node` and its ancestors, 5 at most, up to (not including) the root element."""
     chain: list[tuple[int, Any]] = []
     while node is not None and len(chain) < 5:
-        tag = node.tag
+        tag = TAG_NAMES.get(node.tag_id) or learn_tag(node)
         if tag in ("html", "-document", "#document") or tag is None:
             break
         chain.append((node.mem_id, node))
