@@ -216,16 +216,51 @@ def test_the_c_length_measure_matches_the_python_one():
         kernel.visible_len(b"bytes")
 
 
-def test_grouped_hint_patterns_match_what_the_plain_alternations_match():
+def test_class_hint_keywords_match_what_the_plain_regexes_match():
+    """The hint tests (`_Keywords`: the kernel's needles, then the grouped regex where needles are not exact)
+    agree with the plain alternations they stand for, on strings built around every keyword."""
     from zephyr.operators import extract
 
-    for name in ("_UNLIKELY", "_NEGATIVE", "_POSITIVE", "_MAYBE_CANDIDATE"):
-        alternation = getattr(extract, name + "_WORDS")
-        grouped, plain = getattr(extract, name), re.compile(alternation)
-        assert grouped.pattern != alternation  # grouping happened
-        words = {re.sub(r"\\b|[?^$]", "", word) for word in alternation.split("|")}
-        samples = ["", "x", "hid", "hidden-x", "ads", "x-ad-y", "tags", "tag", "tagsx", "most-popular", "mostpopular"]
+    for name in ("_UNLIKELY", "_NEGATIVE", "_POSITIVE", "_MAYBE_CANDIDATE", "_SCREEN_READER_CLASSES"):
+        keywords = getattr(extract, name)
+        plain = re.compile(keywords.alternation)
+        assert keywords.pattern.pattern != keywords.alternation  # grouping happened
+        words = {re.sub(r"\\b|[?^$]", "", word) for word in keywords.alternation.split("|")}
+        samples = [
+            "",
+            "x",
+            "hid",
+            "hid x",
+            "x hid",
+            "hidden-x",
+            "ads",
+            "x ads",
+            "ad_x",
+            "é ad",
+            "x-ad-y",
+            "tags",
+            "tag",
+        ]
+        samples += ["tag", "tagsx", "tag_", "most-popular", "mostpopular", "author-bio", "SR-ONLY", "a\tad\tb"]
         for word in words:
-            samples += [word, word[:-1], word[1:], f"x {word} y", f"pre{word}post", f"a-{word}-b"]
+            samples += [word, word[:-1], word[1:], f"x {word} y", f"pre{word}post", f"a-{word}-b", f"é{word}é"]
         for sample in samples:
-            assert bool(grouped.search(sample)) == bool(plain.search(sample)), (name, sample)
+            assert keywords(sample) == bool(plain.search(sample)), (name, sample)
+        assert keywords.needles is not None or extract._kernel is None
+
+
+def test_the_kernel_finds_needles_with_word_boundaries_as_re_does():
+    kernel = pytest.importorskip("zephyr.operators.extract_kernel", reason="built by make install")
+    import random
+
+    needles = ("comment", "\\bad\\b", "\\bads\\b", "tag\\b", "-ad-", "\\b-x", "y_\\b")
+    needle_set = kernel.needle_set(needles)
+    regex = re.compile("|".join(re.escape(n.replace("\\b", "\0")).replace("\0", r"\b") for n in needles))
+    rng = random.Random(7)
+    for _ in range(20000):
+        text = "".join(rng.choice("acdegmnost-_ xyé😀1") for _ in range(rng.randint(0, 14)))
+        assert kernel.contains_any(text, needle_set) == bool(regex.search(text)), text
+    with pytest.raises(ValueError, match="non-empty ASCII"):
+        kernel.needle_set(("\\b",))
+    with pytest.raises(TypeError, match="expects a str"):
+        kernel.contains_any(b"x", needle_set)

@@ -37,6 +37,17 @@ from zephyr.operators.render import TAG_NAMES, learn_tag
 from zephyr.operators.render import normalized_text as _text
 from zephyr.operators.render import render_blocks as _serialize
 
+try:  # string loops in C (zephyr/operators/extract_kernel.c); the Python below is the reference and fallback
+    from zephyr.operators import extract_kernel as _kernel
+except ImportError as _error:  # pragma: no cover - the kernel is built by `make install`
+    _kernel = None
+    logging.getLogger(__name__).warning(
+        "zephyr.operators.extract_kernel is not built (%s): extraction measures text and matches class hints "
+        "in Python, ~10%% slower; build it with `make install` (pip install -e .), which needs gcc and the "
+        "Python headers",
+        _error,
+    )
+
 __all__ = [
     "ExtractConfig",
     "ExtractedPage",
@@ -125,8 +136,6 @@ def _never_tag_ids() -> frozenset[int]:
 
 
 _NEVER_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "dialog", "alert", "menu", "menubar"})
-# text only screen readers get ("Skip to content", "Opens in a new window")
-_SCREEN_READER_CLASSES = re.compile("screen-reader|sr-only|visually-hidden|visuallyhidden")
 _ATTRIBUTE_QUERY = "[style], [hidden], [aria-hidden], [role], [class], [id]"
 
 
@@ -134,9 +143,8 @@ def _grouped(alternation: str) -> re.Pattern[str]:
     """`re.compile(alternation)` for a flat `a|b|c` of keywords, its branches grouped by first character
     (`ad(?:vert|i2html)|b(?:anner|yline)`): the same strings match, but sre tries every branch of an
     alternation at every position, and grouped it tries one group, halving the time a class string takes
-    (1.8 -> 0.9 us for `_UNLIKELY`). Class strings repeat, and the verdicts are cached, but a crawl meets
-    ~75 new ones a page. Branches that start with an anchor, a space or a quantified character stay as
-    they are."""
+    (1.8 -> 0.9 us for `_UNLIKELY`). Branches that start with an anchor, a space or a quantified character
+    stay as they are."""
     groups: dict[str, list[str]] = {}
     kept = []
     for branch in alternation.split("|"):
@@ -149,6 +157,83 @@ def _grouped(alternation: str) -> re.Pattern[str]:
     return re.compile("|".join(kept))
 
 
+_BRANCH_TOKEN = re.compile(r"(\\b)|(\^|\$)|\\?([a-z0-9 -])(\?)?|(.)")
+
+
+def _branch_needles(branch: str) -> tuple[list[str], bool]:
+    """Needles for the kernel's `contains_any` that a string holds whenever the keyword branch matches it, and
+    whether they are exact (the string holds one exactly when the branch matches).
+
+    A branch of literal characters, optional characters (`s?`) and word boundaries (`\\b`) at its ends is
+    exact: one needle per spelling (`tags?\\b` -> `tag\\b`, `tags\\b`). Otherwise (`^`, `$`, a boundary
+    inside) the needle is the longest run every match contains, and the regex decides. Only that syntax is
+    allowed, so a branch that needs more fails here, at import, not by missing matches."""
+    items = []  # (kind, character, optional): kind "c" character, "b" boundary, "a" anchor
+    for token in _BRANCH_TOKEN.finditer(branch):
+        boundary, anchor, char, optional, other = token.groups()
+        if other is not None:
+            raise ValueError(f"keyword branch {branch!r}: {other!r} is beyond the syntax _Keywords understands")
+        items.append(("b", "", False) if boundary else ("a", "", False) if anchor else ("c", char, bool(optional)))
+    inner = items[1:-1] if len(items) > 2 else []
+    if all(kind == "c" for kind, _, _ in inner) and all(kind != "a" for kind, _, _ in items):
+        spellings = [""]
+        for kind, char, optional in items:
+            if kind == "b":
+                spellings = [spelling + "\\b" for spelling in spellings]
+            else:
+                spellings = [spelling + char for spelling in spellings] + (spellings if optional else [])
+        if all(spelling.replace("\\b", "") for spelling in spellings):
+            return spellings, True
+    runs, run = [], ""
+    for kind, char, optional in items:
+        if kind != "c" or optional:
+            runs.append(run)
+            run = ""
+        else:
+            run += char
+    longest = max([*runs, run], key=len)
+    if not longest:
+        raise ValueError(f"keyword branch {branch!r} has no character every match must contain")
+    return [longest], False
+
+
+@dataclass(frozen=True)
+class _Keywords:
+    """A flat alternation of class/id keywords, as a test `keywords(text) -> bool` (does any branch match).
+
+    With the C kernel, `contains_any` looks for the branches' needles first (~0.1 us a class string): when
+    they are exact that is the answer, else only strings holding one run the regex (~1 us in sre, ~26 ns a
+    character). Class verdicts are cached, but a crawl meets ~75 new class strings a page."""
+
+    alternation: str
+    pattern: re.Pattern[str]
+    needles: Any  # the kernel's needle set (see `_branch_needles`); None without the kernel
+    exact: bool  # the needles alone decide
+
+    def __call__(self, text: str) -> bool:
+        if self.needles is None:
+            return self.pattern.search(text) is not None
+        if not _kernel.contains_any(text, self.needles):
+            return False
+        return self.exact or self.pattern.search(text) is not None
+
+
+def _keywords(alternation: str) -> _Keywords:
+    needles, exact = [], True
+    for branch in alternation.split("|"):
+        branch_needles, branch_exact = _branch_needles(branch)
+        needles += branch_needles
+        exact = exact and branch_exact
+    return _Keywords(
+        alternation=alternation,
+        pattern=_grouped(alternation),
+        needles=_kernel.needle_set(tuple(dict.fromkeys(needles))) if _kernel is not None else None,
+        exact=exact,
+    )
+
+
+# text only screen readers get ("Skip to content", "Opens in a new window")
+_SCREEN_READER_CLASSES = _keywords("screen-reader|sr-only|visually-hidden|visuallyhidden")
 _UNLIKELY_WORDS = (
     r"-ad-|\bads?\b|advert|ai2html|banner|breadcrumb|byline|combx|comment|community|cookie|consent|"
     r"cover-wrap|disqus|extra|footer|gdpr|header|legends|menu|modal|newsletter|outbrain|taboola|"
@@ -156,17 +241,17 @@ _UNLIKELY_WORDS = (
     r"skyscraper|social|sponsor|subscri|supplemental|tags?\b|teaser|toolbar|tooltip|widget|"
     r"yom-remote|signup|sign-up|recommend|trending|most-?popular|author-?bio|caption|credit"
 )
-_UNLIKELY = _grouped(_UNLIKELY_WORDS)
+_UNLIKELY = _keywords(_UNLIKELY_WORDS)
 _MAYBE_CANDIDATE_WORDS = r"and|article|body|column|content|main|shadow|story|entry|post|text"
-_MAYBE_CANDIDATE = _grouped(_MAYBE_CANDIDATE_WORDS)
+_MAYBE_CANDIDATE = _keywords(_MAYBE_CANDIDATE_WORDS)
 _POSITIVE_WORDS = r"article|body|content|entry|hentry|h-entry|main|page|pagination|post|text|blog|story|prose"
-_POSITIVE = _grouped(_POSITIVE_WORDS)
+_POSITIVE = _keywords(_POSITIVE_WORDS)
 _NEGATIVE_WORDS = (
     r"-ad-|hidden|^hid$| hid$| hid |^hid |banner|combx|comment|com-|contact|foot|footer|footnote|gdpr|"
     r"masthead|media|meta|outbrain|promo|related|scroll|share|shoutbox|sidebar|skyscraper|sponsor|"
     r"shopping|tags|tool|widget|caption|credit|newsletter|subscribe|social|byline|author"
 )
-_NEGATIVE = _grouped(_NEGATIVE_WORDS)
+_NEGATIVE = _keywords(_NEGATIVE_WORDS)
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 _PROTECTED_TAGS = frozenset({"html", "body", "article", "main", "a", "table", "tbody", "tr", "td", "th", "code", "pre"})
 
@@ -180,9 +265,9 @@ def _is_hidden_style(style: str) -> bool:
 def _hint_weight(value: str) -> int:
     value = value.lower()
     weight = 0
-    if _NEGATIVE.search(value):
+    if _NEGATIVE(value):
         weight -= 25
-    if _POSITIVE.search(value):
+    if _POSITIVE(value):
         weight += 25
     return weight
 
@@ -218,13 +303,13 @@ def _hint_flags(cls: str | None, ident: str | None) -> int:
     `[class*=...]` matches them."""
     flags = 0
     if cls:
-        if _SCREEN_READER_CLASSES.search(cls):
+        if _SCREEN_READER_CLASSES(cls):
             flags |= _SCREEN_READER
         elif "skip-link" in cls.lower():
             flags |= _SKIP_LINK
     if cls or ident:
         hint = f"{cls or ''} {ident or ''}".lower()
-        if _UNLIKELY.search(hint) is not None and _MAYBE_CANDIDATE.search(hint) is None:
+        if _UNLIKELY(hint) and not _MAYBE_CANDIDATE(hint):
             flags |= _UNLIKELY_HINT
     return flags
 
@@ -303,15 +388,8 @@ def _visible_len_python(text: str) -> int:
     return len(text) - text.count(" ") - text.count("\n") - text.count("\t") - text.count("\r")
 
 
-try:  # the same measure in one C pass (zephyr/operators/extract_kernel.c): 8% of extraction time in Python
-    from zephyr.operators.extract_kernel import visible_len as _visible_len
-except ImportError as _error:  # pragma: no cover - the kernel is built by `make install`
-    logging.getLogger(__name__).warning(
-        "zephyr.operators.extract_kernel is not built (%s): extraction measures text in Python, ~8%% slower; "
-        "build it with `make install` (pip install -e .), which needs gcc and the Python headers",
-        _error,
-    )
-    _visible_len = _visible_len_python
+# the same measure in one C pass: 8% of extraction time in Python
+_visible_len = _kernel.visible_len if _kernel is not None else _visible_len_python
 
 
 def _link_density(node, text_len: int, link_lengths: dict[int, int]) -> float:
