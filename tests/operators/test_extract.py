@@ -264,3 +264,32 @@ def test_the_kernel_finds_needles_with_word_boundaries_as_re_does():
         kernel.needle_set(("\\b",))
     with pytest.raises(TypeError, match="expects a str"):
         kernel.contains_any(b"x", needle_set)
+
+
+def test_logged_removals_undo_to_the_same_tree():
+    """The retries start from the first attempt's tree with its logged removals undone; nested, adjacent,
+    first- and last-child removals in several rounds must all go back exactly where they were."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    from zephyr.operators.extract import _remove_all, _undo_removals
+
+    page = (
+        "<html><body><div id=a>x<p id=b>one <b id=c>two</b> three</p><ul id=d><li id=e>1</li><li id=f>2</li>"
+        "</ul>tail<!--c--><div id=g><p id=h>deep</p></div></div><p id=i>last</p></body></html>"
+    )
+    tree = LexborHTMLParser(page)
+    original = tree.html
+    undo: list = []
+    _remove_all(tree.css("#c, #e, #f, #h"), undo)  # a descendant of a later removal (#h in #g), siblings
+    _remove_all(tree.css("#b, #g"), undo)
+    _remove_all(tree.css("#a, #i"), undo)  # everything left in body
+    assert tree.body.html == "<body></body>"
+    _undo_removals(undo)
+    assert tree.html == original and undo == []
+
+
+def test_retries_see_what_the_first_attempt_removed():
+    prose = "A short note, with a few commas, written as prose. " * 4  # under min_text_chars: retries run
+    page = f"<html><body><div class='sidebar'><p>{prose}</p><p>{prose}</p></div></body></html>"
+    assert html_to_text(page).count("A short note") == 8
+    assert extract_page(page).markdown.count("A short note") == 8

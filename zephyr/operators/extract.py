@@ -281,13 +281,31 @@ def _class_weight(node) -> int:
     return weight
 
 
-def _remove_all(nodes: list) -> None:
-    # Each node is unlinked from its parent with its subtree attached (recursive=False): lexbor frees
-    # nothing either way (the document owns the memory), and the recursive form unlinks every node of the
-    # subtree one by one, a third of step 1's time on aeb-dev. Reverse document order: a descendant goes
-    # before its ancestor, so every node is still in the document when it is unlinked.
+def _remove_all(nodes: list, undo: list | None = None) -> None:
+    """Unlink the nodes from the tree, each with its subtree attached (recursive=False): lexbor frees nothing
+    either way (the document owns the memory), and the recursive form unlinks every node of the subtree one
+    by one, a third of step 1's time on aeb-dev. Reverse document order: a descendant goes before its
+    ancestor, so every node is still in the document when it is unlinked.
+
+    undo: when given, (node, parent, next sibling) of each removal is appended, for `_undo_removals`."""
+    if undo is None:
+        for node in reversed(nodes):
+            node.decompose(recursive=False)
+        return
     for node in reversed(nodes):
+        undo.append((node, node.parent, node.next))
         node.decompose(recursive=False)
+
+
+def _undo_removals(undo: list) -> None:
+    """Put the nodes `_remove_all` logged back where they were, last removal first, so that each goes back
+    into the very tree it left (its parent and next sibling are there again when its turn comes)."""
+    for node, parent, following in reversed(undo):
+        if following is not None:
+            following.insert_before(node, move=True)
+        elif parent is not None:
+            parent.insert_child(node, move=True)
+    undo.clear()
 
 
 _SCREEN_READER = 1  # a class only screen readers see: never content
@@ -314,15 +332,17 @@ def _hint_flags(cls: str | None, ident: str | None) -> int:
     return flags
 
 
-def _clean(body, strip_unlikely: bool) -> None:
+def _clean(body, strip_unlikely: bool, undo: list | None = None) -> None:
     """Remove never-content elements (`_NEVER_TAGS`, hidden, screen-reader-only, navigation roles),
-    elements hidden by inline style and, with `strip_unlikely`, elements whose class/id says boilerplate.
+    elements hidden by inline style and, with `strip_unlikely`, elements whose class/id says boilerplate
+    (those last removals logged in `undo` when given: the retries want the tree without them).
 
     Each verdict rests on the element's own tag and attributes only, so removing all doomed elements at once
     leaves the same tree as removing each kind in turn."""
     never = _never_tag_ids()
     _remove_all([node for node in body.css("*") if node.tag_id in never])
     doomed = []
+    unlikely = []
     skip_links = []
     for node in body.css(_ATTRIBUTE_QUERY):
         attrs = node.attributes
@@ -335,11 +355,10 @@ def _clean(body, strip_unlikely: bool) -> None:
             or attrs.get("role") in _NEVER_ROLES
             or style is not None
             and _is_hidden_style(style)
-            or strip_unlikely
-            and flags & _UNLIKELY_HINT
-            and node.tag not in _PROTECTED_TAGS
         ):
             doomed.append(node)
+        elif strip_unlikely and flags & _UNLIKELY_HINT and node.tag not in _PROTECTED_TAGS:
+            unlikely.append(node)
         elif flags & _SKIP_LINK:
             skip_links.append(node)
             doomed.append(node)
@@ -349,6 +368,7 @@ def _clean(body, strip_unlikely: bool) -> None:
         unmatched = {node.mem_id for node in skip_links if node.mem_id not in matched}
         doomed = [node for node in doomed if node.mem_id not in unmatched]
     _remove_all(doomed)
+    _remove_all(unlikely, undo)
 
 
 # --- step 2: scoring ---------------------------------------------------------------------------------
@@ -729,7 +749,7 @@ def _select_content(top, top_score: float, scores: _Scores, use_weights: bool) -
 # --- step 3: conditional cleaning --------------------------------------------------------------------
 
 
-def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> int:
+def _clean_conditionally(root, config: ExtractConfig, use_weights: bool, undo: list | None = None) -> int:
     """Remove the link-, list- and image-heavy blocks and link-only paragraphs under root; return how many."""
     doomed = []
     own = root.mem_id
@@ -785,7 +805,7 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> int:
             and density > config.link_density_max
         ):
             doomed.append(node)
-    _remove_all(doomed)
+    _remove_all(doomed, undo)
     # A paragraph that is almost all link text is a "read more" / related-story line, not prose.
     link_lengths = {}  # the removals may have emptied a link (a <div> inside an <a>)
     link_lines = [
@@ -795,7 +815,7 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> int:
         and (length := _visible_len(para.text(deep=True)))
         and _link_density(para, length, link_lengths) > _PARAGRAPH_LINK_DENSITY_MAX
     ]
-    _remove_all(link_lines)
+    _remove_all(link_lines, undo)
     return len(doomed) + len(link_lines)
 
 
@@ -816,7 +836,7 @@ def _title(tree) -> str:
     return _text(node) if node is not None else ""
 
 
-def _drop_title_heading(nodes: list, title: str) -> None:
+def _drop_title_heading(nodes: list, title: str, undo: list | None = None) -> None:
     if not title:
         return
     norm_title = re.sub(r"\W+", " ", title.lower()).strip()
@@ -826,11 +846,14 @@ def _drop_title_heading(nodes: list, title: str) -> None:
             text = re.sub(r"\W+", " ", _text(heading).lower()).strip()
             if text and (text == norm_title or (len(text) > 15 and text in norm_title)):
                 doomed.append(heading)
-    _remove_all(doomed)
+    _remove_all(doomed, undo)
 
 
-def _extract_once(tree, title: str, config: ExtractConfig, use_weights: bool, clean_cond: bool) -> tuple[list, int]:
-    """The content nodes, and how many elements conditional cleaning removed from them."""
+def _extract_once(
+    tree, title: str, config: ExtractConfig, use_weights: bool, clean_cond: bool, undo: list | None = None
+) -> tuple[list, int]:
+    """The content nodes, and how many elements conditional cleaning removed from them (removals logged in
+    `undo` when given)."""
     body = tree.body
     if body is None:
         return [], 0
@@ -843,12 +866,13 @@ def _extract_once(tree, title: str, config: ExtractConfig, use_weights: bool, cl
     removed = 0
     if clean_cond:
         for node in nodes:
-            removed += _clean_conditionally(node, config, use_weights)
-    _drop_title_heading(nodes, title)
+            removed += _clean_conditionally(node, config, use_weights, undo)
+    _drop_title_heading(nodes, title, undo)
     return nodes, removed
 
 
-# readability's retry ladder: each step trusts class/id hints less. (strip_unlikely, use_weights, clean_cond)
+# readability's retry ladder: each step trusts class/id hints less. (strip_unlikely, use_weights, clean_cond);
+# only the first strips unlikely elements (extract_page relies on it).
 _ATTEMPTS = ((True, True, True), (False, True, True), (False, False, True), (False, False, False))
 
 
@@ -872,30 +896,33 @@ def extract_page(
     source = html_for_parser(html, content_type)
     tree = parser_cls(source)
     title = _title(tree)
-    best: tuple[list, str, Any] | None = None
-    retry_tree = None
-    for k, (strip_unlikely, use_weights, clean_cond) in enumerate(_ATTEMPTS):
-        # Cleaning mutates the DOM. The first attempt (enough for ~80% of pages) works on the parsed tree;
-        # the retries on a second parse cleaned without the class/id hints (cheaper than cloning every page
-        # up front), all but the last on a copy of it.
+    # Cleaning mutates the DOM. The first attempt (enough for ~85% of pages) works on the parsed tree and
+    # logs every removal after the never-content ones; the retries start from that tree with the log undone
+    # (it is then what step 1 leaves without the class/id hints: no second parse and clean, which were a
+    # third of the retries' time), all but the last on a copy of it.
+    undo: list = []
+    if tree.body is not None:
+        _clean(tree.body, strip_unlikely=_ATTEMPTS[0][0], undo=undo)
+    best: tuple[list, str, str | None] | None = None  # nodes, text, Markdown when rendered early
+    trees = [tree]  # every attempt's tree stays referenced while its nodes are used
+    for k, (_strip_unlikely, use_weights, clean_cond) in enumerate(_ATTEMPTS):
         if k == 1:
-            retry_tree = parser_cls(source)
-            if retry_tree.body is not None:
-                _clean(retry_tree.body, strip_unlikely=False)
+            if markdown and best is not None and best[2] is None:
+                best = (best[0], best[1], _serialize(best[0], markdown=True))  # before its tree changes back
+            _undo_removals(undo)
         if k > 0:
-            tree = retry_tree if k == len(_ATTEMPTS) - 1 else _copy(retry_tree, source, parser_cls)
-        elif tree.body is not None:
-            _clean(tree.body, strip_unlikely)
-        nodes, removed = _extract_once(tree, title, config, use_weights, clean_cond)
+            tree = trees[0] if k == len(_ATTEMPTS) - 1 else _copy(trees[0], source, parser_cls)
+            trees.append(tree)
+        nodes, removed = _extract_once(tree, title, config, use_weights, clean_cond, undo if k == 0 else None)
         text = _serialize(nodes, markdown=False)
         if best is None or len(text) > len(best[1]):
-            best = (nodes, text, tree)  # the tree stays referenced while its nodes are used
+            best = (nodes, text, None)
         if len(text) >= config.min_text_chars:
             break
         if k == len(_ATTEMPTS) - 2 and not removed:
             break  # the last attempt only skips conditional cleaning, which removed nothing here: same text
     assert best is not None
-    md = _serialize(best[0], markdown=True) if markdown else ""
+    md = (best[2] if best[2] is not None else _serialize(best[0], markdown=True)) if markdown else ""
     return ExtractedPage(title=title, text=best[1], markdown=md)
 
 
