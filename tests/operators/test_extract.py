@@ -156,7 +156,7 @@ def test_a_page_lexbor_cannot_clone_is_parsed_again(doctype):
     assert "Short but real prose" in html_to_text(page)
 
 
-# What step 1 removed when it was one CSS selector list: `_clean` now classifies attributes in Python, and
+# What step 1 removed when it was one CSS selector list: `clean` now classifies attributes in Python, and
 # lexbor itself (this selector) is the oracle its verdicts must match, quirks mode included.
 _NEVER_CONTENT_CSS = (
     "script, style, noscript, template, svg, math, canvas, iframe, object, embed, video, audio, "
@@ -183,7 +183,7 @@ _CLEAN_CASES = """
 def test_step_one_cleaning_matches_the_css_it_replaced(doctype):
     from selectolax.lexbor import LexborHTMLParser
 
-    from zephyr.operators.extract import _clean
+    from zephyr.operators.extract_clean import clean
 
     page = f"{doctype}<html><body>{_CLEAN_CASES}</body></html>"
     ids = {n.attributes["id"] for n in LexborHTMLParser(page).css("[id]")}
@@ -196,7 +196,7 @@ def test_step_one_cleaning_matches_the_css_it_replaced(doctype):
         node.decompose()
     expected = {n.attributes["id"] for n in oracle.css("[id]")}
     tree = LexborHTMLParser(page)
-    _clean(tree.body, strip_unlikely=True)
+    clean(tree.body, strip_unlikely=True)
     kept = {n.attributes["id"] for n in tree.css("[id]")}
     assert kept == expected
     # the cases are not vacuous: each kind is kept or removed as named, quirks mode deciding "SKIP-LINK"
@@ -219,10 +219,10 @@ def test_the_c_length_measure_matches_the_python_one():
 def test_class_hint_keywords_match_what_the_plain_regexes_match():
     """The hint tests (`_Keywords`: the kernel's needles, then the grouped regex where needles are not exact)
     agree with the plain alternations they stand for, on strings built around every keyword."""
-    from zephyr.operators import extract
+    from zephyr.operators import extract_clean
 
     for name in ("_UNLIKELY", "_NEGATIVE", "_POSITIVE", "_MAYBE_CANDIDATE", "_SCREEN_READER_CLASSES"):
-        keywords = getattr(extract, name)
+        keywords = getattr(extract_clean, name)
         plain = re.compile(keywords.alternation)
         assert keywords.pattern.pattern != keywords.alternation  # grouping happened
         words = {re.sub(r"\\b|[?^$]", "", word) for word in keywords.alternation.split("|")}
@@ -246,7 +246,7 @@ def test_class_hint_keywords_match_what_the_plain_regexes_match():
             samples += [word, word[:-1], word[1:], f"x {word} y", f"pre{word}post", f"a-{word}-b", f"é{word}é"]
         for sample in samples:
             assert keywords(sample) == bool(plain.search(sample)), (name, sample)
-        assert keywords.needles is not None or extract._kernel is None
+        assert keywords.needles is not None or extract_clean.kernel is None
 
 
 def test_the_kernel_finds_needles_with_word_boundaries_as_re_does():
@@ -271,7 +271,7 @@ def test_logged_removals_undo_to_the_same_tree():
     first- and last-child removals in several rounds must all go back exactly where they were."""
     from selectolax.lexbor import LexborHTMLParser
 
-    from zephyr.operators.extract import _remove_all, _undo_removals
+    from zephyr.operators.extract_clean import remove_all, undo_removals
 
     page = (
         "<html><body><div id=a>x<p id=b>one <b id=c>two</b> three</p><ul id=d><li id=e>1</li><li id=f>2</li>"
@@ -280,11 +280,11 @@ def test_logged_removals_undo_to_the_same_tree():
     tree = LexborHTMLParser(page)
     original = tree.html
     undo: list = []
-    _remove_all(tree.css("#c, #e, #f, #h"), undo)  # a descendant of a later removal (#h in #g), siblings
-    _remove_all(tree.css("#b, #g"), undo)
-    _remove_all(tree.css("#a, #i"), undo)  # everything left in body
+    remove_all(tree.css("#c, #e, #f, #h"), undo)  # a descendant of a later removal (#h in #g), siblings
+    remove_all(tree.css("#b, #g"), undo)
+    remove_all(tree.css("#a, #i"), undo)  # everything left in body
     assert tree.body.html == "<body></body>"
-    _undo_removals(undo)
+    undo_removals(undo)
     assert tree.html == original and undo == []
 
 
