@@ -293,3 +293,26 @@ def test_retries_see_what_the_first_attempt_removed():
     page = f"<html><body><div class='sidebar'><p>{prose}</p><p>{prose}</p></div></body></html>"
     assert html_to_text(page).count("A short note") == 8
     assert extract_page(page).markdown.count("A short note") == 8
+
+
+def test_the_kernel_validates_utf8_as_python_decodes_it():
+    kernel = pytest.importorskip("zephyr.operators.extract_kernel", reason="built by make install")
+    import itertools
+
+    def decodes(data: bytes) -> bool:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    # lead and continuation bytes at every boundary the standard draws (overlong, surrogate, > U+10FFFF,
+    # truncated), alone and after an 8-byte ASCII run (the kernel's fast path)
+    edges = [0x00, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEE]
+    edges += [0xEF, 0xF0, 0xF1, 0xF4, 0xF5, 0xFF]
+    for size in (1, 2, 3, 4):
+        for combo in itertools.product(edges, repeat=size):
+            for data in (bytes(combo), b"abcdefgh" + bytes(combo), bytes(combo) + b"abcdefghi"):
+                assert kernel.utf8_valid(data) == decodes(data), data
+    with pytest.raises(TypeError, match="expects bytes"):
+        kernel.utf8_valid("text")

