@@ -316,3 +316,19 @@ def test_the_kernel_validates_utf8_as_python_decodes_it():
                 assert kernel.utf8_valid(data) == decodes(data), data
     with pytest.raises(TypeError, match="expects bytes"):
         kernel.utf8_valid("text")
+
+
+def test_the_kernel_collapses_whitespace_as_split_and_join_do():
+    kernel = pytest.importorskip("zephyr.operators.extract_kernel", reason="built by make install")
+    import random
+
+    from zephyr.operators.render import _collapse_python
+
+    rng = random.Random(11)
+    pieces = ["a", "bc", " ", "  ", "\n", "\t", "\r", "\x0b", "\x1c", "\x85", "\xa0", "\u2003", "\u3000", "é", "😀"]
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        assert kernel.collapse_spaces(text) == _collapse_python(text), repr(text)
+    assert kernel.collapse_spaces("abc\u3000def").isascii()  # narrowest storage, as Python's own str
+    with pytest.raises(TypeError, match="expects a str"):
+        kernel.collapse_spaces(b"x")
