@@ -22,7 +22,7 @@ except ImportError as _error:  # pragma: no cover - the kernel is built by `make
     kernel = None
     logging.getLogger(__name__).warning(
         "zephyr.operators.extract_kernel is not built (%s): extraction measures text and matches class hints "
-        "in Python, ~10%% slower; build it with `make install` (pip install -e .), which needs gcc and the "
+        "in Python, ~20%% slower; build it with `make install` (pip install -e .), which needs gcc and the "
         "Python headers",
         _error,
     )
