@@ -12,7 +12,7 @@ from __future__ import annotations
 import codecs
 import re
 
-__all__ = ["decode_html", "declared_charset"]
+__all__ = ["decode_html", "declared_charset", "html_for_parser"]
 
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.\-]+)""", re.IGNORECASE)
@@ -52,7 +52,36 @@ def decode_html(data: bytes | str, content_type: str | None = None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        pass
+        return _decode_not_utf8(data, content_type)
+
+
+def html_for_parser(data: bytes | str, content_type: str | None = None) -> bytes | str:
+    """The page as an HTML parser that reads UTF-8 bytes (lexbor) takes it fastest: the bytes themselves when
+    they are valid UTF-8 without a byte-order mark, else `decode_html`'s text. Both parse to the same tree;
+    handing lexbor the bytes spares it re-encoding a str, 0.17 ms of a 0.7 ms parse on aeb-dev's pages."""
+    if isinstance(data, str) or data.startswith(_BOM_PREFIXES):
+        return decode_html(data, content_type)
+    if data.isascii():
+        return data
+    if _utf8_valid is not None:  # the C kernel's check, 5x cheaper than decoding to find out
+        return data if _utf8_valid(data) else _decode_not_utf8(data, content_type)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _decode_not_utf8(data, content_type)
+    return data
+
+
+try:  # zephyr/operators/extract_kernel.c; without it (extract_clean says so once) a decode decides
+    from zephyr.operators.extract_kernel import utf8_valid as _utf8_valid
+except ImportError:  # pragma: no cover - the kernel is built by `make install`
+    _utf8_valid = None
+
+
+_BOM_PREFIXES = tuple(bom for bom, _ in _BOMS)
+
+
+def _decode_not_utf8(data: bytes, content_type: str | None) -> str:
     declared = declared_charset(data, content_type)
     if declared and declared not in ("utf-8", "utf-16-le", "utf-16-be", "utf-16"):
         return data.decode(declared, errors="replace")

@@ -20,18 +20,31 @@ The algorithm is general (no per-site rules); it follows the well-known readabil
    prose, or carry boilerplate hints, and paragraphs that are almost entirely link text.
 4. Serialize blocks to plain text or Markdown (headings, lists, tables, code blocks, quotes kept;
    see `zephyr.operators.render`).
-5. When the result is implausibly short, retry with the hint-based steps switched off.
+5. When the result is implausibly short, retry with the hint-based steps switched off (from the first
+   attempt's tree with its removals undone, not a second parse).
+
+Step 1 lives in `zephyr.operators.extract_clean`; two string loops (visible length, class-hint keywords)
+in the C kernel `extract_kernel.c`, with Python fallbacks. What the speed rests on, measured on aeb-dev:
+each lexbor `css()` call costs ~1.3 us before it walks (it parses the selector), each selector of a list
+~10 ns a node, and `node.tag` ~90 ns (it decodes the name), so the hot loops read tag ids
+(`render.TAG_NAMES`), cache each node's measures by address (`_Scores`), and ask lexbor few, short queries.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from zephyr import counters
-from zephyr.operators.charset import decode_html
+from zephyr.operators.charset import html_for_parser
+from zephyr.operators.extract_clean import class_weight as _class_weight
+from zephyr.operators.extract_clean import clean as _clean
+from zephyr.operators.extract_clean import kernel as _kernel
+from zephyr.operators.extract_clean import remove_all as _remove_all
+from zephyr.operators.extract_clean import require_selectolax as _require_selectolax
+from zephyr.operators.extract_clean import undo_removals as _undo_removals
+from zephyr.operators.render import TAG_NAMES, learn_tag
 from zephyr.operators.render import normalized_text as _text
 from zephyr.operators.render import render_blocks as _serialize
 
@@ -43,17 +56,6 @@ __all__ = [
     "html_to_markdown",
     "ExtractText",
 ]
-
-
-def _require_selectolax():
-    try:
-        from selectolax.lexbor import LexborHTMLParser
-    except ImportError as exc:  # pragma: no cover - selectolax is in the operators extra
-        raise ImportError(
-            "zephyr.operators.extract needs selectolax>=1.0 (lexbor backend); "
-            "install it with: pip install 'zephyr[operators]'  (or: pip install 'selectolax>=1.0')"
-        ) from exc
-    return LexborHTMLParser
 
 
 @dataclass(frozen=True)
@@ -94,88 +96,6 @@ class ExtractedPage:
     markdown: str
 
 
-# --- step 1: cleaning --------------------------------------------------------------------------------
-
-_NEVER_CONTENT = (
-    "script, style, noscript, template, svg, math, canvas, iframe, object, embed, video, audio, "
-    "button, select, input, textarea, option, label, nav, aside, footer, header, dialog, menu, "
-    "link, meta, [hidden], [aria-hidden=true], [role=navigation], [role=banner], [role=contentinfo], "
-    "[role=complementary], [role=dialog], [role=alert], [role=menu], [role=menubar], "
-    # text only screen readers get ("Skip to content", "Opens in a new window")
-    "[class*=screen-reader], [class*=sr-only], [class*=visually-hidden], [class*=visuallyhidden], .skip-link"
-)
-_UNLIKELY = re.compile(
-    r"-ad-|\bads?\b|advert|ai2html|banner|breadcrumb|byline|combx|comment|community|cookie|consent|"
-    r"cover-wrap|disqus|extra|footer|gdpr|header|legends|menu|modal|newsletter|outbrain|taboola|"
-    r"pagination|pager|popup|promo|related|remark|replies|rss|share|sharing|shoutbox|sidebar|"
-    r"skyscraper|social|sponsor|subscri|supplemental|tags?\b|teaser|toolbar|tooltip|widget|"
-    r"yom-remote|signup|sign-up|recommend|trending|most-?popular|author-?bio|caption|credit"
-)
-_MAYBE_CANDIDATE = re.compile(r"and|article|body|column|content|main|shadow|story|entry|post|text")
-_POSITIVE = re.compile(r"article|body|content|entry|hentry|h-entry|main|page|pagination|post|text|blog|story|prose")
-_NEGATIVE = re.compile(
-    r"-ad-|hidden|^hid$| hid$| hid |^hid |banner|combx|comment|com-|contact|foot|footer|footnote|gdpr|"
-    r"masthead|media|meta|outbrain|promo|related|scroll|share|shoutbox|sidebar|skyscraper|sponsor|"
-    r"shopping|tags|tool|widget|caption|credit|newsletter|subscribe|social|byline|author"
-)
-_HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
-_PROTECTED_TAGS = frozenset({"html", "body", "article", "main", "a", "table", "tbody", "tr", "td", "th", "code", "pre"})
-
-
-def _is_hidden_style(style: str) -> bool:
-    # Cheap substring test first: almost no inline style hides anything.
-    return ("none" in style or "hidden" in style) and _HIDDEN_STYLE.search(style) is not None
-
-
-@functools.lru_cache(maxsize=65536)
-def _is_unlikely(hint: str) -> bool:
-    # Class names repeat heavily within and across pages, so the verdict is cached per string; the
-    # patterns are lower-case and matched case-sensitively on lowered text (re.IGNORECASE is ~5x slower).
-    hint = hint.lower()
-    return _UNLIKELY.search(hint) is not None and _MAYBE_CANDIDATE.search(hint) is None
-
-
-@functools.lru_cache(maxsize=65536)
-def _hint_weight(value: str) -> int:
-    value = value.lower()
-    weight = 0
-    if _NEGATIVE.search(value):
-        weight -= 25
-    if _POSITIVE.search(value):
-        weight += 25
-    return weight
-
-
-def _class_weight(node) -> int:
-    attrs = node.attributes
-    weight = 0
-    for value in (attrs.get("class"), attrs.get("id")):
-        if value:
-            weight += _hint_weight(value)
-    return weight
-
-
-def _remove_all(nodes: list) -> None:
-    # Reverse document order: a descendant is always removed before its ancestor, so no removal ever
-    # touches a node that an earlier removal already freed.
-    for node in reversed(nodes):
-        node.decompose()
-
-
-def _clean(body, strip_unlikely: bool) -> None:
-    # Three passes, each over a fresh selection in document order, so no pass holds a node that an
-    # earlier pass freed.
-    _remove_all(body.css(_NEVER_CONTENT))
-    _remove_all([n for n in body.css("[style]") if _is_hidden_style(n.attributes.get("style") or "")])
-    if strip_unlikely:
-        doomed = []
-        for node in body.css("[class], [id]"):
-            attrs = node.attributes
-            if _is_unlikely(f"{attrs.get('class') or ''} {attrs.get('id') or ''}") and node.tag not in _PROTECTED_TAGS:
-                doomed.append(node)
-        _remove_all(doomed)
-
-
 # --- step 2: scoring ---------------------------------------------------------------------------------
 
 _BLOCK_CHILD_TAGS = frozenset(
@@ -208,23 +128,46 @@ _BLOCK_CHILD_TAGS = frozenset(
 )
 
 
-def _visible_len(text: str) -> int:
+def _visible_len_python(text: str) -> int:
     """Characters that are not whitespace: a length measure immune to source indentation, and cheap."""
     return len(text) - text.count(" ") - text.count("\n") - text.count("\t") - text.count("\r")
 
 
-def _link_density(node, text_len: int) -> float:
-    """Share of the node's visible characters that sit inside links (text_len from `_visible_len`)."""
+# the same measure in one C pass: 8% of extraction time in Python
+_visible_len = _kernel.visible_len if _kernel is not None else _visible_len_python
+
+
+def _link_density(node, text_len: int, link_lengths: dict[int, int]) -> float:
+    """Share of the node's visible characters that sit inside links (text_len from `_visible_len`).
+
+    link_lengths: visible length of each link already measured, by lexbor node address; a link is measured
+    once however many nested containers ask (valid while the tree is unchanged, so one dict per phase)."""
+    return _link_density_of(node, text_len, link_lengths, node.css("a") if text_len else [])
+
+
+def _linked_paragraphs(root) -> set[int]:
+    """Addresses of the paragraphs under root that hold a link: one lexbor query, so the link density of the
+    ~80% that hold none is known to be 0 without a `css("a")` each (~1.3 us a call, mostly parsing the
+    selector)."""
+    return {para.mem_id for para in root.css("p:has(a)")}
+
+
+def _link_density_of(node, text_len: int, link_lengths: dict[int, int], links: list) -> float:
+    """`_link_density` with the node's links (`node.css("a")`) already selected."""
     if text_len == 0:
         return 0.0
     link_len = 0
-    for a in node.css("a"):
-        link_len += _visible_len(a.text(deep=True))
+    for a in links:
+        key = a.mem_id
+        length = link_lengths.get(key)
+        if length is None:
+            length = link_lengths[key] = _visible_len(a.text(deep=True))
+        link_len += length
     return min(1.0, link_len / text_len)
 
 
 def _initial_score(node, use_weights: bool) -> float:
-    tag = node.tag
+    tag = TAG_NAMES.get(node.tag_id) or learn_tag(node)
     score = 0.0
     if tag == "div":
         score = 5
@@ -240,9 +183,9 @@ def _initial_score(node, use_weights: bool) -> float:
 
 
 def _has_block_child(node) -> bool:
-    child = node.child
+    child = node.first_child
     while child is not None:
-        if child.tag in _BLOCK_CHILD_TAGS:
+        if (TAG_NAMES.get(child.tag_id) or learn_tag(child)) in _BLOCK_CHILD_TAGS:
             return True
         child = child.next
     return False
@@ -251,9 +194,9 @@ def _has_block_child(node) -> bool:
 def _inline_text(node) -> str:
     """Text of a node's own phrasing content: direct text nodes and inline children, not block children."""
     parts = []
-    child = node.child
+    child = node.first_child
     while child is not None:
-        tag = child.tag
+        tag = TAG_NAMES.get(child.tag_id) or learn_tag(child)
         if tag == "-text":
             parts.append(child.text_content or "")
         elif tag not in _BLOCK_CHILD_TAGS and tag != "-comment":
@@ -262,24 +205,29 @@ def _inline_text(node) -> str:
     return " ".join(parts)
 
 
-def _paragraph_nodes(body) -> list[tuple[Any, str, Any]]:
-    """(voter, text, first ancestor to credit) for every paragraph-like piece of the page.
+def _paragraph_nodes(body) -> list[tuple[Any, str, bool]]:
+    """(voter, text, loose) for every paragraph-like piece of the page, non-div paragraphs first, then
+    divs, each in document order; the first ancestor to credit is the voter itself when `loose`, else
+    its parent.
 
     Like readability, a div with only inline content counts as a paragraph, and the loose text of a
     div that also holds blocks counts as a paragraph of its own inside that div (articles written as
     bare text + <br> inside a layout div are common on older sites).
     """
-    out = [
-        (node, node.text(deep=True), node.parent)
-        for node in body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6")
-    ]
-    for div in body.css("div"):
+    out = []
+    divs = []
+    for node in body.css("p, pre, td, blockquote, section, h2, h3, h4, h5, h6, div"):  # one walk for both
+        if (TAG_NAMES.get(node.tag_id) or learn_tag(node)) == "div":
+            divs.append(node)
+        else:
+            out.append((node, node.text(deep=True), False))
+    for div in divs:
         if not _has_block_child(div):
-            out.append((div, div.text(deep=True), div.parent))
+            out.append((div, div.text(deep=True), False))
         else:
             loose = _inline_text(div)
             if len(loose) >= 25:
-                out.append((div, loose, div))
+                out.append((div, loose, True))
     return out
 
 
@@ -288,8 +236,21 @@ class _Scores:
     computed lazily, because link density is the costly part and only a handful of candidates (the
     top few, their parents and siblings) are ever looked at."""
 
-    def __init__(self) -> None:
+    def __init__(self, body) -> None:
+        self.body = body
         self.entries: dict[int, list] = {}  # mem_id -> [node, raw score, final score or None]
+        # Measures that the steps after scoring ask again for the same nodes (nested containers, a
+        # paragraph seen from each ancestor), by node address; the tree is not changed until cleaning.
+        self.link_lengths: dict[int, int] = {}
+        self.link_densities: dict[int, float] = {}
+        self.prose: dict[int, int] = {}
+        self._linked_paragraphs: set[int] | None = None
+
+    def linked_paragraphs(self) -> set[int]:
+        """Addresses of the paragraphs that hold a link (see `_linked_paragraphs`)."""
+        if self._linked_paragraphs is None:
+            self._linked_paragraphs = _linked_paragraphs(self.body)
+        return self._linked_paragraphs
 
     def __bool__(self) -> bool:
         return bool(self.entries)
@@ -299,9 +260,16 @@ class _Scores:
         if entry is None:
             return default
         if entry[2] is None:
-            target = entry[0]
-            entry[2] = entry[1] * (1.0 - _link_density(target, _visible_len(target.text(deep=True))))
+            entry[2] = entry[1] * (1.0 - self.link_density(entry[0]))
         return entry[2]
+
+    def link_density(self, node) -> float:
+        key = node.mem_id
+        density = self.link_densities.get(key)
+        if density is None:
+            length = _visible_len(node.text(deep=True))
+            density = self.link_densities[key] = _link_density(node, length, self.link_lengths)
+        return density
 
     def ranked(self, k: int) -> list[tuple[Any, float]]:
         """The k best (node, final score), best first. final <= max(raw, 0), so once k finals beat
@@ -318,27 +286,41 @@ class _Scores:
 
 def _find_candidates(body, config: ExtractConfig, use_weights: bool) -> _Scores:
     """Readability's scoring: every container that got votes from the paragraphs below it."""
-    scores = _Scores()
+    scores = _Scores(body)
     entries = scores.entries
-    for _para, text, ancestor in _paragraph_nodes(body):
+    # The up-to-5 ancestors credited, per first ancestor: paragraphs share parents, so each chain is
+    # walked once (lexbor hands out a new Python object per .parent).
+    chains: dict[int, list[tuple[int, Any]]] = {}
+    for para, text, loose in _paragraph_nodes(body):
         length = _visible_len(text)
         if length < config.min_paragraph_chars:
             continue
         content_score = 1.0 + text.count(",") + text.count("，") + min(length // 100, 3)
-        level = 0
-        while ancestor is not None and level < 5:
-            tag = ancestor.tag
-            if tag in ("html", "-document", "#document") or tag is None:
-                break
-            key = ancestor.mem_id
+        first = para if loose else para.parent
+        if first is None:
+            continue
+        chain = chains.get(first.mem_id)
+        if chain is None:
+            chain = chains[first.mem_id] = _credited_ancestors(first)
+        for level, (key, ancestor) in enumerate(chain):
             entry = entries.get(key)
             if entry is None:
                 entry = entries[key] = [ancestor, _initial_score(ancestor, use_weights), None]
             divider = 1 if level == 0 else (2 if level == 1 else level * 3)
             entry[1] += content_score / divider
-            ancestor = ancestor.parent
-            level += 1
     return scores
+
+
+def _credited_ancestors(node) -> list[tuple[int, Any]]:
+    """(address, node) of `node` and its ancestors, 5 at most, up to (not including) the root element."""
+    chain: list[tuple[int, Any]] = []
+    while node is not None and len(chain) < 5:
+        tag = TAG_NAMES.get(node.tag_id) or learn_tag(node)
+        if tag in ("html", "-document", "#document") or tag is None:
+            break
+        chain.append((node.mem_id, node))
+        node = node.parent
+    return chain
 
 
 def _is_ancestor(ancestor, node) -> bool:
@@ -396,14 +378,23 @@ _WIDEN_LINK_DENSITY = 0.3
 _WIDEN_LEVELS = 3
 
 
-def _prose_mass(node) -> int:
+def _prose_mass(node, scores: _Scores) -> int:
     """Visible characters in the node's prose paragraphs (>= 25 chars, mostly not links)."""
     mass = 0
+    measured = scores.prose
+    linked = scores.linked_paragraphs()
     for para in node.css("p"):
-        text = para.text(deep=True)
-        length = _visible_len(text)
-        if length >= 25 and _link_density(para, length) < 0.5:
-            mass += length
+        key = para.mem_id
+        prose = measured.get(key)
+        if prose is None:
+            length = _visible_len(para.text(deep=True))
+            prose = (
+                length
+                if length >= 25 and (key not in linked or _link_density(para, length, scores.link_lengths) < 0.5)
+                else 0
+            )
+            measured[key] = prose
+        mass += prose
     return mass
 
 
@@ -411,18 +402,15 @@ def _widen_to_split_article(top, top_score: float, scores: _Scores):
     """Articles split into chunks (body, ad, body, ad ...) make one chunk win; readability's sibling
     pass only sees the winner's siblings, not cousins. Climb a few levels when an ancestor holds
     clearly more prose (gain) while staying prose, not navigation (link density)."""
-    best, best_mass = top, _prose_mass(top)
+    best, best_mass = top, _prose_mass(top, scores)
     if best_mass == 0:
         return top, top_score
     ancestor = top.parent
     for _ in range(_WIDEN_LEVELS):
         if ancestor is None or ancestor.tag in ("body", "html"):
             break
-        mass = _prose_mass(ancestor)
-        if (
-            mass >= best_mass * _WIDEN_GAIN
-            and _link_density(ancestor, _visible_len(ancestor.text(deep=True))) <= _WIDEN_LINK_DENSITY
-        ):
+        mass = _prose_mass(ancestor, scores)
+        if mass >= best_mass * _WIDEN_GAIN and scores.link_density(ancestor) <= _WIDEN_LINK_DENSITY:
             best, best_mass = ancestor, mass
         ancestor = ancestor.parent
     if best is top:
@@ -432,7 +420,7 @@ def _widen_to_split_article(top, top_score: float, scores: _Scores):
 
 def _only_element_child(node) -> bool:
     parent = node.parent
-    child = parent.child
+    child = parent.first_child
     count = 0
     while child is not None:
         tag = child.tag
@@ -455,7 +443,7 @@ def _select_content(top, top_score: float, scores: _Scores, use_weights: bool) -
     threshold = max(10.0, top_score * 0.2)
     top_class = top.attributes.get("class") or ""
     selected = []
-    child = parent.child
+    child = parent.first_child
     top_key = top.mem_id
     while child is not None:
         if child.tag in ("-text", "-comment"):
@@ -470,7 +458,7 @@ def _select_content(top, top_score: float, scores: _Scores, use_weights: bool) -
                 selected.append(child)
             elif child.tag == "p":
                 text = _text(child)
-                density = _link_density(child, _visible_len(text))
+                density = _link_density(child, _visible_len(text), scores.link_lengths)
                 if (
                     len(text) > 80
                     and density < 0.25
@@ -486,9 +474,11 @@ def _select_content(top, top_score: float, scores: _Scores, use_weights: bool) -
 # --- step 3: conditional cleaning --------------------------------------------------------------------
 
 
-def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None:
+def _clean_conditionally(root, config: ExtractConfig, use_weights: bool, undo: list | None = None) -> int:
+    """Remove the link-, list- and image-heavy blocks and link-only paragraphs under root; return how many."""
     doomed = []
     own = root.mem_id
+    link_lengths: dict[int, int] = {}  # every verdict is taken before any removal
     for node in root.css("div, section, ul, ol, table, form, dl, figure"):
         if node.mem_id == own:
             continue  # the container itself was chosen by scoring; lexbor's css() includes it
@@ -499,7 +489,10 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
         if tag in ("ul", "ol") and not config.include_lists:
             doomed.append(node)
             continue
-        if node.css_first("pre, code") is not None and tag not in ("ul", "ol"):
+        # One walk of the subtree for all the counts below (it was five queries, one per tag).
+        inner = node.css("p, img, li, a, pre, code")
+        tags = [TAG_NAMES.get(n.tag_id) or learn_tag(n) for n in inner]
+        if ("pre" in tags or "code" in tags) and tag not in ("ul", "ol"):
             continue  # code samples are content even when they are short and link-free
         weight = _class_weight(node) if use_weights else 0
         if weight < 0:
@@ -508,22 +501,24 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
         text = node.text(deep=True)
         if text.count(",") >= 10:
             continue
-        text_len = _visible_len(text)
-        paragraphs = len(node.css("p"))
-        images = len(node.css("img"))
-        list_items = len(node.css("li")) - 100
-        inputs = len(node.css("input"))
-        density = _link_density(node, text_len)
-        is_list = tag in ("ul", "ol")
         if tag == "figure":
             doomed.append(node)  # captions and credits: not article prose
-        elif (
+            continue
+        text_len = _visible_len(text)
+        paragraphs = tags.count("p")
+        images = tags.count("img")
+        list_items = tags.count("li") - 100
+        density = _link_density_of(
+            node, text_len, link_lengths, [n for n, t in zip(inner, tags, strict=True) if t == "a"]
+        )
+        is_list = tag in ("ul", "ol")
+        # (readability also drops blocks with more form inputs than paragraphs / 3: step 1 removed inputs)
+        if (
             images > 1
             and paragraphs / images < 0.5
             and text_len < 200
             or not is_list
             and list_items > paragraphs
-            or inputs > paragraphs // 3
             or not is_list
             and tag != "table"
             and text_len < 25
@@ -535,17 +530,18 @@ def _clean_conditionally(root, config: ExtractConfig, use_weights: bool) -> None
             and density > config.link_density_max
         ):
             doomed.append(node)
-    _remove_all(doomed)
+    _remove_all(doomed, undo)
     # A paragraph that is almost all link text is a "read more" / related-story line, not prose.
-    _remove_all(
-        [
-            para
-            for para in root.css("p")
-            if para.mem_id != own
-            and (length := _visible_len(para.text(deep=True)))
-            and _link_density(para, length) > _PARAGRAPH_LINK_DENSITY_MAX
-        ]
-    )
+    link_lengths = {}  # the removals may have emptied a link (a <div> inside an <a>)
+    link_lines = [
+        para
+        for para in root.css("p:has(a)")
+        if para.mem_id != own
+        and (length := _visible_len(para.text(deep=True)))
+        and _link_density(para, length, link_lengths) > _PARAGRAPH_LINK_DENSITY_MAX
+    ]
+    _remove_all(link_lines, undo)
+    return len(doomed) + len(link_lines)
 
 
 _PARAGRAPH_LINK_DENSITY_MAX = 0.8
@@ -565,7 +561,7 @@ def _title(tree) -> str:
     return _text(node) if node is not None else ""
 
 
-def _drop_title_heading(nodes: list, title: str) -> None:
+def _drop_title_heading(nodes: list, title: str, undo: list | None = None) -> None:
     if not title:
         return
     norm_title = re.sub(r"\W+", " ", title.lower()).strip()
@@ -575,30 +571,33 @@ def _drop_title_heading(nodes: list, title: str) -> None:
             text = re.sub(r"\W+", " ", _text(heading).lower()).strip()
             if text and (text == norm_title or (len(text) > 15 and text in norm_title)):
                 doomed.append(heading)
-    _remove_all(doomed)
+    _remove_all(doomed, undo)
 
 
 def _extract_once(
-    tree, title: str, config: ExtractConfig, strip_unlikely: bool, use_weights: bool, clean_cond: bool
-) -> list:
+    tree, title: str, config: ExtractConfig, use_weights: bool, clean_cond: bool, undo: list | None = None
+) -> tuple[list, int]:
+    """The content nodes, and how many elements conditional cleaning removed from them (removals logged in
+    `undo` when given)."""
     body = tree.body
     if body is None:
-        return []
-    _clean(body, strip_unlikely)
+        return [], 0
     scores = _find_candidates(body, config, use_weights)
     top, top_score = _pick_top(body, scores)
     if top is None:
-        return [body] if config.fallback_to_body else []
+        return ([body] if config.fallback_to_body else []), 0
     top, top_score = _widen_to_split_article(top, top_score, scores)
     nodes = _select_content(top, top_score, scores, use_weights)
+    removed = 0
     if clean_cond:
         for node in nodes:
-            _clean_conditionally(node, config, use_weights)
-    _drop_title_heading(nodes, title)
-    return nodes
+            removed += _clean_conditionally(node, config, use_weights, undo)
+    _drop_title_heading(nodes, title, undo)
+    return nodes, removed
 
 
-# readability's retry ladder: each step trusts class/id hints less.
+# readability's retry ladder: each step trusts class/id hints less. (strip_unlikely, use_weights, clean_cond);
+# only the first strips unlikely elements (extract_page relies on it).
 _ATTEMPTS = ((True, True, True), (False, True, True), (False, False, True), (False, False, False))
 
 
@@ -619,35 +618,54 @@ def extract_page(
     'Real prose'
     """
     parser_cls = _require_selectolax()
-    decoded = decode_html(html, content_type)
-    pristine = parser_cls(decoded)
-    title = _title(pristine)
-    best: tuple[list, str, Any] | None = None
-    for k, flags in enumerate(_ATTEMPTS):
-        # Cleaning mutates the DOM, so every attempt but the last works on a copy of the tree.
-        tree = pristine if k == len(_ATTEMPTS) - 1 else _copy(pristine, decoded, parser_cls)
-        nodes = _extract_once(tree, title, config, *flags)
+    source = html_for_parser(html, content_type)
+    tree = parser_cls(source)
+    title = _title(tree)
+    # Cleaning mutates the DOM. The first attempt (enough for ~85% of pages) works on the parsed tree and
+    # logs every removal after the never-content ones; the retries start from that tree with the log undone
+    # (it is then what step 1 leaves without the class/id hints: no second parse and clean, which were a
+    # third of the retries' time), all but the last on a copy of it.
+    undo: list = []
+    if tree.body is not None:
+        _clean(tree.body, strip_unlikely=_ATTEMPTS[0][0], undo=undo)
+    best: tuple[list, str, str | None] | None = None  # nodes, text, Markdown when rendered early
+    trees = [tree]  # every attempt's tree stays referenced while its nodes are used
+    for k, (_strip_unlikely, use_weights, clean_cond) in enumerate(_ATTEMPTS):
+        if k == 1:
+            if markdown and best is not None and best[2] is None:
+                best = (best[0], best[1], _serialize(best[0], markdown=True))  # before its tree changes back
+            _undo_removals(undo)
+        if k > 0:
+            tree = trees[0] if k == len(_ATTEMPTS) - 1 else _copy(trees[0], source, parser_cls)
+            trees.append(tree)
+        nodes, removed = _extract_once(tree, title, config, use_weights, clean_cond, undo if k == 0 else None)
         text = _serialize(nodes, markdown=False)
         if best is None or len(text) > len(best[1]):
-            best = (nodes, text, tree)  # the tree stays referenced while its nodes are used
+            best = (nodes, text, None)
         if len(text) >= config.min_text_chars:
             break
+        if k == len(_ATTEMPTS) - 2 and not removed:
+            break  # the last attempt only skips conditional cleaning, which removed nothing here: same text
     assert best is not None
-    md = _serialize(best[0], markdown=True) if markdown else ""
+    md = (best[2] if best[2] is not None else _serialize(best[0], markdown=True)) if markdown else ""
     return ExtractedPage(title=title, text=best[1], markdown=md)
 
 
-def _copy(tree: Any, decoded: str, parser_cls: Any) -> Any:
-    """A copy of `tree` to clean: a C-level clone (~5x cheaper than parsing again), or a new parse of the
-    page when lexbor cannot clone it. It cannot for a malformed DOCTYPE (`<!DOCTYPE html PUBLIC>`, a
-    PUBLIC or SYSTEM keyword without its quoted identifier: seen in the wild, after an edit tool's
-    mangling), and raised "Can't create a new document", failing the whole extraction step."""
+def _copy(tree: Any, source: str | bytes, parser_cls: Any) -> Any:
+    """A copy of a cleaned `tree` to clean further: a C-level clone (~5x cheaper than parsing again), or a new
+    parse of the page, cleaned likewise, when lexbor cannot clone it. It cannot for a malformed DOCTYPE
+    (`<!DOCTYPE html PUBLIC>`, a PUBLIC or SYSTEM keyword without its quoted identifier: seen in the wild,
+    after an edit tool's mangling), and raised "Can't create a new document", failing the whole extraction
+    step."""
     try:
         return tree.clone()
     except Exception as error:  # noqa: BLE001 - selectolax raises its own SelectolaxError
         if "create a new document" not in str(error):
             raise
-        return parser_cls(decoded)
+        copy = parser_cls(source)
+        if copy.body is not None:
+            _clean(copy.body, strip_unlikely=False)
+        return copy
 
 
 def html_to_text(html: str | bytes, config: ExtractConfig = ExtractConfig()) -> str:
