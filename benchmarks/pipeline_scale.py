@@ -216,7 +216,11 @@ def run_nemotron(corpus: Path, out: Path, args: argparse.Namespace) -> dict[str,
     docs, exact, fuzzy = str(out / "normalize"), str(out / "exact_dedup"), str(out / "fuzzy_dedup")
     raw = str(corpus / "*" / "*.jsonl.zst")
     with _engine(args, out):
-        _measure("normalize", lambda: nemotron_cc.normalize(docs, config={}, inputs=[raw]), raw, results, _documents)
+        recipe = nemotron_cc.RecipeConfig()  # the recipe's defaults, as `zephyr run` passes them to its steps
+        normalize = {"id_field": recipe.id_field, "skip_bad": False, "max_chars": recipe.max_document_chars}
+        _measure(
+            "normalize", lambda: nemotron_cc.normalize(docs, config=normalize, inputs=[raw]), raw, results, _documents
+        )
         _measure(
             "exact_dedup",
             lambda: nemotron_cc.exact_dedup(exact, config={"num_shards": args.num_shards}, docs=docs),
