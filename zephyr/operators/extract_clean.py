@@ -207,6 +207,8 @@ def _hint_weight(value: str) -> int:
 
 
 def class_weight(node) -> int:
+    """Readability's class/id weight of a node: -25 for each of its class and id that says boilerplate, +25 for each
+    that says content (a value can say both); the scorer adds it to a candidate's score."""
     attrs = node.attributes
     weight = 0
     for value in (attrs.get("class"), attrs.get("id")):
