@@ -27,7 +27,19 @@ PACKAGE = ROOT / "zephyr"
 
 # Area (first component under zephyr) -> the areas it may import besides itself. "base" modules sit
 # below everything; the engine builds on them only; feature packages build on the engine.
-BASE = {"errors", "counters", "config", "lazy", "cache", "progress", "fs", "versioning", "staged", "json_safe"}
+BASE = {
+    "errors",
+    "counters",
+    "config",
+    "lazy",
+    "cache",
+    "progress",
+    "fs",
+    "versioning",
+    "staged",
+    "json_safe",
+    "native",
+}
 # The command line: the top layer, it may import anything.
 CLI_AREAS = {"cli", "export_cli", "install_models", "recipe_cli"}
 EVERYTHING = BASE | {
@@ -47,6 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     "counters": set(),
     "lazy": set(),
     "json_safe": set(),
+    "native": set(),
     "cache": set(),
     "progress": set(),
     "config": {"errors"},

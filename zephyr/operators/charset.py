@@ -12,6 +12,8 @@ from __future__ import annotations
 import codecs
 import re
 
+from zephyr.native import optional_kernel
+
 __all__ = ["decode_html", "declared_charset", "html_for_parser"]
 
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
@@ -72,10 +74,8 @@ def html_for_parser(data: bytes | str, content_type: str | None = None) -> bytes
     return data
 
 
-try:  # zephyr/operators/extract_kernel.c; without it (extract_clean says so once) a decode decides
-    from zephyr.operators.extract_kernel import utf8_valid as _utf8_valid
-except ImportError:  # pragma: no cover - the kernel is built by `make install`
-    _utf8_valid = None
+_kernel = optional_kernel("zephyr.operators.extract_kernel")  # zephyr/operators/extract_kernel.c
+_utf8_valid = _kernel.utf8_valid if _kernel is not None else None  # without it, a decode decides
 
 
 _BOM_PREFIXES = tuple(bom for bom, _ in _BOMS)

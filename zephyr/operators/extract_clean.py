@@ -11,21 +11,14 @@ retries start from the first attempt's tree instead of a second parse.
 from __future__ import annotations
 
 import functools
-import logging
 import re
 from dataclasses import dataclass
 from typing import Any
 
-try:  # string loops in C (zephyr/operators/extract_kernel.c); the Python paths are the reference and fallback
-    from zephyr.operators import extract_kernel as kernel
-except ImportError as _error:  # pragma: no cover - the kernel is built by `make install`
-    kernel = None
-    logging.getLogger(__name__).warning(
-        "zephyr.operators.extract_kernel is not built (%s): extraction measures text and matches class hints "
-        "in Python, ~20%% slower; build it with `make install` (pip install -e .), which needs gcc and the "
-        "Python headers",
-        _error,
-    )
+from zephyr.native import optional_kernel
+
+# string loops in C (zephyr/operators/extract_kernel.c); the Python paths are the reference and fallback
+kernel = optional_kernel("zephyr.operators.extract_kernel")
 
 
 __all__ = ["clean", "remove_all", "undo_removals", "class_weight", "kernel", "require_selectolax"]

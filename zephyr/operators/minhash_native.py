@@ -9,7 +9,6 @@ path the kernel is tested against bit for bit (tests/operators/test_minhash.py) 
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,24 +16,15 @@ import numpy as np
 import xxhash
 
 from zephyr import counters
+from zephyr.native import optional_kernel
 
 __all__ = ["kernel", "tables", "sketch"]
 
 
-@functools.lru_cache(maxsize=1)
 def kernel() -> Any:
     """The C kernel (zephyr/operators/minhash_kernel.c), or None when it was not built: the numpy path
     of `minhash.py` gives the same bits, ~3x slower, and says so once per process."""
-    try:
-        from zephyr.operators import minhash_kernel
-    except ImportError as exc:
-        logging.getLogger(__name__).warning(
-            "zephyr.operators.minhash_kernel is not built (%s): MinHash runs on numpy, about 3x slower; "
-            "build it with `make install` (pip install -e .), which needs gcc and the Python headers",
-            exc,
-        )
-        return None
-    return minhash_kernel
+    return optional_kernel("zephyr.operators.minhash_kernel")
 
 
 @functools.lru_cache(maxsize=1)

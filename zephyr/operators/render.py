@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from zephyr.native import optional_kernel
+
 __all__ = ["render_blocks", "normalized_text", "TAG_NAMES", "learn_tag"]
 
 # Tag names by lexbor tag id, learned as pages are read. `node.tag` decodes the element's name into a new
@@ -38,10 +40,8 @@ def _collapse_python(text: str) -> str:
     return " ".join(text.split())
 
 
-try:  # the same in C (zephyr/operators/extract_kernel.c), 2.4-3.3x faster again; extract_clean warns without it
-    from zephyr.operators.extract_kernel import collapse_spaces as _collapse
-except ImportError:  # pragma: no cover - the kernel is built by `make install`
-    _collapse = _collapse_python
+_kernel = optional_kernel("zephyr.operators.extract_kernel")  # the same in C, 2.4-3.3x faster again
+_collapse = _kernel.collapse_spaces if _kernel is not None else _collapse_python
 
 
 def normalized_text(node) -> str:

@@ -16,11 +16,12 @@ on the verification samples, else the reason, and the caller moves on to the nex
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from zephyr.native import optional_kernel
 
 from .fast_bpe import (
     bpe_model_problem,
@@ -33,18 +34,9 @@ from .fast_bpe import (
 __all__ = ["NativeEncoder", "build_native_encoder"]
 
 
-@functools.lru_cache(maxsize=1)
 def _native() -> Any:
-    try:
-        from zephyr.tokenize import bpe_kernel
-    except ImportError as exc:
-        logging.getLogger(__name__).warning(
-            "zephyr.tokenize.bpe_kernel is not built (%s): tokenization runs on tiktoken, about 2x slower; "
-            "build it with `make install` (pip install -e .), which needs gcc and the Python headers",
-            exc,
-        )
-        return None
-    return bpe_kernel
+    """The BPE kernel (bpe_kernel.c), or None when it was not built (`zephyr.native`)."""
+    return optional_kernel("zephyr.tokenize.bpe_kernel")
 
 
 @functools.lru_cache(maxsize=1)
