@@ -153,13 +153,12 @@ class StepEstimator:
         scatters = lambda stages: [s for s in stages if s["name"].endswith("scatter")]  # noqa: E731
         every = lambda stages: stages  # noqa: E731
         # wall time: the step's own code (fixed) + per stage its fixed part + its work spread over workers.
-        # The work is CPU time per input record (the median shard's), times the stage's input records at
-        # full size, at the CPU share the whole estimate saw.
-        # CPU per input record: the (lower) median over the shards of both runs and of every job of the step that
-        # does the same work (the jobs of a recipe's sources differ only in their paths), so that the shards
-        # paying for a cold worker (imports, a tokenizer's tables: the first job's, 3 of its 3 shards) do not
-        # set the rate of a million records. Per job alone, the first job's median was a cold shard and
-        # normalize came out 39% over on a quiet machine.
+        # The work is CPU time per input record, times the stage's input records at full size, at the CPU
+        # share the whole estimate saw. CPU per input record: the (lower) median over the shards of both runs
+        # and of every job of the step that does the same work (the jobs of a recipe's sources differ only in
+        # their paths), so that the shards paying for a cold worker (imports, a tokenizer's tables: the first
+        # job's, 3 of its 3 shards) do not set the rate of a million records. Per job alone, the first job's
+        # median was a cold shard and normalize came out 39% over on a quiet machine.
         pooled: dict[tuple[int, str], list[float]] = {}
         for job in [*small.jobs, *large.jobs]:
             for s, stage in enumerate(job["stages"]):
