@@ -255,15 +255,17 @@ def _stretches(
 
 def _pieces(
     blocks: Iterable[pa.RecordBatch], tally: _Tally | None = None, check_order: bool = True
-) -> Iterator[tuple[bytes, bytes, list[Any], bool]]:
-    """(key, key hint, values, pickled) for each stretch of one group's rows (`_stretches`). Values are
-    pickled bytes (unpickled lazily by the caller) or, from columnar runs, the records themselves (one
-    Arrow conversion a chunk)."""
+) -> Iterator[tuple[bytes, bytes, list[Any], bool, bool]]:
+    """(key, key hint, values, pickled, whole) for each stretch of one group's rows (`_stretches`). Values
+    are pickled bytes (unpickled lazily by the caller) or, from columnar runs, the records themselves (one
+    Arrow conversion a chunk). `whole`: the stretch is its group's last (any but a chunk's last stretch is:
+    the next row of the chunk has another key), so the group is these values and nothing more."""
     for column, stretches in _stretches(blocks, tally, check_order):
         pickled = pa.types.is_large_binary(column.type)
         values = column.to_pylist() if pickled else records_of(column)
+        last = len(column)
         for key, key_hint, start, end in stretches:
-            yield key, key_hint, values[start:end], pickled
+            yield key, key_hint, values[start:end], pickled, end < last
 
 
 def _batch_pieces(
@@ -442,14 +444,22 @@ def iter_groups(
     be ordered raise UnorderableKeysError (`check_order=False`: the runs are known to hold none)."""
     tally = _Tally(giant_bytes)
     for _, pieces in itertools.groupby(_pieces(blocks, tally, check_order), key=operator.itemgetter(0)):
-        key, key_hint, values, pickled = next(pieces)
-        yield decode_key(key, key_hint), _unpickled(values, pickled, pieces)  # noqa: B031 - streamed once
+        key, key_hint, values, pickled, whole = next(pieces)
+        if whole:  # nearly every group: its values as they are, no generator frame per record
+            items: Iterator[Any] = map(pickle.loads, values) if pickled else iter(values)
+        else:
+            items = _unpickled(values, pickled, pieces)  # noqa: B031 - streamed once
+        yield decode_key(key, key_hint), items
     tally.close()
 
 
-def _unpickled(values: list[Any], pickled: bool, more: Iterator[tuple[bytes, bytes, list[Any], bool]]) -> Iterator[Any]:
+def _unpickled(
+    values: list[Any], pickled: bool, more: Iterator[tuple[bytes, bytes, list[Any], bool, bool]]
+) -> Iterator[Any]:
+    """A group that spans chunks: its values piece by piece, streamed (a giant group is never whole in
+    memory)."""
     yield from map(pickle.loads, values) if pickled else values
-    for _, _, piece, piece_pickled in more:
+    for _, _, piece, piece_pickled, _ in more:
         yield from map(pickle.loads, piece) if piece_pickled else piece
 
 
