@@ -27,6 +27,7 @@ __all__ = [
     "BATCH_TYPES",
     "SHUFFLE_POOL",
     "IPC_OPTIONS",
+    "KEY_HASH",
     "RUN_SCHEMA",
     "RunFile",
     "ShuffleSpec",
@@ -100,11 +101,14 @@ class RunFile:
         return sum(seg[3] for seg in self.segments.values())
 
 
+KEY_HASH = xxhash.xxh3_64_intdigest  # what key_hash computes, for mapping over many keys at C speed
+
+
 def key_hash(key_bytes: bytes) -> int:
     """The 64-bit hash of an encoded key (xxh3): its shuffle target is `key_hash % targets`. It hashes the key's
     canonical bytes (`sortkey.encode`), so equal keys (1, 1.0 and True) land in one target, and is stable
     across processes and machines (Python's `hash` of a str is salted per process)."""
-    return xxhash.xxh3_64_intdigest(key_bytes)
+    return KEY_HASH(key_bytes)
 
 
 binary_column = binary_array

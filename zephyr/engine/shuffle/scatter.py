@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from zephyr.engine.expr import Column
 from zephyr.engine.shuffle.gather import as_records
 from zephyr.engine.shuffle.runs import (
+    KEY_HASH,
     RUN_SCHEMA,
     SHUFFLE_POOL,
     RunFile,
@@ -332,8 +333,9 @@ def _empty_binary(n: int) -> pa.Array:
 
 
 def _hash_array(keys: pa.Array) -> np.ndarray:
-    """`key_hash` of each encoded key, computed once per distinct key of the array."""
+    """`key_hash` of each encoded key, computed once per distinct key of the array. The hash function
+    itself is mapped, not `key_hash`: its Python frame cost more than the hash (~70 vs ~30 ns a key)."""
     encoded = pc.dictionary_encode(keys, memory_pool=SHUFFLE_POOL)
     distinct = encoded.dictionary.to_pylist()
-    hashes = np.fromiter(map(key_hash, distinct), np.uint64, len(distinct))
+    hashes = np.fromiter(map(KEY_HASH, distinct), np.uint64, len(distinct))
     return hashes[encoded.indices.to_numpy(zero_copy_only=False)]
