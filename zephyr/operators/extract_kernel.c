@@ -29,6 +29,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/* 0 for a str ready to read; else -1 with the exception set (a TypeError naming `function` for a non-str). */
+static int ready_str(PyObject *text, const char *function) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "%s expects a str, got %s", function, Py_TYPE(text)->tp_name);
+        return -1;
+    }
+    return PyUnicode_READY(text) < 0 ? -1 : 0;
+}
+
 #define COUNT_SPACES(type)                                                                           \
     do {                                                                                             \
         const type *chars = (const type *)data;                                                      \
@@ -40,11 +49,7 @@
 
 static PyObject *visible_len(PyObject *self, PyObject *text) {
     (void)self;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "visible_len expects a str, got %s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0) return NULL;
+    if (ready_str(text, "visible_len") < 0) return NULL;
     Py_ssize_t length = PyUnicode_GET_LENGTH(text);
     Py_ssize_t spaces = 0;
     const void *data = PyUnicode_DATA(text);
@@ -174,13 +179,9 @@ static PyObject *contains_any(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     PyObject *text = args[0];
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "contains_any expects a str, got %s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
+    if (ready_str(text, "contains_any") < 0) return NULL;
     NeedleSet *set = (NeedleSet *)PyCapsule_GetPointer(args[1], NEEDLE_CAPSULE);
     if (!set) return NULL;
-    if (PyUnicode_READY(text) < 0) return NULL;
     Py_ssize_t length = PyUnicode_GET_LENGTH(text);
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
@@ -298,11 +299,7 @@ static unsigned char latin1_space[256]; /* Py_UNICODE_ISSPACE of U+0000..U+00FF,
 
 static PyObject *collapse_spaces(PyObject *self, PyObject *text) {
     (void)self;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "collapse_spaces expects a str, got %s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0) return NULL;
+    if (ready_str(text, "collapse_spaces") < 0) return NULL;
     Py_ssize_t length = PyUnicode_GET_LENGTH(text), size = 0, j = 0;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
