@@ -259,43 +259,40 @@ static unsigned char latin1_space[256]; /* Py_UNICODE_ISSPACE of U+0000..U+00FF,
 
 #define IS_SPACE(type, c) (sizeof(type) == 1 ? latin1_space[(unsigned char)(c)] : Py_UNICODE_ISSPACE(c))
 
-/* the result's length and largest code point (a str must have the narrowest storage that fits); whether it
- * differs from the text at all */
-#define COLLAPSE_MEASURE(type)                                                                           \
+/* The walk both passes of collapse_spaces make over the text's words: ON_SPACE at each whitespace character,
+ * ON_GAP where the one space between two words goes, ON_CHAR at each character of a word. Written once, so
+ * that the first pass measures exactly what the second writes into the str it allocated. */
+#define COLLAPSE_WALK(type, ON_SPACE, ON_GAP, ON_CHAR)                                                   \
     do {                                                                                                 \
         const type *chars = (const type *)data;                                                          \
         for (Py_ssize_t i = 0; i < length; i++) {                                                        \
             type c = chars[i];                                                                           \
             if (IS_SPACE(type, c)) {                                                                     \
-                if (c != ' ' || !in_word || i + 1 == length || IS_SPACE(type, chars[i + 1])) changed = 1; \
+                ON_SPACE;                                                                                \
                 in_word = 0;                                                                             \
                 continue;                                                                                \
             }                                                                                            \
             if (!in_word) {                                                                              \
-                if (words++) size++;                                                                     \
+                if (words++) ON_GAP;                                                                     \
                 in_word = 1;                                                                             \
             }                                                                                            \
-            size++;                                                                                      \
-            if (c > maxchar) maxchar = c;                                                                \
+            ON_CHAR;                                                                                     \
         }                                                                                                \
     } while (0)
 
+/* the result's length and largest code point (a str must have the narrowest storage that fits); whether it
+ * differs from the text at all */
+#define COLLAPSE_MEASURE(type)                                                                           \
+    COLLAPSE_WALK(type,                                                                                  \
+                  if (c != ' ' || !in_word || i + 1 == length || IS_SPACE(type, chars[i + 1])) changed = 1, \
+                  size++,                                                                                \
+                  size++; if (c > maxchar) maxchar = c)
+
 #define COLLAPSE_WRITE(type)                                                                             \
-    do {                                                                                                 \
-        const type *chars = (const type *)data;                                                          \
-        for (Py_ssize_t i = 0; i < length; i++) {                                                        \
-            type c = chars[i];                                                                           \
-            if (IS_SPACE(type, c)) {                                                                     \
-                in_word = 0;                                                                             \
-                continue;                                                                                \
-            }                                                                                            \
-            if (!in_word) {                                                                              \
-                if (words++) PyUnicode_WRITE(out_kind, out, j++, ' ');                                   \
-                in_word = 1;                                                                             \
-            }                                                                                            \
-            PyUnicode_WRITE(out_kind, out, j++, c);                                                      \
-        }                                                                                                \
-    } while (0)
+    COLLAPSE_WALK(type,                                                                                  \
+                  (void)0,                                                                               \
+                  PyUnicode_WRITE(out_kind, out, j++, ' '),                                              \
+                  PyUnicode_WRITE(out_kind, out, j++, c))
 
 static PyObject *collapse_spaces(PyObject *self, PyObject *text) {
     (void)self;
