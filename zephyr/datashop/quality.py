@@ -62,12 +62,12 @@ class LabelQuality:
     `measure_label_quality` fills in the figures and `assess` the verdict (`noisy`, `reasons`, `advice`)."""
 
     n: int
-    modes_spearman: float | None
-    modes_label_agreement: float | None
-    generate_parsed: float | None
-    paraphrase_spearman: float | None
-    paraphrase_label_agreement: float | None
-    score_spread: float | None
+    modes_spearman: float | None = None
+    modes_label_agreement: float | None = None
+    generate_parsed: float | None = None
+    paraphrase_spearman: float | None = None
+    paraphrase_label_agreement: float | None = None
+    score_spread: float | None = None
     noisy: bool = False
     reasons: tuple[str, ...] = ()
     advice: str | None = None
@@ -178,7 +178,6 @@ def measure_label_quality(
     import functools
     from pathlib import Path
 
-    from zephyr.datashop.classifiers import nearest_bin
     from zephyr.datashop.labeling import label_documents
 
     labeler = label or functools.partial(label_documents, backend=backend)
@@ -186,65 +185,65 @@ def measure_label_quality(
     assert prompt.values is not None
     lo, hi = prompt.score_range
     scores = {r.id: r.score for r in results if r.score is not None}
-    best = {r.id: r.label for r in results if r.score is not None}
     values = list(scores.values())
     spread = float(np.std(values) / (hi - lo)) if len(values) > 1 and hi > lo else None
     sample = [d for d in docs if str(d[id_field]) in scores][: config.quality_sample]
     skipped: list[str] = []
-    modes_rho = modes_same = parsed = para_rho = para_same = None
+    figures: dict[str, float | None] = {}  # LabelQuality's, of the checks that ran
     if config.quality_sample == 0 or len(sample) < 3:
         skipped.append("quality_sample is 0" if config.quality_sample == 0 else f"{len(sample)} labeled documents")
     else:
-        ids = [str(d[id_field]) for d in sample]
-        base = np.asarray([scores[i] for i in ids])
         cache_dir = Path(cache_path) if cache_path is not None else None
-        gen_config = dataclasses.replace(config, mode="generate", max_new_tokens=min(config.max_new_tokens, 4))
-        gen = labeler(
-            sample,
-            prompt,
-            gen_config,
-            text_field=text_field,
-            id_field=id_field,
-            progress="datashop label quality: generate mode",
-            cache_path=cache_dir / "generate.jsonl" if cache_dir else None,
-        )
-        ok = [(b, r) for b, r in zip(base, gen.results, strict=True) if r.score is not None]
-        parsed = len(ok) / len(sample)
-        if len(ok) >= 3:
-            modes_rho = spearman([b for b, _ in ok], [r.score for _, r in ok])
-            modes_same = float(np.mean([r.label == best[r.id] for _, r in ok]))
+
+        def relabel(asked: PromptConfig, mode: LabelerConfig, name: str, progress: str) -> list[Any]:
+            """The sample's `LabelResult`s under another wording or mode, cached as `name`.jsonl."""
+            run = labeler(
+                sample,
+                asked,
+                mode,
+                text_field=text_field,
+                id_field=id_field,
+                progress=f"datashop label quality: {progress}",
+                cache_path=cache_dir / f"{name}.jsonl" if cache_dir else None,
+            )
+            return run.results
+
+        base = np.asarray([scores[str(d[id_field])] for d in sample])
+        best = {r.id: r.label for r in results if r.score is not None}
+        generate = dataclasses.replace(config, mode="generate", max_new_tokens=min(config.max_new_tokens, 4))
+        figures |= _modes_agreement(base, best, relabel(prompt, generate, "generate", "generate mode"))
         if prompt.paraphrase is None:
             skipped.append("no prompt.paraphrase given")
         else:
-            para_prompt = dataclasses.replace(prompt, template=prompt.paraphrase, paraphrase=None)
-            para = labeler(
-                sample,
-                para_prompt,
-                dataclasses.replace(config, mode="logprobs"),
-                text_field=text_field,
-                id_field=id_field,
-                progress="datashop label quality: paraphrase",
-                cache_path=cache_dir / "paraphrase.jsonl" if cache_dir else None,
-            )
-            pairs = [(b, r.score) for b, r in zip(base, para.results, strict=True) if r.score is not None]
-            if len(pairs) >= 3:
-                a, b = np.asarray([x for x, _ in pairs]), np.asarray([y for _, y in pairs])
-                para_rho = spearman(a, b)
-                para_same = float(
-                    np.mean(
-                        nearest_bin(rank_calibrate(a, prompt.values), prompt.values)
-                        == nearest_bin(rank_calibrate(b, prompt.values), prompt.values)
-                    )
-                )
+            reworded = dataclasses.replace(prompt, template=prompt.paraphrase, paraphrase=None)
+            paraphrased = relabel(reworded, dataclasses.replace(config, mode="logprobs"), "paraphrase", "paraphrase")
+            figures |= _paraphrase_agreement(base, paraphrased, prompt.values)
     model_id = getattr(backend, "model_id", None) or f"{config.backend}:{config.model}"
-    measured = LabelQuality(
-        n=len(sample),
-        modes_spearman=modes_rho,
-        modes_label_agreement=modes_same,
-        generate_parsed=parsed,
-        paraphrase_spearman=para_rho,
-        paraphrase_label_agreement=para_same,
-        score_spread=spread,
-        skipped=tuple(skipped),
-    )
+    measured = LabelQuality(n=len(sample), score_spread=spread, skipped=tuple(skipped), **figures)
     return assess(measured, model_id=model_id, pool_size=len(docs))
+
+
+def _modes_agreement(base: np.ndarray, best: dict[str, Any], generated: Sequence[Any]) -> dict[str, float | None]:
+    """The modes check: how many generate-mode answers parse, and (3 or more parsed) their Spearman against the
+    probability-mode scores `base` and how often the answer is the label with the highest probability (`best`)."""
+    ok = [(b, r) for b, r in zip(base, generated, strict=True) if r.score is not None]
+    figures: dict[str, float | None] = {"generate_parsed": len(ok) / len(base)}
+    if len(ok) >= 3:
+        figures["modes_spearman"] = spearman([b for b, _ in ok], [r.score for _, r in ok])
+        figures["modes_label_agreement"] = float(np.mean([r.label == best[r.id] for _, r in ok]))
+    return figures
+
+
+def _paraphrase_agreement(
+    base: np.ndarray, paraphrased: Sequence[Any], values: Sequence[float]
+) -> dict[str, float | None]:
+    """The paraphrase check (3 or more scored): Spearman of the reworded scores against `base`, and how often both
+    wordings put a document in the same label after each wording's scores are rank-calibrated."""
+    from zephyr.datashop.classifiers import nearest_bin
+
+    pairs = [(b, r.score) for b, r in zip(base, paraphrased, strict=True) if r.score is not None]
+    if len(pairs) < 3:
+        return {}
+    a, b = np.asarray([x for x, _ in pairs]), np.asarray([y for _, y in pairs])
+    same = nearest_bin(rank_calibrate(a, values), values) == nearest_bin(rank_calibrate(b, values), values)
+    return {"paraphrase_spearman": spearman(a, b), "paraphrase_label_agreement": float(np.mean(same))}

@@ -21,6 +21,7 @@ reuse of its own methods (e.g. ``get_file`` built on ``cat_file``) can never cha
 from __future__ import annotations
 
 import asyncio
+import importlib
 import io
 import logging
 import os
@@ -279,13 +280,27 @@ def _plain_base(cls: type) -> type:
     raise TypeError(f"{cls.__name__} has no plain fsspec base class")
 
 
-def _build_gcs_class() -> type:
+def _client_class(kind: str, module: str, name: str) -> type:
+    """The client library's filesystem class, imported on first use; without the library, an ImportError that
+    says what to install."""
     try:
-        # The core class, not gcsfs.GCSFileSystem: since 2025 that name is an experimental subclass
-        # that probes a gRPC storage-layout API per bucket (60 s per probe against an emulator).
-        from gcsfs.core import GCSFileSystem
+        return getattr(importlib.import_module(module), name)
     except ImportError as error:
-        raise ImportError(_INSTALL_HINT["gcs"]) from error
+        raise ImportError(_INSTALL_HINT[kind]) from error
+
+
+def _module_level(cls: type) -> type:
+    """`cls`, built inside a function, named as this module's attribute so that it pickles by reference (the
+    module's __getattr__ builds it again in another process)."""
+    cls.__module__ = __name__
+    cls.__qualname__ = cls.__name__
+    return cls
+
+
+def _build_gcs_class() -> type:
+    # The core class, not gcsfs.GCSFileSystem: since 2025 that name is an experimental subclass
+    # that probes a gRPC storage-layout API per bucket (60 s per probe against an emulator).
+    GCSFileSystem = _client_class("gcs", "gcsfs.core", "GCSFileSystem")
 
     class GuardedGCSFileSystem(CrossRegionGuardedFS, GCSFileSystem):
         """gcsfs' GCSFileSystem with the cross-region read guard."""
@@ -309,16 +324,11 @@ def _build_gcs_class() -> type:
                 lambda: self.unguarded._cat_file(path, start=start, end=end, **kwargs),
             )
 
-    GuardedGCSFileSystem.__module__ = __name__
-    GuardedGCSFileSystem.__qualname__ = "GuardedGCSFileSystem"  # picklable by reference (module __getattr__)
-    return GuardedGCSFileSystem
+    return _module_level(GuardedGCSFileSystem)
 
 
 def _build_s3_class() -> type:
-    try:
-        from s3fs import S3FileSystem
-    except ImportError as error:
-        raise ImportError(_INSTALL_HINT["s3"]) from error
+    S3FileSystem = _client_class("s3", "s3fs", "S3FileSystem")
 
     class GuardedS3FileSystem(CrossRegionGuardedFS, S3FileSystem):
         """s3fs' S3FileSystem with the cross-region read guard."""
@@ -349,9 +359,7 @@ def _build_s3_class() -> type:
                 lambda: self.unguarded._cat_file(path, version_id=version_id, start=start, end=end, **kwargs),
             )
 
-    GuardedS3FileSystem.__module__ = __name__
-    GuardedS3FileSystem.__qualname__ = "GuardedS3FileSystem"  # picklable by reference (module __getattr__)
-    return GuardedS3FileSystem
+    return _module_level(GuardedS3FileSystem)
 
 
 _BUILDERS = {"GuardedGCSFileSystem": _build_gcs_class, "GuardedS3FileSystem": _build_s3_class}

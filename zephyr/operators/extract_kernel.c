@@ -29,6 +29,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/* 0 for a str ready to read; else -1 with the exception set (a TypeError naming `function` for a non-str). */
+static int ready_str(PyObject *text, const char *function) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "%s expects a str, got %s", function, Py_TYPE(text)->tp_name);
+        return -1;
+    }
+    return PyUnicode_READY(text) < 0 ? -1 : 0;
+}
+
 #define COUNT_SPACES(type)                                                                           \
     do {                                                                                             \
         const type *chars = (const type *)data;                                                      \
@@ -40,11 +49,7 @@
 
 static PyObject *visible_len(PyObject *self, PyObject *text) {
     (void)self;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "visible_len expects a str, got %s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0) return NULL;
+    if (ready_str(text, "visible_len") < 0) return NULL;
     Py_ssize_t length = PyUnicode_GET_LENGTH(text);
     Py_ssize_t spaces = 0;
     const void *data = PyUnicode_DATA(text);
@@ -174,13 +179,9 @@ static PyObject *contains_any(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     PyObject *text = args[0];
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "contains_any expects a str, got %s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
+    if (ready_str(text, "contains_any") < 0) return NULL;
     NeedleSet *set = (NeedleSet *)PyCapsule_GetPointer(args[1], NEEDLE_CAPSULE);
     if (!set) return NULL;
-    if (PyUnicode_READY(text) < 0) return NULL;
     Py_ssize_t length = PyUnicode_GET_LENGTH(text);
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
@@ -258,51 +259,44 @@ static unsigned char latin1_space[256]; /* Py_UNICODE_ISSPACE of U+0000..U+00FF,
 
 #define IS_SPACE(type, c) (sizeof(type) == 1 ? latin1_space[(unsigned char)(c)] : Py_UNICODE_ISSPACE(c))
 
+/* The walk both passes of collapse_spaces make over the text's words: ON_SPACE at each whitespace character,
+ * ON_GAP where the one space between two words goes, ON_CHAR at each character of a word. Written once, so
+ * that the first pass measures exactly what the second writes into the str it allocated. */
+#define COLLAPSE_WALK(type, ON_SPACE, ON_GAP, ON_CHAR)                                                   \
+    do {                                                                                                 \
+        const type *chars = (const type *)data;                                                          \
+        for (Py_ssize_t i = 0; i < length; i++) {                                                        \
+            type c = chars[i];                                                                           \
+            if (IS_SPACE(type, c)) {                                                                     \
+                ON_SPACE;                                                                                \
+                in_word = 0;                                                                             \
+                continue;                                                                                \
+            }                                                                                            \
+            if (!in_word) {                                                                              \
+                if (words++) ON_GAP;                                                                     \
+                in_word = 1;                                                                             \
+            }                                                                                            \
+            ON_CHAR;                                                                                     \
+        }                                                                                                \
+    } while (0)
+
 /* the result's length and largest code point (a str must have the narrowest storage that fits); whether it
  * differs from the text at all */
 #define COLLAPSE_MEASURE(type)                                                                           \
-    do {                                                                                                 \
-        const type *chars = (const type *)data;                                                          \
-        for (Py_ssize_t i = 0; i < length; i++) {                                                        \
-            type c = chars[i];                                                                           \
-            if (IS_SPACE(type, c)) {                                                                     \
-                if (c != ' ' || !in_word || i + 1 == length || IS_SPACE(type, chars[i + 1])) changed = 1; \
-                in_word = 0;                                                                             \
-                continue;                                                                                \
-            }                                                                                            \
-            if (!in_word) {                                                                              \
-                if (words++) size++;                                                                     \
-                in_word = 1;                                                                             \
-            }                                                                                            \
-            size++;                                                                                      \
-            if (c > maxchar) maxchar = c;                                                                \
-        }                                                                                                \
-    } while (0)
+    COLLAPSE_WALK(type,                                                                                  \
+                  if (c != ' ' || !in_word || i + 1 == length || IS_SPACE(type, chars[i + 1])) changed = 1, \
+                  size++,                                                                                \
+                  size++; if (c > maxchar) maxchar = c)
 
 #define COLLAPSE_WRITE(type)                                                                             \
-    do {                                                                                                 \
-        const type *chars = (const type *)data;                                                          \
-        for (Py_ssize_t i = 0; i < length; i++) {                                                        \
-            type c = chars[i];                                                                           \
-            if (IS_SPACE(type, c)) {                                                                     \
-                in_word = 0;                                                                             \
-                continue;                                                                                \
-            }                                                                                            \
-            if (!in_word) {                                                                              \
-                if (words++) PyUnicode_WRITE(out_kind, out, j++, ' ');                                   \
-                in_word = 1;                                                                             \
-            }                                                                                            \
-            PyUnicode_WRITE(out_kind, out, j++, c);                                                      \
-        }                                                                                                \
-    } while (0)
+    COLLAPSE_WALK(type,                                                                                  \
+                  (void)0,                                                                               \
+                  PyUnicode_WRITE(out_kind, out, j++, ' '),                                              \
+                  PyUnicode_WRITE(out_kind, out, j++, c))
 
 static PyObject *collapse_spaces(PyObject *self, PyObject *text) {
     (void)self;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "collapse_spaces expects a str, got %s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0) return NULL;
+    if (ready_str(text, "collapse_spaces") < 0) return NULL;
     Py_ssize_t length = PyUnicode_GET_LENGTH(text), size = 0, j = 0;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
