@@ -46,7 +46,6 @@ def add_cli(subparsers: Any) -> None:
         description="Run every (mixture, seed) training run of an ablation (skipping finished ones), then print "
         "and write the report (report.csv, report.json, report.png in output_dir).",
         epilog=_EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", metavar="CONFIG.yaml", help="ablation YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=50 seeds=[0,1,2]")

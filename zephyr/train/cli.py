@@ -24,7 +24,6 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="train a Llama-style model on token-store mixtures (JAX)",
         description="Train (or resume) the model described by CONFIG.yaml; metrics go to OUTPUT_DIR/metrics.jsonl.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", metavar="CONFIG.yaml", help="training config (see zephyr.train.config.TrainConfig)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="override config values, e.g. steps=100")
