@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from zephyr import counters
+from zephyr.operators import langid_native
 
 __all__ = ["LanguageId", "detect_language", "fasttext_lid_model_path"]
 
@@ -50,7 +51,9 @@ def _load(backend: str, model_path: str | None):
         try:
             from py3langid.langid import MODEL_FILE, LanguageIdentifier
         except ImportError as exc:
-            raise ImportError("LanguageId(backend='py3langid') needs py3langid: pip install 'py3langid>=0.3'") from exc
+            raise ImportError(
+                "LanguageId(backend='py3langid') needs py3langid: pip install 'py3langid>=0.4,<0.5'"
+            ) from exc
         return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
     if backend == "fasttext":
         path = model_path or fasttext_lid_model_path()
@@ -116,8 +119,7 @@ class LanguageId:
             for i, label, prob in zip(todo, labels, probs, strict=False):
                 out[i] = (label[0].removeprefix("__label__"), min(1.0, float(prob[0])))
         else:
-            for i in todo:
-                lang, prob = model.classify(clipped[i])
+            for i, (lang, prob) in zip(todo, langid_native.classify(model, [clipped[i] for i in todo]), strict=True):
                 out[i] = (lang, float(prob))
         return out
 
