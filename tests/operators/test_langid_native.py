@@ -114,14 +114,21 @@ def test_walk_visits_features_in_first_visit_order(kernel):
     row_of = rng.integers(0, rows, size=states, dtype=np.uint32)
     output = rng.integers(-1, 30, size=states, dtype=np.int32)
     walker = kernel.new_walker(nextmove, row_of, output)
-    for size in (0, 1, 5, 300, 5000):
-        text = rng.integers(0, 256, size=size, dtype=np.uint8).tobytes()
-        features, counts = kernel.visit_counts(walker, text)
-        expected = visit_counts(nextmove.tolist(), [int(r) << 8 for r in row_of], output.tolist(), text) or Counter()
-        assert np.frombuffer(features, np.int64).tolist() == list(expected)
-        assert np.frombuffer(counts, np.float32).tolist() == list(expected.values())
+    nm, rowbase = nextmove.tolist(), [int(r) << 8 for r in row_of]
+    # more texts than the kernel walks side by side, of unequal lengths (empty ones too)
+    texts = [rng.integers(0, 256, size=size, dtype=np.uint8).tobytes() for size in (0, 1, 5, 300, 5000, 0, 7, 2) * 3]
+    features, counts, sizes = kernel.visit_counts(walker, texts)
+    features, counts = np.frombuffer(features, np.int64).tolist(), np.frombuffer(counts, np.float32).tolist()
+    start = 0
+    for text, size in zip(texts, np.frombuffer(sizes, np.int64).tolist(), strict=True):
+        expected = visit_counts(nm, rowbase, output.tolist(), text) or Counter()
+        assert features[start : start + size] == list(expected)
+        assert counts[start : start + size] == list(expected.values())
+        start += size
+    assert start == len(features)
     # a bytearray and a memoryview are texts too
-    assert kernel.visit_counts(walker, bytearray(b"abc")) == kernel.visit_counts(walker, memoryview(b"abc"))
+    assert kernel.visit_counts(walker, [bytearray(b"abc")]) == kernel.visit_counts(walker, [memoryview(b"abc")])
+    assert kernel.visit_counts(walker, []) == (b"", b"", b"")
 
 
 def test_float16_rows_convert_exactly(kernel):
@@ -153,10 +160,12 @@ def test_argument_checks(kernel):
     with pytest.raises(ValueError, match=r"output\[0\] = -2"):
         kernel.new_walker(nextmove, one, np.full(1, -2, dtype=np.int32))
     walker = kernel.new_walker(nextmove, one, output)
-    with pytest.raises(TypeError, match="bytes-like"):
-        kernel.visit_counts(walker, "a str, not its UTF-8")
+    with pytest.raises(TypeError, match=r"texts\[1\] is a str, expected a bytes-like object"):
+        kernel.visit_counts(walker, [b"abc", "a str, not its UTF-8"])
+    with pytest.raises(TypeError, match="a sequence of bytes-like texts"):
+        kernel.visit_counts(walker, 3)
     with pytest.raises(TypeError, match=r"a walker from new_walker\(\), got object"):
-        kernel.visit_counts(object(), b"abc")
+        kernel.visit_counts(object(), [b"abc"])
     table = np.zeros((3, 4), dtype=np.float16)
     with pytest.raises(ValueError, match="2-d float16 table"):
         kernel.gather_rows(table.astype(np.float32), np.zeros(1, dtype=np.int64))

@@ -32,7 +32,7 @@ __all__ = ["classify", "kernel"]
 
 def kernel() -> Any:
     """The C kernel (zephyr/operators/langid_kernel.c), or None when it was not built: py3langid's own
-    `classify` then gives the same results, ~7x slower, and that is said once per process."""
+    `classify` then gives the same results, ~10x slower on pages, and that is said once per process."""
     return optional_kernel("zephyr.operators.langid_kernel")
 
 
@@ -46,20 +46,18 @@ def _walker(model: Any) -> Any:
     )
 
 
-def _scores(model: Any, walker: Any, text: str | bytes) -> np.ndarray:
-    """py3langid's LanguageIdentifier._decide(text), with the walk and the table gather in C."""
+def _scores(model: Any, encoded: bytes, features: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """py3langid's LanguageIdentifier._decide for the text `encoded` (`model._encode`'s bytes), given the
+    features the kernel's walk visited and their counts; the float16 table's rows gathered by the kernel."""
     from py3langid.langid import RAW_FLOOR
 
-    encoded = model._encode(text)
-    features, counts = kernel().visit_counts(walker, encoded)
-    if features:
-        index = np.frombuffer(features, dtype=np.int64)
+    if len(features):
         table = model.nb_ptc
         if table.dtype == np.float16 and table.flags.c_contiguous:
-            rows = np.frombuffer(kernel().gather_rows(table, index), dtype=np.float32).reshape(len(index), -1)
+            rows = np.frombuffer(kernel().gather_rows(table, features), dtype=np.float32).reshape(len(features), -1)
         else:
-            rows = table[index]
-        scores = np.log1p(np.frombuffer(counts, dtype=np.float32)) @ rows + model.nb_pc
+            rows = table[features]
+        scores = np.log1p(counts) @ rows + model.nb_pc
     else:
         scores = np.full(len(model.nb_classes), 0.0 if model._norm_probs else RAW_FLOOR, dtype=np.float32)
     if model._norm_probs:
@@ -81,10 +79,16 @@ def classify(model: Any, texts: Sequence[str | bytes]) -> list[tuple[str, float]
     when it was built (and the model has py3langid 0.4's layout, which pyproject.toml pins)."""
     if kernel() is None or not hasattr(model, "_alias_pairs"):
         return [model.classify(text) for text in texts]
-    walker = _walker(model)
+    encoded = [model._encode(text) for text in texts]
+    features, counts, sizes = kernel().visit_counts(_walker(model), encoded)
+    all_features = np.frombuffer(features, dtype=np.int64)
+    all_counts = np.frombuffer(counts, dtype=np.float32)
+    ends = np.cumsum(np.frombuffer(sizes, dtype=np.int64)).tolist()
     out = []
-    for text in texts:
-        scores = _scores(model, walker, text)
+    start = 0
+    for text, end in zip(encoded, ends, strict=True):
+        scores = _scores(model, text, all_features[start:end], all_counts[start:end])
+        start = end
         i = int(scores.argmax())
         confidence = float(scores[i])
         if model.min_confidence is not None and confidence < model.min_confidence:
