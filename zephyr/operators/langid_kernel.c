@@ -30,6 +30,8 @@
 
 /* ------------------------------------------------------------------------------ the walker */
 
+/* The kernel keeps the GIL throughout, so one walker's scratch (slot, features, counts) serves every caller. */
+
 typedef struct {
     Py_buffer nextmove; /* uint32: 256 transitions a row */
     Py_buffer rows;     /* uint32: each state's row of nextmove */

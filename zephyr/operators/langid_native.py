@@ -38,7 +38,8 @@ def kernel() -> Any:
 
 @functools.lru_cache(maxsize=4)
 def _walker(model: Any) -> Any:
-    """The kernel's copy-free view of `model`'s automaton, checked once (~30 ms); keyed by the model object."""
+    """The kernel's walker over `model`'s automaton (its 40 MB transition table shared, not copied), checked
+    once (~5 ms); keyed by the model object."""
     return kernel().new_walker(
         np.asarray(model.tk_nextmove, dtype=np.uint32),
         np.asarray(model.tk_row, dtype=np.uint32),
