@@ -201,8 +201,9 @@ static PyObject *visit_counts(PyObject *self, PyObject *args) {
             Lane *lane = &lanes[j];
             PyObject *text = PySequence_Fast_GET_ITEM(sequence, group + j);
             if (PyObject_GetBuffer(text, &lane->text, PyBUF_SIMPLE) < 0) {
-                PyErr_Format(PyExc_TypeError, "texts[%zd] is a %s, expected a bytes-like object (the encoded text)",
-                             group + j, Py_TYPE(text)->tp_name);
+                if (PyErr_ExceptionMatches(PyExc_TypeError))
+                    PyErr_Format(PyExc_TypeError, "texts[%zd] is a %s, expected a bytes-like object (the encoded text)",
+                                 group + j, Py_TYPE(text)->tp_name);
                 goto done;
             }
             lane->size = (size_t)lane->text.len;
