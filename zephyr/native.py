@@ -23,6 +23,7 @@ FALLBACK_COST = {
         "extraction measures text, matches class hints, checks UTF-8 and collapses whitespace in Python, "
         "about 20% slower"
     ),
+    "zephyr.operators.langid_kernel": "language id runs py3langid's own classify, about 10x slower on pages",
     "zephyr.tokenize.bpe_kernel": "tokenization runs on tiktoken, about 2x slower",
 }
 

