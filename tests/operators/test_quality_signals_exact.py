@@ -8,13 +8,15 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
+import sys
 
 import pytest
 from quality_reference import reference_quality_signals
 
 from zephyr.operators import quality_ngrams
 from zephyr.operators.extract import ExtractText
-from zephyr.operators.quality import STOP_WORDS, quality_signals
+from zephyr.operators.quality import _POLICY, _POLICY_HINTS, _PUNCT_STRIP, STOP_WORDS, quality_signals
 
 LANGS = ("en", "de", None, "zz")  # English, another list, the default, a language without a list
 
@@ -146,3 +148,22 @@ def test_stop_word_lists_are_counted_per_language():
     text = "Der Hund und die Katze. The dog and the cat, with THE bird! de la le et."
     for lang in (*STOP_WORDS, None, "zz"):
         _assert_same(text, lang)
+
+
+def test_every_policy_phrase_contains_a_hint():
+    """The C4 policy test looks for the phrases only on lines with one of the hints."""
+    assert all(any(hint in phrase for hint in _POLICY_HINTS) for phrase in _POLICY)
+
+
+def test_the_shortcuts_hold_for_every_code_point():
+    """What lets `quality_signals` lower the whole text before splitting it, and count the words
+    without a letter in the stripped lowered vocabulary instead of the text."""
+    letter, space = re.compile(r"[^\W\d_]"), re.compile(r"\s")
+    for c in map(chr, range(sys.maxunicode + 1)):
+        lowered = c.lower()
+        assert bool(space.match(c)) == c.isspace(), hex(ord(c))
+        assert (lowered == c) if c.isspace() else not any(x.isspace() for x in lowered), hex(ord(c))
+        assert bool(letter.search(c)) == bool(letter.search(lowered)), hex(ord(c))
+        for text in (f"AΣ{c}A", f"A{c}ΣA", f"A'Σ'{c}'A"):  # final sigma looks past case-ignorable marks only
+            assert text.lower().split() == [w.lower() for w in text.split()], hex(ord(c))
+    assert not any(letter.match(c) for c in _PUNCT_STRIP)
