@@ -124,14 +124,11 @@ def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int
     # a lone newline, which the strip and the filter remove (same paragraphs as re.split(r"\n{2,}")).
     paragraphs = list(filter(None, map(str.strip, text.split("\n\n"))))
 
-    # Word ids (ints hash, compare and pack into NumPy keys): punctuation is stripped once per
-    # distinct token, not per token (a page repeats half its tokens), then ids go token by token
-    # through dicts and NumPy indexing, never a Python loop per token.
-    token_ids = dict(zip(dict.fromkeys(tokens), itertools.count()))
-    stripped = [token.strip(_PUNCT_STRIP) for token in token_ids]
+    # Word ids in order of first appearance (ints hash, compare and pack into NumPy keys), through
+    # dicts and NumPy indexing, with no Python loop per token but the punctuation strip.
+    stripped = [token.strip(_PUNCT_STRIP) for token in tokens]
     vocabulary = dict(zip(dict.fromkeys(stripped), itertools.count()))
-    word_of_token = np.fromiter(map(vocabulary.__getitem__, stripped), dtype=np.int64, count=len(stripped))
-    ids = word_of_token[np.fromiter(map(token_ids.__getitem__, tokens), dtype=np.int64, count=n_words)]
+    ids = np.fromiter(map(vocabulary.__getitem__, stripped), dtype=np.int64, count=n_words)
     lengths = np.fromiter(map(len, vocabulary), dtype=np.int64, count=len(vocabulary))[ids]
     gram_chars = int(lengths.sum())
     nonempty_words = int(np.count_nonzero(lengths))

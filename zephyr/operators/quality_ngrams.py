@@ -43,6 +43,14 @@ def _stable_sort(keys: np.ndarray, key_bound: int) -> tuple[np.ndarray, np.ndarr
     return order, keys[order]
 
 
+def _run_bounds(sorted_keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal sorted keys starts, then len(sorted_keys)."""
+    changes = np.empty(len(sorted_keys) + 1, dtype=bool)
+    changes[0] = changes[-1] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=changes[1:-1])
+    return np.flatnonzero(changes)
+
+
 def _covered_chars(starts: np.ndarray, n: int, lengths: np.ndarray) -> int:
     """Characters of the words inside the union of the spans [start, start + n)."""
     reach = np.zeros(len(lengths), dtype=np.int64)
@@ -77,7 +85,7 @@ def ngram_repetition_signals(
         keys = prev[:-1] * vocab_size + ids[n - 1 :]
         key_bound = prev_bound * vocab_size
         order, sorted_keys = _stable_sort(keys, key_bound)
-        run_bounds = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1], [True])))
+        run_bounds = _run_bounds(sorted_keys)
         counts = run_bounds[1:] - run_bounds[:-1]
         if n == smallest:
             break
