@@ -3,6 +3,7 @@
 Data: every HTML page of ../shared/data (web-pages and aeb-dev, 170 pages), extracted with our
 `ExtractText` as the Common Crawl pipeline does, plus the aeb-dev hand-labeled article bodies.
 
+Ours: with the C kernel (`zephyr.operators.quality_kernel`) when built, and its NumPy fallback.
 Peer: datatrove's Gopher/C4/FineWeb filters are not installed in this venv (they belong in their own
 venv, see ENVIRONMENT.md), so the peer is our previous implementation, kept unchanged as the tests'
 oracle (`tests/quality_reference.py`: Counters over n-gram tuples, per-word Python lists). Both must
@@ -33,6 +34,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the reference implementation the test
 
 from quality_reference import reference_quality_signals  # noqa: E402
 
+from zephyr.operators import quality  # noqa: E402
 from zephyr.operators.extract import ExtractText  # noqa: E402
 from zephyr.operators.quality import QualityFilter, quality_signals  # noqa: E402
 
@@ -57,6 +59,20 @@ def _cpu_seconds(fn, texts: list[str]) -> float:
     return time.process_time() - start
 
 
+def _numpy_path(fn):
+    """`fn` run with the C kernel out of the way: the NumPy fallback of the word statistics."""
+
+    def run(text: str):
+        kernel = quality._kernel
+        quality._kernel = lambda: None
+        try:
+            return fn(text)
+        finally:
+            quality._kernel = kernel
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="60 texts, 2 repeats")
@@ -70,17 +86,27 @@ def main() -> None:
     chars = sum(map(len, texts))
     print(f"{len(texts)} texts, {chars / len(texts) / 1000:.1f} KB of text on average; load {os.getloadavg()[0]:.2f}")
 
+    kernel = quality._kernel() is not None
+    print(f"C kernel (zephyr.operators.quality_kernel): {'built' if kernel else 'NOT built, ours = NumPy path'}")
+    numpy_signals = _numpy_path(quality_signals)
     mismatches = sum(quality_signals(t) != reference_quality_signals(t) for t in texts)
-    print(f"signals equal to the reference on {len(texts) - mismatches} of {len(texts)} texts")
+    mismatches += sum(numpy_signals(t) != reference_quality_signals(t) for t in texts)
+    print(f"signals equal to the reference on {2 * len(texts) - mismatches} of {2 * len(texts)} (text, path)")
 
-    ours = reference = filter_s = 0.0
+    ours = numpy_s = reference = filter_s = 0.0
     quality_filter = QualityFilter()
     for _ in range(repeat):
         ours += _cpu_seconds(quality_signals, texts)
+        numpy_s += _cpu_seconds(numpy_signals, texts)
         reference += _cpu_seconds(reference_quality_signals, texts)
         filter_s += _cpu_seconds(lambda t: quality_filter({"text": t}), texts)
     n = len(texts) * repeat
-    rows = {"ours": ours, "reference (previous, Counter)": reference, "ours, QualityFilter": filter_s}
+    rows = {
+        "ours": ours,
+        "ours, NumPy fallback": numpy_s,
+        "reference (previous, Counter)": reference,
+        "ours, QualityFilter": filter_s,
+    }
     print(f"{'quality_signals':32s} {'us/doc':>8s} {'docs/s/core':>12s}")
     for name, seconds in rows.items():
         print(f"{name:32s} {seconds / n * 1e6:8.0f} {n / seconds:12.0f}")
@@ -104,7 +130,9 @@ def main() -> None:
                 "texts": len(texts),
                 "repeat": repeat,
                 "equal_signals": mismatches == 0,
+                "kernel": kernel,
                 "ours_us_per_doc": round(ours / n * 1e6, 1),
+                "numpy_path_us_per_doc": round(numpy_s / n * 1e6, 1),
                 "reference_us_per_doc": round(reference / n * 1e6, 1),
                 "quality_filter_us_per_doc": round(filter_s / n * 1e6, 1),
                 "ours_docs_per_s_per_core": round(n / ours),

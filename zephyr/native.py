@@ -24,6 +24,7 @@ FALLBACK_COST = {
         "about 20% slower"
     ),
     "zephyr.tokenize.bpe_kernel": "tokenization runs on tiktoken, about 2x slower",
+    "zephyr.operators.quality_kernel": "quality signals count words and n-grams with NumPy, about 2x slower",
 }
 
 

@@ -1,7 +1,8 @@
-"""`quality_signals` (NumPy n-grams, one lowering, reordered C4 skips) equals the plain-Python version
-it replaced (`tests/quality_reference.py`) on every real page and on the edge cases the rewrite could
-get wrong: ties of the most frequent n-gram, very short documents, repeats, huge vocabularies,
-pathological repeats, whitespace and case mapping outside ASCII."""
+"""`quality_signals` (word statistics in the C kernel or, without it, NumPy; one lowering; reordered C4
+skips) equals the plain-Python version it replaced (`tests/quality_reference.py`) on every real page
+and on the edge cases the rewrite could get wrong: ties of the most frequent n-gram, very short
+documents, repeats, huge vocabularies, pathological repeats, whitespace and case mapping outside
+ASCII. Every test runs on both paths."""
 
 from __future__ import annotations
 
@@ -14,11 +15,22 @@ import sys
 import pytest
 from quality_reference import reference_quality_signals
 
-from zephyr.operators import quality_ngrams
+from zephyr.operators import quality, quality_words
 from zephyr.operators.extract import ExtractText
 from zephyr.operators.quality import _POLICY, _POLICY_HINTS, _PUNCT_STRIP, STOP_WORDS, quality_signals
 
 LANGS = ("en", "de", None, "zz")  # English, another list, the default, a language without a list
+
+
+@pytest.fixture(autouse=True, params=["kernel", "numpy"])
+def word_path(request, monkeypatch) -> str:
+    """Each test once with the C kernel (skipped when it is not built) and once on the NumPy fallback."""
+    if request.param == "kernel":
+        if quality._kernel() is None:
+            pytest.skip("zephyr.operators.quality_kernel is not built")
+    else:
+        monkeypatch.setattr(quality, "_kernel", lambda: None)
+    return request.param
 
 
 def _assert_same(text: str, lang: str | None = "en") -> None:
@@ -54,11 +66,13 @@ def test_every_real_page_in_every_language_setting(page_texts):
             _assert_same(text, lang)
 
 
-def test_real_pages_through_the_dense_and_argsort_paths(page_texts, monkeypatch):
-    """Shrinking the int64 budget forces dense gram ids after every size and the stable argsort
+def test_real_pages_through_the_dense_and_argsort_paths(page_texts, monkeypatch, word_path):
+    """Shrinking the int64 budget forces NumPy's dense gram ids after every size and the stable argsort
     instead of the packed sort: the paths a huge vocabulary or a multi-million-word text take."""
+    if word_path == "kernel":
+        pytest.skip("NumPy path only")
     for budget in (2**40, 2**20):
-        monkeypatch.setattr(quality_ngrams, "_INT64_END", budget)
+        monkeypatch.setattr(quality_words, "_INT64_END", budget)
         for text in page_texts[::3]:
             _assert_same(text)
 
@@ -155,10 +169,16 @@ def test_every_policy_phrase_contains_a_hint():
     assert all(any(hint in phrase for hint in _POLICY_HINTS) for phrase in _POLICY)
 
 
-def test_the_shortcuts_hold_for_every_code_point():
+def test_the_shortcuts_hold_for_every_code_point(word_path):
     """What lets `quality_signals` lower the whole text before splitting it, and count the words
-    without a letter in the stripped lowered vocabulary instead of the text."""
+    without a letter among the stripped lowered words instead of the text's tokens; and the kernel's
+    letter test (alnum, not a decimal digit, not "_") is re's [^\\W\\d_] for every code point."""
     letter, space = re.compile(r"[^\W\d_]"), re.compile(r"\s")
+    if word_path == "kernel":
+        kernel = quality._kernel()
+        for c in map(chr, range(sys.maxunicode + 1)):
+            assert kernel.word_statistics([c], "", None)[2] == (letter.match(c) is None), hex(ord(c))
+        return
     for c in map(chr, range(sys.maxunicode + 1)):
         lowered = c.lower()
         assert bool(space.match(c)) == c.isspace(), hex(ord(c))

@@ -25,17 +25,15 @@ papers' English ones.
 
 from __future__ import annotations
 
-import itertools
 import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
-
-import numpy as np
+from typing import Any, Protocol
 
 from zephyr import counters
-from zephyr.operators.quality_ngrams import ngram_repetition_signals
+from zephyr.native import optional_kernel
+from zephyr.operators.quality_words import DUP_NGRAM_SIZES, TOP_NGRAM_SIZES, word_statistics
 
 __all__ = [
     "quality_signals",
@@ -63,11 +61,6 @@ STOP_WORDS: dict[str, frozenset[str]] = {
     "pt": frozenset({"de", "a", "o", "que", "e", "do", "da", "em"}),
     "nl": frozenset({"de", "en", "van", "het", "een", "in", "is", "dat"}),
 }
-# A word with no letter at all (digits, underscores, punctuation, symbols), searched in " " + the
-# vocabulary joined by spaces. Anchored at word starts and possessive, so it runs in linear time even
-# on huge digit runs; starting with a character class rather than a lookbehind lets the regex engine
-# skip to candidate starts.
-_NO_LETTER_WORD = re.compile(r"\s((?:[^\s\w]|[\d_])++)(?!\S)")
 _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 # The last mark of each run of sentence-ending marks followed by whitespace or the end: one match
 # per sentence end, like matching the whole run, but without a quantifier to backtrack (half the time).
@@ -91,17 +84,9 @@ def _duplicate_stats(items: list[str]) -> tuple[int, int]:
     return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
-def _count_words_without_letter(vocabulary: dict[str, int], word_counts: np.ndarray) -> int:
-    """Whitespace tokens of the text without a letter, found among the distinct stripped lowered words
-    (about half the characters of the text, and half the time of searching the text itself).
-
-    Exact because whitespace is the same for `re` and `str.split`, lowering a character never adds or
-    removes a letter, and the stripped punctuation has no letters (all checked over every code point
-    in tests/operators/test_quality_signals_exact.py); a token of punctuation only strips to ""."""
-    found = _NO_LETTER_WORD.findall(" " + " ".join(vocabulary))
-    if "" in vocabulary:
-        found.append("")
-    return int(word_counts[list(map(vocabulary.__getitem__, found))].sum()) if found else 0
+def _kernel() -> Any:
+    """The C kernel (zephyr/operators/quality_kernel.c), or None when it was not built."""
+    return optional_kernel("zephyr.operators.quality_kernel")
 
 
 def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int | str | None]:
@@ -112,10 +97,11 @@ def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int
 
     Words are lowered once for the whole text (lowering commutes with splitting on whitespace: no
     whitespace character changes case and none appears in a lowercase form; the final-sigma rule only
-    looks across case-ignorable characters, which whitespace is not), then stripped of punctuation
-    word by word; the n-gram signals are NumPy sorts over word ids (`quality_ngrams`). Same values as
-    the per-word Counter version (tests/quality_reference.py) at ~2.5x its speed: ~400 instead of
-    ~1,000 us on an average extracted web page (`benchmarks/quality.py`).
+    looks across case-ignorable characters, which whitespace is not); their statistics (stripping,
+    ids, n-grams) come from the C kernel `quality_kernel.c`, or without it from NumPy sorts
+    (`quality_words`). Same values as the per-word Counter version (tests/quality_reference.py):
+    ~190 us (kernel) or ~430 us (NumPy) instead of ~975 on an average extracted web page
+    (`benchmarks/quality.py`).
     """
     stop_list = STOP_WORDS.get(lang or "en")
     tokens = text.lower().split()
@@ -126,19 +112,11 @@ def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int
     # a lone newline, which the strip and the filter remove (same paragraphs as re.split(r"\n{2,}")).
     paragraphs = list(filter(None, map(str.strip, text.split("\n\n"))))
 
-    # Word ids in order of first appearance (ints hash, compare and pack into NumPy keys), through
-    # dicts and NumPy indexing, with no Python loop per token but the punctuation strip.
-    stripped = [token.strip(_PUNCT_STRIP) for token in tokens]
-    vocabulary = dict(zip(dict.fromkeys(stripped), itertools.count()))
-    ids = np.fromiter(map(vocabulary.__getitem__, stripped), dtype=np.int64, count=n_words)
-    lengths = np.fromiter(map(len, vocabulary), dtype=np.int64, count=len(vocabulary))[ids]
-    gram_chars = int(lengths.sum())
-    nonempty_words = int(np.count_nonzero(lengths))
-    word_counts = np.bincount(ids, minlength=len(vocabulary))
-    if stop_list is not None:
-        stop_words: int | None = sum(int(word_counts[vocabulary[w]]) for w in stop_list if w in vocabulary)
-    else:
-        stop_words = None
+    kernel = _kernel()
+    count_words = kernel.word_statistics if kernel is not None else word_statistics
+    nonempty_words, gram_chars, no_letter_words, stop_words, *ngram_counts = count_words(
+        tokens, _PUNCT_STRIP, None if stop_list is None else tuple(stop_list)
+    )
 
     dup_lines, dup_line_chars = _duplicate_stats(lines)
     dup_paras, dup_para_chars = _duplicate_stats(paragraphs)
@@ -153,10 +131,8 @@ def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int
         "ellipsis_word_ratio": (text.count("...") + text.count("\u2026")) / n_words if n_words else 0.0,
         "bullet_lines_ratio": sum(map(_starts_with_bullet, lines)) / n_lines if n_lines else 0.0,
         "ellipsis_lines_ratio": sum(map(_ends_with_ellipsis, lines)) / n_lines if n_lines else 0.0,
-        "alpha_words_ratio": (n_words - _count_words_without_letter(vocabulary, word_counts)) / n_words
-        if n_words
-        else 0.0,
-        "stop_words": stop_words,
+        "alpha_words_ratio": (n_words - no_letter_words) / n_words if n_words else 0.0,
+        "stop_words": stop_words if stop_list is not None else None,
         "stop_words_lang": (lang or "en") if stop_list is not None else None,
         "dup_line_frac": dup_lines / n_lines if n_lines else 0.0,
         "dup_line_char_frac": dup_line_chars / text_chars,
@@ -167,9 +143,24 @@ def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int
         "short_lines_ratio": sum(1 for ln in lines if len(ln) <= 30) / n_lines if n_lines else 0.0,
         "newline_word_ratio": text.count("\n") / n_words if n_words else 0.0,
     }
-    signals.update(ngram_repetition_signals(ids, lengths, len(vocabulary), gram_chars))
+    signals.update(_ngram_fractions(ngram_counts, gram_chars))
     signals.update(_c4_signals(lines))
     return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in signals.items()}
+
+
+def _ngram_fractions(counts: list[int], gram_chars: int) -> dict[str, float]:
+    """Gopher's repetition signals from the word statistics' n-gram counts, over all word characters:
+    `top_{n}gram_char_frac` (n = 2, 3, 4): the most frequent n-gram's count x its characters, capped at
+    1, and 0 when no gram repeats; `dup_{n}gram_char_frac` (n = 5..10): characters of words inside a
+    repeated occurrence of an n-gram (the first occurrence is not counted, overlaps count once)."""
+    out: dict[str, float] = {}
+    for k, n in enumerate(TOP_NGRAM_SIZES):
+        chars, count = counts[2 * k], counts[2 * k + 1]
+        out[f"top_{n}gram_char_frac"] = min(1.0, chars * count / gram_chars) if count > 1 and gram_chars else 0.0
+    dup = counts[2 * len(TOP_NGRAM_SIZES) :]
+    for k, n in enumerate(DUP_NGRAM_SIZES):
+        out[f"dup_{n}gram_char_frac"] = dup[k] / gram_chars if gram_chars else 0.0
+    return out
 
 
 def _c4_signals(lines: list[str]) -> dict[str, float | int]:
