@@ -1,11 +1,12 @@
-"""The quality signals as zephyr computed them before the NumPy n-gram rewrite: the tests' oracle.
+"""The quality signals as zephyr computed them before the kernel/NumPy rewrite: the tests' oracle.
 
-Why: `zephyr.operators.quality.quality_signals` now counts n-grams with NumPy (packed ids, sorts,
-coverage masks) and takes shortcuts (one lowering of the whole text, map over C methods). Every
-signal must stay exactly what the plain-Python version computed, ties and rounding included, so
-this file keeps that version unchanged (Counter over n-gram tuples, per-word lists) for the tests
-and ``benchmarks/quality.py`` to compare against. Only the constants are imported, so a change to the
-computation on either side shows up as a difference.
+Why: `zephyr.operators.quality.quality_signals` now counts words and n-grams in a C kernel or, without
+it, with NumPy (packed ids, sorts, coverage masks) and takes shortcuts (one lowering of the whole
+text, map over C methods, cheaper regexes). Every signal must stay exactly what the plain-Python
+version computed, ties and rounding included, so this file keeps that version unchanged (Counter
+over n-gram tuples, per-word lists) for the tests and ``benchmarks/quality.py`` to compare against.
+Only the constants and the unchanged regexes are imported, so a change to the computation on either
+side shows up as a difference.
 
 A test and benchmark helper, not part of the package (tests import it as `quality_reference`: pytest
 puts tests/ on the path; the benchmark adds tests/ itself).

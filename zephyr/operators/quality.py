@@ -1,11 +1,11 @@
 """Heuristic quality rules: Gopher quality + repetition, C4, FineWeb, with their published thresholds.
 
 Every signal any rule needs is computed once per document by `quality_signals(text)` (one split into
-words, lines and paragraphs; the n-gram statistics as NumPy sorts of word ids, `quality_ngrams`) and
-stored on the document as `quality_signals`, so thresholds can be re-tuned later from the stored
-signals without recomputing anything. Rules are frozen dataclasses whose fields are the thresholds
-(defaults = the paper's numbers) and whose `check` returns the stable reason string of the first
-threshold violated, or None:
+words, lines and paragraphs; the word and n-gram counts in the C kernel `quality_kernel.c`, or NumPy
+in `quality_words` without it) and stored on the document as `quality_signals`, so thresholds can be
+re-tuned later from the stored signals without recomputing anything. Rules are frozen dataclasses
+whose fields are the thresholds (defaults = the paper's numbers) and whose `check` returns the stable
+reason string of the first threshold violated, or None:
 
 - Gopher (Rae et al. 2021, "Scaling Language Models: Methods, Analysis & Insights from Training
   Gopher", https://arxiv.org/abs/2112.11446, appendix A, Table A1): `gopher_rep_*`, `gopher_*`.
