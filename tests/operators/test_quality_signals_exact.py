@@ -177,7 +177,8 @@ def test_the_shortcuts_hold_for_every_code_point(word_path):
     if word_path == "kernel":
         kernel = quality._kernel()
         for c in map(chr, range(sys.maxunicode + 1)):
-            assert kernel.word_statistics([c], "", None)[2] == (letter.match(c) is None), hex(ord(c))
+            if not c.isspace():
+                assert kernel.word_statistics(c, "", None)[3] == (letter.match(c) is None), hex(ord(c))
         return
     for c in map(chr, range(sys.maxunicode + 1)):
         lowered = c.lower()
@@ -187,3 +188,12 @@ def test_the_shortcuts_hold_for_every_code_point(word_path):
         for text in (f"AΣ{c}A", f"A{c}ΣA", f"A'Σ'{c}'A"):  # final sigma looks past case-ignorable marks only
             assert text.lower().split() == [w.lower() for w in text.split()], hex(ord(c))
     assert not any(letter.match(c) for c in _PUNCT_STRIP)
+
+
+def test_the_kernel_names_what_it_expects(word_path):
+    if word_path == "numpy":
+        pytest.skip("kernel only")
+    with pytest.raises(TypeError, match=r"word_statistics\(text: str, strip_chars: str"):
+        quality._kernel().word_statistics(["a", "list"], "", None)
+    with pytest.raises(TypeError, match=r"stop_words must be str"):
+        quality._kernel().word_statistics("a b", "", (1,))

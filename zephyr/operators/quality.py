@@ -104,8 +104,6 @@ def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int
     (`benchmarks/quality.py`).
     """
     stop_list = STOP_WORDS.get(lang or "en")
-    tokens = text.lower().split()
-    n_words = len(tokens)
     lines = list(filter(None, map(str.strip, text.split("\n"))))
     n_lines = len(lines)
     # Runs of 2+ newlines split paragraphs; split("\n\n") cuts such a run into pieces that are empty or
@@ -114,8 +112,8 @@ def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int
 
     kernel = _kernel()
     count_words = kernel.word_statistics if kernel is not None else word_statistics
-    nonempty_words, gram_chars, no_letter_words, stop_words, *ngram_counts = count_words(
-        tokens, _PUNCT_STRIP, None if stop_list is None else tuple(stop_list)
+    n_words, nonempty_words, gram_chars, no_letter_words, stop_words, *ngram_counts = count_words(
+        text.lower(), _PUNCT_STRIP, None if stop_list is None else tuple(stop_list)
     )
 
     dup_lines, dup_line_chars = _duplicate_stats(lines)

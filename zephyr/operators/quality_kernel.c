@@ -1,20 +1,21 @@
-/* The word statistics of zephyr/operators/quality.py's `quality_signals` in C: one pass over the lowered
- * whitespace tokens, tested against the NumPy path in zephyr/operators/quality_words.py (which stays as
+/* The word statistics of zephyr/operators/quality.py's `quality_signals` in C: one pass over the words of
+ * the lowered text, tested against the NumPy path in zephyr/operators/quality_words.py (which stays as
  * the fallback) and both against the plain-Python reference (tests/quality_reference.py).
  *
- * `word_statistics(tokens, strip_chars, stop_words)`: each token stripped of `strip_chars` at both ends
- * (str.strip), the stripped words numbered in order of first appearance through a hash table over their
- * code points (no str is built), then, as a tuple of 16 ints:
- *   words that strip to something, their code points, words without a letter (re's [^\W\d_]: alnum, not a
- *   decimal digit, not '_'), tokens whose word is one of `stop_words` (-1 when it is None),
+ * `word_statistics(text, strip_chars, stop_words)`: the text cut at whitespace as str.split() cuts it
+ * (no str is built per token), each token stripped of `strip_chars` at both ends (str.strip), the
+ * stripped words numbered in order of first appearance through a hash table over their code points,
+ * then, as a tuple of 17 ints:
+ *   tokens, words that strip to something, their code points, words without a letter (re's [^\W\d_]:
+ *   alnum, not a decimal digit, not '_'), tokens whose word is one of `stop_words` (-1 when it is None),
  *   (characters, count) of the most frequent 2-, 3- and 4-gram, first-inserted among equals as
  *   Counter.most_common(1) picks it, its characters those of its first occurrence (count 1: no repeat),
  *   and for n = 5..10 the characters of words inside a repeated occurrence of an n-gram.
  * An n-gram's id is looked up from the (n-1)-gram's id and the next word's id, so every size is one pass
  * of hash-table lookups; ids are dense in order of first occurrence, so "the first of the most frequent"
  * is the lowest id among them and "repeated" is "its first occurrence is earlier". On an average
- * extracted page (~850 tokens) this is ~45 us where the NumPy path spends ~255 (strip, dicts, sorts),
- * and `quality_signals` as a whole ~190 us instead of ~430 (the plain-Python reference: ~975).
+ * extracted page (~850 tokens) this is ~45 us where the NumPy path spends ~280 (split, strip, dicts,
+ * sorts), and `quality_signals` as a whole ~170 us instead of ~430 (the plain-Python reference: ~975).
  *
  * Built by setuptools from pyproject.toml (`pip install -e .` / `make install`).
  */
@@ -178,17 +179,36 @@ static int ngram_statistics(const int64_t *ids, const int64_t *word_counts, int6
     return 0;
 }
 
+/* Whitespace tokens of a str as str.split() cuts them (Py_UNICODE_ISSPACE), into `spans` when not NULL;
+ * returns how many. */
+static Py_ssize_t split_spans(PyObject *text, Span *spans) {
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text), count = 0, i = 0;
+    while (i < length) {
+        while (i < length && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i))) i++;
+        if (i == length) break;
+        Py_ssize_t start = i;
+        while (i < length && !Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i))) i++;
+        if (spans) spans[count] = (Span){kind, data, start, i - start};
+        count++;
+    }
+    return count;
+}
+
 static PyObject *word_statistics(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyList_Check(args[0]) || !PyUnicode_Check(args[1]) ||
+    (void)self;
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1]) ||
         (args[2] != Py_None && !PyTuple_Check(args[2]))) {
         PyErr_SetString(PyExc_TypeError,
-                        "word_statistics(tokens: list[str], strip_chars: str, stop_words: tuple[str, ...] | None)");
+                        "word_statistics(text: str, strip_chars: str, stop_words: tuple[str, ...] | None)");
         return NULL;
     }
-    PyObject *tokens = args[0], *strip = args[1], *stop_words = args[2];
-    Py_ssize_t n_words = PyList_GET_SIZE(tokens);
+    PyObject *text = args[0], *strip = args[1], *stop_words = args[2];
+    if (PyUnicode_READY(text) < 0) return NULL;
+    Py_ssize_t n_words = split_spans(text, NULL);
     if (n_words >= ((Py_ssize_t)1 << 31)) {
-        PyErr_SetString(PyExc_ValueError, "word_statistics: more than 2**31 tokens in one text");
+        PyErr_SetString(PyExc_ValueError, "word_statistics: more than 2**31 words in one text");
         return NULL;
     }
     StripSet set = {{0}, NULL, 0};
@@ -215,16 +235,15 @@ static PyObject *word_statistics(PyObject *self, PyObject *const *args, Py_ssize
         else
             set.others[set.n_others++] = c;
     }
+    Span *tokens = malloc(sizeof(Span) * (size_t)(n_words + 1));
+    if (!tokens) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    split_spans(text, tokens);
     long long nonempty = 0, chars = 0;
     for (Py_ssize_t i = 0; i < n_words; i++) {
-        PyObject *token = PyList_GET_ITEM(tokens, i);
-        if (!PyUnicode_Check(token)) {
-            PyErr_Format(PyExc_TypeError, "word_statistics: token %zd is %.100s, expected str", i,
-                         Py_TYPE(token)->tp_name);
-            goto done;
-        }
-        if (PyUnicode_READY(token) < 0) goto done;
-        Span s = {PyUnicode_KIND(token), PyUnicode_DATA(token), 0, PyUnicode_GET_LENGTH(token)};
+        Span s = tokens[i];
         while (s.length && is_strip(&set, span_char(&s, 0))) s.start++, s.length--;
         while (s.length && is_strip(&set, span_char(&s, s.length - 1))) s.length--;
         uint64_t h = span_hash(&s);
@@ -243,6 +262,7 @@ static PyObject *word_statistics(PyObject *self, PyObject *const *args, Py_ssize
         nonempty += s.length > 0;
         chars += s.length;
     }
+    free(tokens);
     long long no_letter = 0;
     for (int64_t id = 0; id < words.size; id++)
         if (!span_has_letter(&words.spans[id])) no_letter += words.counts[id];
@@ -263,7 +283,7 @@ static PyObject *word_statistics(PyObject *self, PyObject *const *args, Py_ssize
     }
     long long grams[12];
     if (ngram_statistics(ids, words.counts, words.size, lengths, n_words, grams) < 0) goto done;
-    result = Py_BuildValue("(LLLLLLLLLLLLLLLL)", nonempty, chars, no_letter, stop, grams[0], grams[1], grams[2],
+    result = Py_BuildValue("(nLLLLLLLLLLLLLLLL)", n_words, nonempty, chars, no_letter, stop, grams[0], grams[1], grams[2],
                            grams[3], grams[4], grams[5], grams[6], grams[7], grams[8], grams[9], grams[10],
                            grams[11]);
 done:
@@ -275,8 +295,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"word_statistics", (PyCFunction)(void (*)(void))word_statistics, METH_FASTCALL,
-     "word_statistics(tokens: list[str], strip_chars: str, stop_words: tuple[str, ...] | None) -> tuple of 16 "
-     "ints: non-empty words, their characters, words without a letter, stop words (-1: None), (chars, count) of "
+     "word_statistics(text: str, strip_chars: str, stop_words: tuple[str, ...] | None) -> tuple of 17 "
+     "ints: words, non-empty words, their characters, words without a letter, stop words (-1: None), (chars, count) of "
      "the top 2-, 3-, 4-gram, characters in repeated 5..10-grams."},
     {NULL, NULL, 0, NULL},
 };

@@ -2,7 +2,7 @@
 
 `quality_kernel.c` computes, from the lowered whitespace tokens of a text, the counts the Gopher rules
 read (words, characters, words without a letter, stop words, the top 2/3/4-gram, the characters in
-repeated 5..10-grams); without the kernel, `word_statistics` here gives the same 16 integers. Both are
+repeated 5..10-grams); without the kernel, `word_statistics` here gives the same 17 integers. Both are
 tested against the plain-Python reference (tests/quality_reference.py) on every real page.
 
 Why NumPy and not Counters: counting 2-, 3-, 4- and 5-gram tuples in `collections.Counter`s (and
@@ -127,15 +127,16 @@ def _ngram_counts(ids: np.ndarray, lengths: np.ndarray, vocab_size: int) -> list
     return out
 
 
-def word_statistics(tokens: list[str], strip_chars: str, stop_words: tuple[str, ...] | None) -> tuple[int, ...]:
-    """What `quality_kernel.word_statistics` computes, with dicts and NumPy (its fallback), as 16 ints:
-    words that strip to something, their characters, words without a letter, tokens whose word is a
-    stop word (-1 when `stop_words` is None), (characters, count) of the top 2-, 3- and 4-gram, and the
-    characters inside repeated 5..10-grams. Each token is stripped of `strip_chars` (str.strip).
+def word_statistics(text: str, strip_chars: str, stop_words: tuple[str, ...] | None) -> tuple[int, ...]:
+    """What `quality_kernel.word_statistics` computes, with dicts and NumPy (its fallback), as 17 ints:
+    whitespace tokens of `text`, those that strip to something, their characters, words without a
+    letter, tokens whose word is a stop word (-1 when `stop_words` is None), (characters, count) of the
+    top 2-, 3- and 4-gram, and the characters inside repeated 5..10-grams. Each token is stripped of
+    `strip_chars` (str.strip).
 
     Word ids go through dicts and NumPy indexing, with no Python loop per token but the strip. Words
     without a letter are searched in the vocabulary joined by spaces, not per word."""
-    stripped = [token.strip(strip_chars) for token in tokens]
+    stripped = [token.strip(strip_chars) for token in text.split()]
     vocabulary = dict(zip(dict.fromkeys(stripped), itertools.count()))
     ids = np.fromiter(map(vocabulary.__getitem__, stripped), dtype=np.int64, count=len(stripped))
     lengths = np.fromiter(map(len, vocabulary), dtype=np.int64, count=len(vocabulary))[ids]
@@ -145,6 +146,7 @@ def word_statistics(tokens: list[str], strip_chars: str, stop_words: tuple[str, 
         no_letter.append("")
     stop = -1 if stop_words is None else sum(int(word_counts[vocabulary[w]]) for w in stop_words if w in vocabulary)
     return (
+        len(stripped),
         int(np.count_nonzero(lengths)),
         int(lengths.sum()),
         int(word_counts[list(map(vocabulary.__getitem__, no_letter))].sum()) if no_letter else 0,
