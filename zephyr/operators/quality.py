@@ -100,7 +100,7 @@ def quality_signals(text: str, lang: str | None = "en") -> dict[str, float | int
     looks across case-ignorable characters, which whitespace is not); their statistics (stripping,
     ids, n-grams) come from the C kernel `quality_kernel.c`, or without it from NumPy sorts
     (`quality_words`). Same values as the per-word Counter version (tests/quality_reference.py):
-    ~190 us (kernel) or ~430 us (NumPy) instead of ~975 on an average extracted web page
+    ~170 us (kernel) or ~430 us (NumPy) instead of ~1,000 on an average extracted web page
     (`benchmarks/quality.py`).
     """
     stop_list = STOP_WORDS.get(lang or "en")
