@@ -25,6 +25,7 @@ FALLBACK_COST = {
     ),
     "zephyr.operators.langid_kernel": "language id runs py3langid's own classify, about 10x slower on pages",
     "zephyr.tokenize.bpe_kernel": "tokenization runs on tiktoken, about 2x slower",
+    "zephyr.operators.quality_kernel": "quality signals count words and n-grams with NumPy, about 2x slower",
 }
 
 
