@@ -43,7 +43,10 @@ Measured here (2 cores shared with up to 6 others; CPU-time figures, since wall 
   Nemotron-CC, 2 GB, load 15: 224 core-hours for 2T tokens (normalize 22,936, exact dedup 16,270, fuzzy
   dedup 8,873, tokenize 17,444 docs per CPU-second); before issue 32's changes, same corpus and load: 432
   (17,567, 10,115, 5,418, 5,096). Curve, load 5-10: 252 / 218 / 216 core-hours at 0.25 / 1 / 4 GB (4 GB
-  again at load 5: 198); 16 GB stopped by --budget-minutes 60 (64 projected minutes, 21 spent).
+  again at load 5: 198); 16 GB stopped by --budget-minutes 60 (64 projected minutes, 21 spent). Once fuzzy
+  dedup computed sets for candidates only at any size, the whole curve, load 3.1-3.5: 216 / 183 / 180 / 204
+  core-hours at 0.25 / 1 / 4 / 16 GB (fuzzy dedup 10,211 / 10,458 / 10,315 / 8,158 docs per CPU-second;
+  4,419,744 documents at 16 GB, 8.7 GB of fuzzy scratch, ~40 minutes with generation).
   Common Crawl, load 4-7: 4,966 / 4,162 / 4,711 core-hours at 0.25 / 1 / 4 GB of HTML, about half of it
   extraction (~300 pages per CPU-second).
 """

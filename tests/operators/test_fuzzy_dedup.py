@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -386,6 +387,72 @@ def test_memory_bounded_paths_give_the_same_result(local, tmp_path, small_corpus
     assert tight == roomy and sum(1 for r in roomy if not r[2]) > 50
     report = json.loads((tmp_path / "tight" / "report.json").read_text())
     assert report["duplicates"] == sum(1 for r in tight if not r[2])
+
+
+def _sets_and_candidates(work: Path) -> tuple[list, set, int]:
+    """(ids of the documents given a shingle set, every candidate edge's ends, edges the LSH emitted)."""
+    import pyarrow.parquet as pq
+
+    with_sets = [i for path in sorted(work.glob("sets/**/*.parquet")) for i in pq.read_table(path)["id"].to_pylist()]
+    nodes = set()
+    for path in (work / "candidates").glob("*.parquet"):
+        edges = pq.read_table(path, columns=["a", "b"])
+        nodes.update(edges["a"].to_pylist(), edges["b"].to_pylist())
+    emitted = json.loads((work / "candidates" / "_DONE.json").read_text())["payload"]["counters"]
+    return with_sets, nodes, emitted["fuzzy_dedup/candidate_edges_emitted"]
+
+
+def test_only_candidate_documents_get_sets_at_any_memory(tmp_path, scratch, articles, monkeypatch, caplog):
+    """Step 3 computes the shingle sets of the candidate documents and no others, whatever the memory.
+
+    With 16 MB per worker this corpus's candidate ids (> 5,243 emitted edges, at the ~200 bytes per id of a
+    Python set) passed the eighth of memory the old code allowed, so it computed every document's set and
+    carried all through verification: 22 GB of sets for pipeline_scale's 16 GB corpus, which filled the disk.
+    Now their 64-bit hashes fit (17 bytes per edge end); when even those do not (forced here), the documents
+    are read in passes, each for one share of the ids. Clusters equal those of a roomy run's."""
+    from zephyr.operators import fuzzy_dedup as module
+
+    # families of up to 13 close copies (many candidate edges from few documents), and distinct documents
+    families = plant_near_duplicates(
+        article_chunks(articles)[:100], dup_fraction=1.0, max_copies=12, edit_rates=(0.0, 0.005, 0.01, 0.02), seed=5
+    )
+    others = recombined_documents(articles, 200, seed=9)
+    docs = families + [{"id": f"other-{i:04d}", "text": text} for i, text in enumerate(others)]
+    config = FuzzyDedupConfig(num_shards=8)  # 8 LSH partitions: a pair is emitted once per partition it is in
+
+    def run(name: str, memory: int) -> list[tuple]:
+        with execution(backend="local", scratch=scratch, memory_per_worker=memory, summary=False, progress=False):
+            ds = Dataset.from_list(docs, num_shards=3)
+            out = fuzzy_dedup(ds, config=config, work_dir=str(tmp_path / name)).collect()
+        return sorted((d["id"], d["dup_cluster"], d["dup_keep"]) for d in out)
+
+    roomy = run("roomy", 1 << 30)
+    assert sum(1 for r in roomy if not r[2]) > 500
+    tight = run("tight", 16 << 20)
+    with_sets, nodes, emitted = _sets_and_candidates(tmp_path / "tight")
+    assert 2 * emitted * 200 > (16 << 20) // 8  # the regime where the old code computed every set
+    assert len(with_sets) == len(set(with_sets)) and set(with_sets) == nodes
+    assert len(nodes) < len(docs) - 150  # most of the other documents are no candidates
+    assert sorted((tmp_path / "tight" / "sets").iterdir()) == [tmp_path / "tight" / "sets" / "pass-000-of-001"]
+    assert tight == roomy
+
+    # hashes beyond the memory share: three passes over the documents, each for a third of the ids
+    monkeypatch.setattr(module, "set_passes", lambda edges, memory: 3)
+    with caplog.at_level("WARNING", logger=module.__name__):
+        passes = run("passes", 16 << 20)
+    assert "reading the documents 3 times" in caplog.text
+    with_sets, nodes, _ = _sets_and_candidates(tmp_path / "passes")
+    assert len(with_sets) == len(set(with_sets)) and set(with_sets) == nodes
+    assert passes == roomy
+    # killed before verification, with pass 2 of 3 unfinished: the finished passes are kept, not redone
+    work = tmp_path / "passes"
+    finished = sorted(p.stat().st_mtime_ns for p in (work / "sets" / "pass-000-of-003").iterdir())
+    for stage in ("verified", "cc", "clusters", "sets/pass-001-of-003/_DONE.json"):
+        path = work / stage
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert run("passes", 16 << 20) == roomy
+    assert sorted(p.stat().st_mtime_ns for p in (work / "sets" / "pass-000-of-003").iterdir()) == finished
+    assert sorted(_sets_and_candidates(work)[0]) == sorted(with_sets)
 
 
 def test_hot_lsh_buckets_stream_and_give_the_same_edges_and_clusters(local, tmp_path, small_corpus):

@@ -25,11 +25,17 @@ the map functions and reducers of stages 1-3 are in :mod:`zephyr.operators.fuzzy
    as entries, and its other members arrive after every entry and are linked as they stream by
    (same edges; benchmarks/lsh_skew.py).
 3. ``sets/``        (with verification) a second pass over the documents computes the sorted set of
-   64-bit shingle hashes of each document with a candidate edge, only: when the candidate ids fit in
-   an eighth of a worker's memory every other document is skipped before hashing (else every set is
-   computed). A set (8 bytes per shingle) outweighs its document's text, and only a few percent of a
-   corpus are candidates: written for every document with the signatures, sets were most of this
-   step's disk (22 GB for a 16 GB corpus) and about a quarter of its time.
+   64-bit shingle hashes of each document with a candidate edge, and of no other: every worker holds
+   the candidate ids as a sorted array of their 64-bit hashes (8 bytes per id; a Python set of the ids
+   took ~200) and skips every other document before hashing its text. A set (8 bytes per shingle)
+   outweighs its document's text, and only a few percent of a corpus are candidates (pipeline_scale's
+   4 GB corpus: 79,846 of 1,047,906 documents, 394 MB of sets); computed for every document, sets were
+   22 GB for its 16 GB corpus, which verification's shuffle then carried through scratch: that run
+   filled the disk. The old Python set fit an eighth of a 1 GB worker up to ~335k emitted candidate
+   edges (284k at 4 GB, past it at 16 GB); the hashes fit up to ~3.9M (17 bytes per edge end while the
+   array is built). Beyond that the documents are read in passes (``sets/pass-KKK-of-NNN/``, a stage
+   each), pass k for the ids whose hash is k modulo the pass count: memory stays within its share and
+   only candidates get sets, for one more read of the documents per pass (logged as a warning).
    ``verified/``    `group_by` node partition over the candidate edges and the sets files together
    (one `from_files` reads both: the engine's union) sends each node's shingle set to its edges
    (once per distinct edge: a pair found in several bands arrives repeated); `group_by` edge
@@ -66,6 +72,7 @@ verification, steps 4-5 run on the raw LSH candidate edges.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -111,6 +118,8 @@ __all__ = [
     "lsh_candidate_edges",
 ]
 
+log = logging.getLogger(__name__)
+
 FUZZY_DUPLICATE_REASON = "fuzzy_duplicate"
 """`filter_reason` of documents that are near-duplicates of their cluster's keeper."""
 
@@ -119,6 +128,9 @@ _WORK_DIR_FORMAT = 3
 _STAGE_KIND = "fuzzy-dedup-stage"
 _WORK_DIR_KIND = "fuzzy-dedup-work-dir"
 _LOOKUP_BYTES = 200  # memory per entry of an in-memory id table (set or dict slot, id strings)
+# Memory per end of an emitted candidate edge while `candidate_id_hashes` builds its sorted array: the
+# 8-byte hash, a 1-byte "first of its value" mask and the 8-byte unique copy (8 per distinct id once built).
+_CANDIDATE_ID_BYTES = 17
 # Memory per (bucket key, document) entry in an LSH partition reducer, ids included: each entry's id is a
 # str object of its own (~100 bytes for a 47-character record id), the partition's distinct ids are
 # sorted and ranked in a dict. Measured (benchmarks/pipeline_scale.py, 40-character ids): the fuzzy step's
@@ -241,7 +253,9 @@ def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> str:
     Returns the settings' fingerprint, which every stage's done marker carries. ``format`` names the
     layout of the stage files (3: Arrow signature batches of band keys, 64-bit sets of candidates in
     sets/, candidate edges with "jaccard", star-clustering keepers; 2 had 32-bit sets beside every
-    signature), so a work_dir left by an older version is refused rather than half reused.
+    signature), so a work_dir left by an older version is refused rather than half reused. Sets now lie
+    in sets/pass-KKK-of-NNN/ (the same sets): a format-3 work_dir's sets/ files are redone if its
+    verification did not finish, and unused if it did.
     """
     settings = json.loads(json.dumps(asdict(config), default=str))
     for tuning_only in ("batch_size", "max_iterations", "num_shards"):
@@ -273,7 +287,8 @@ def _check_work_dir(work_dir: str, config: FuzzyDedupConfig) -> str:
 def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: str) -> FuzzyDedupReport:
     """Run stages 1-5 now, on the current `execution(...)` backend, and report what they found.
 
-    Reads `ds` once, and with verification a second time for the candidate documents' shingle sets.
+    Reads `ds` once, and with verification a second time for the candidate documents' shingle sets (more
+    times only when the candidate ids' hashes pass a worker's memory share: step 3 of the module docstring).
     Resumable: every stage writes under `work_dir` and is skipped on a rerun once complete (and the
     engine resumes a stage's finished shards), so a killed run continues where it stopped. A work_dir
     belongs to one input and one configuration.
@@ -304,31 +319,15 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
 
     if config.verify:
 
-        def sets() -> tuple[list[str], dict[str, int]]:
-            if not edge_paths:
-                return [], {}
-            # Each candidate edge adds at most two ids to the set of nodes a worker loads.
-            fits_in_memory = 2 * candidate_edges * _LOOKUP_BYTES <= engine.memory_per_worker // 8
-            candidate_sets = CandidateSets(
-                config.minhash,
-                config.id_field,
-                config.text_field,
-                config.batch_size,
-                tuple(edge_paths) if fits_in_memory else None,
-            )
-            return write_stage(ds.map_shard(candidate_sets), join(work_dir, "sets"))
-
-        set_stage = _stage(join(work_dir, "sets"), version, sets)
-
         def verified() -> tuple[list[str], dict[str, int]]:
             if not edge_paths:
                 return [], {}
+            set_paths, with_sets = _candidate_sets(ds, config, work_dir, version, edge_paths, candidate_edges)
             # Enough partitions that one holds its edges' sets in a quarter of a worker's memory.
-            with_sets = max(1, set_stage["counters"].get("fuzzy_dedup/sets", 0))
-            set_bytes = _bytes_of(set_stage["paths"]) // with_sets + _LOOKUP_BYTES
+            set_bytes = _bytes_of(set_paths) // max(1, with_sets) + _LOOKUP_BYTES
             partitions = max(shards, -(-2 * candidate_edges * set_bytes // (engine.memory_per_worker // 4)))
             return write_stage(
-                Dataset.from_files([*edge_paths, *set_stage["paths"]], format="parquet")
+                Dataset.from_files([*edge_paths, *set_paths], format="parquet")
                 .map_shard(PackByNode(partitions))
                 .group_by(first, FanOut(partitions), sort_by=second, num_shards=shards)
                 .group_by(first, VerifyPairs(config.threshold), num_shards=shards),
@@ -368,6 +367,51 @@ def find_duplicate_clusters(ds: Dataset, *, config: FuzzyDedupConfig, work_dir: 
     )
     _write_json(join(work_dir, "report.json"), asdict(report))
     return report
+
+
+def set_passes(candidate_edges: int, memory_per_worker: int) -> int:
+    """Passes of step 3's second read of the documents: one unless the candidate ids' hashes (at most two
+    per emitted edge, `_CANDIDATE_ID_BYTES` each while the array is built) pass an eighth of a worker's
+    memory; then each pass loads and serves one residue class of the hashes."""
+    return max(1, -(-2 * candidate_edges * _CANDIDATE_ID_BYTES // (memory_per_worker // 8)))
+
+
+def _candidate_sets(
+    ds: Dataset, config: FuzzyDedupConfig, work_dir: str, version: str, edge_paths: Sequence[str], edges: int
+) -> tuple[list[str], int]:
+    """Step 3's ``sets/``: the candidate documents' shingle sets; returns (files, documents with a set).
+
+    Each pass is a stage of its own (``sets/pass-KKK-of-NNN/``), so a killed run keeps its finished passes;
+    folders of another plan (other memory settings, an older layout) are removed first.
+    """
+    passes = set_passes(edges, current_config().memory_per_worker)
+    if passes > 1:
+        log.warning(
+            "fuzzy dedup: the hashes of up to %s candidate ids pass an eighth of memory_per_worker (%s MB): "
+            "reading the documents %d times for their shingle sets, one share of the ids each; a larger "
+            "memory_per_worker reads them once",
+            f"{2 * edges:,}",
+            current_config().memory_per_worker >> 20,
+            passes,
+        )
+    sets_dir = join(work_dir, "sets")
+    names = [f"pass-{k:03d}-of-{passes:03d}" for k in range(passes)]
+    fs, path = url_to_fs(sets_dir)
+    if fs.exists(path):
+        for entry in fs.ls(path, detail=False):
+            if entry.rstrip("/").rsplit("/", 1)[-1] not in names:
+                fs.rm(entry, recursive=True)
+    paths: list[str] = []
+    with_sets = 0
+    for k, name in enumerate(names):
+        out = join(sets_dir, name)
+        sets = CandidateSets(
+            config.minhash, config.id_field, config.text_field, config.batch_size, tuple(edge_paths), passes, k
+        )
+        done = _stage(out, version, lambda out=out, sets=sets: write_stage(ds.map_shard(sets), out))
+        paths.extend(done["paths"])
+        with_sets += done["counters"].get("fuzzy_dedup/sets", 0)
+    return paths, with_sets
 
 
 def lsh_candidate_edges(

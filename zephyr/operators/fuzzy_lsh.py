@@ -31,6 +31,8 @@ __all__ = [
     "PackByNode",
     "Sketch",
     "VerifyPairs",
+    "candidate_id_hashes",
+    "id_hashes",
     "first",
     "second",
     "tag_other",
@@ -71,28 +73,36 @@ class CandidateSets:
     batches of (id, shingles).
 
     Why a second pass rather than sets written with the signatures: only documents with a candidate edge
-    are verified (a few percent of a corpus), and a set (8 bytes per shingle) outweighs its document's
-    text; written for every document it was most of fuzzy dedup's disk and a large share of its time.
-    With `edge_paths` (when the candidate ids fit in memory) the other documents are skipped before any
-    hashing; without, every document's set is computed (the cost the old single pass had).
+    are verified (a few percent of a corpus: 5,414 of 65,013 in pipeline_scale's 0.25 GB corpus), and a
+    set (8 bytes per shingle) outweighs its document's text; written for every document, sets were most of
+    fuzzy dedup's disk (22 GB for a 16 GB corpus) and a large share of its time.
+
+    Which documents are candidates: every worker loads the 64-bit hashes (:func:`id_hashes`) of the
+    candidate edges' ends as one sorted, unique NumPy array (8 bytes per id, where a Python set of the ids
+    took ~200), and tests each batch of documents' id hashes against it with one `np.searchsorted`; the
+    other documents are skipped before any hashing of their text. A hash collision can only let a
+    non-candidate through (two ids with one hash: probability ~ documents x candidates / 2**64, 1e-7 for
+    4.4M documents and 500k candidates): its set is computed and written, and verification's fan-out,
+    which sends a set only to the node's edges, ignores it. With `passes` > 1 (candidate hashes beyond the
+    memory share: see `find_duplicate_clusters`) pass `pass_index` keeps the ids whose hash is
+    `pass_index` modulo `passes`, so each pass holds a part of the array and every candidate is in one.
     """
 
     minhash: MinHashConfig
     id_field: str
     text_field: str
     batch_size: int
-    edge_paths: tuple[str, ...] | None
+    edge_paths: tuple[str, ...]
+    passes: int = 1
+    pass_index: int = 0
     # Loaded once per worker process: the engine keeps a stage's objects across its shards.
     _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, records: Iterable[dict]) -> Iterator[pa.RecordBatch]:
-        if self.edge_paths is not None:
-            if "nodes" not in self._loaded:
-                self._loaded["nodes"] = candidate_nodes(self.edge_paths)
-            wanted = self._loaded["nodes"]
-            id_field = self.id_field
-            records = (r for r in records if isinstance(r, dict) and r.get(id_field) in wanted)
-        for ids, texts in _batches(records, self.id_field, self.text_field, self.batch_size):
+        if "wanted" not in self._loaded:
+            self._loaded["wanted"] = candidate_id_hashes(self.edge_paths, self.passes, self.pass_index)
+        candidates = _members(records, self.id_field, self._loaded["wanted"], self.batch_size)
+        for ids, texts in _batches(candidates, self.id_field, self.text_field, self.batch_size):
             values, offsets = shingle_sets(texts, self.minhash)
             counters.increment("fuzzy_dedup/sets", len(ids))
             sizes = np.diff(offsets)
@@ -105,6 +115,25 @@ class CandidateSets:
             data = pa.py_buffer(np.ascontiguousarray(values, dtype="<u8"))
             shingles = pa.Array.from_buffers(pa.large_binary(), len(keep), [None, pa.py_buffer(byte_offsets), data])
             yield pa.RecordBatch.from_pydict({"id": pa.array([ids[i] for i in keep.tolist()]), "shingles": shingles})
+
+
+def _members(records: Iterable[dict], id_field: str, wanted: np.ndarray, size: int) -> Iterator[dict]:
+    """The records whose id hash is in the sorted array `wanted`, tested `size` records at a time."""
+    chunk: list[dict] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) >= size:
+            yield from _select(chunk, id_field, wanted)
+            chunk = []
+    yield from _select(chunk, id_field, wanted)
+
+
+def _select(chunk: list[dict], id_field: str, wanted: np.ndarray) -> list[dict]:
+    if not chunk or not len(wanted):
+        return []
+    hashes = id_hashes([doc_id(record, id_field) for record in chunk])
+    at = np.minimum(np.searchsorted(wanted, hashes), len(wanted) - 1)
+    return [chunk[i] for i in np.flatnonzero(wanted[at] == hashes).tolist()]
 
 
 def _batches(
@@ -333,10 +362,22 @@ _EDGES, _SETS = 0, 1  # chunk tags: a node partition's edges arrive before its s
 FLUSH_ITEMS = 4096  # entries per packed record
 
 
-def partition_of(value: Any, partitions: int) -> int:
-    """A partition from a stable hash (Python's own hash of str differs between processes)."""
+def stable_hash(value: Any) -> int:
+    """A 64-bit hash that is the same in every process (Python's own hash of str is salted per process):
+    xxh3 of a str's UTF-8 bytes, of anything else's repr (an int id, an edge's tuple of ids)."""
     data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else repr(value).encode("utf-8")
-    return xxhash.xxh3_64_intdigest(data) % partitions
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def partition_of(value: Any, partitions: int) -> int:
+    """A partition from a stable hash."""
+    return stable_hash(value) % partitions
+
+
+def id_hashes(ids: Sequence[Any]) -> np.ndarray:
+    """`stable_hash` of each id, as uint64 (an int id and its decimal str share one: harmless where a
+    collision only costs work, as in `CandidateSets`; ids are all str or all int anyway)."""
+    return np.fromiter(map(stable_hash, ids), dtype=np.uint64, count=len(ids))
 
 
 @dataclass(frozen=True)
@@ -369,16 +410,27 @@ class PackByNode:
         yield from ((part, tag, keys, values) for (part, tag), (keys, values) in chunks.items())
 
 
-def candidate_nodes(paths: Sequence[str]) -> set[Any]:
-    """Every node of the candidate edges in the parquet files `paths` (both ends)."""
+def candidate_id_hashes(paths: Sequence[str], passes: int = 1, pass_index: int = 0) -> np.ndarray:
+    """Sorted unique `id_hashes` of every node of the candidate edges in the parquet files `paths` (both
+    ends), those equal to `pass_index` modulo `passes` only.
+
+    Memory: 8 bytes per edge end (repeats included) while the hashes are sorted in place, then the unique
+    ones copied out: at most 16 bytes per edge end, 8 per distinct id once built.
+    """
     from zephyr.engine.io import read_batches
 
-    nodes: set[Any] = set()
+    parts: list[np.ndarray] = []
     for path in paths:
         for batch in read_batches(path, format="parquet", columns=["a", "b"]):
-            nodes.update(batch.column("a").to_pylist())
-            nodes.update(batch.column("b").to_pylist())
-    return nodes
+            for column in ("a", "b"):
+                hashes = id_hashes(batch.column(column).to_pylist())
+                parts.append(hashes[hashes % np.uint64(passes) == pass_index] if passes > 1 else hashes)
+    hashes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+    del parts
+    hashes.sort()
+    fresh = np.ones(len(hashes), dtype=bool)
+    fresh[1:] = hashes[1:] != hashes[:-1]
+    return hashes[fresh]
 
 
 @dataclass(frozen=True)
