@@ -250,3 +250,30 @@ def test_document_dedup_leaves_no_folder_whether_run_or_not(articles, tmp_path):
         del marked
         gc.collect()
         assert not list(Path(scratch).rglob("exact-dedup-*")), run
+
+
+def test_the_duplicates_table_costs_what_the_lookup_threshold_assumes():
+    """The annotation pass's table, as a worker unpickles it, holds to `_LOOKUP_BYTES` per entry: the
+    threshold above which dedup_documents shuffles whole documents instead assumes it. (The dicts per
+    (shard, index) this table replaced took ~240 bytes an entry.)"""
+    import pickle
+    import random
+    import tracemalloc
+
+    import numpy as np
+
+    from zephyr.operators import exact_dedup
+
+    rng = random.Random(0)
+    entries = 40_000
+    shards = np.array([rng.randrange(300) for _ in range(entries)], np.int64)
+    indices = np.arange(entries, dtype=np.int64)  # unique positions
+    sizes = np.array([0 if i % 2 else 2 for i in range(entries)], np.int32)
+    keepers = [f"doc-{rng.randrange(10**12):012d}" if i % 2 else None for i in range(entries)]
+    blob = pickle.dumps(exact_dedup._shard_decisions(shards, indices, sizes, keepers), protocol=5)
+    tracemalloc.start()
+    table = pickle.loads(blob)
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert sum(len(d.indices) for d in table.values()) == entries
+    assert held <= entries * exact_dedup._LOOKUP_BYTES, held / entries

@@ -326,26 +326,62 @@ def _decide(bucket: int, batches: Iterable[Any]) -> Iterator[dict]:
 
 
 @dataclass(frozen=True)
+class _ShardDecisions:
+    """The decisions of one input shard's documents that are in a duplicate cluster: their indices in the
+    shard (ascending), cluster size for a keeper and 0 for a duplicate, and each duplicate's keeper id
+    (None for a keeper). Arrays, not a dict per position: ~440k entries (half of them duplicates with a
+    16-character id) took 104 MB unpickled as the two (shard, index) dicts this replaced and 23 MB here, the
+    keepers' ids most of it; at 16 GB of generated Nemotron-CC text (448k entries) the dicts were about a
+    quarter of the worker's 1 GB budget, and the table was shipped in every annotation task's stage."""
+
+    indices: np.ndarray  # int64
+    sizes: np.ndarray  # int32
+    keepers: list[Any]
+
+
+def _shard_decisions(shards: np.ndarray, indices: np.ndarray, sizes: np.ndarray, keepers: list[Any]) -> dict:
+    """The decision pass's entries grouped by input shard: {shard: _ShardDecisions}."""
+    if not len(shards):
+        return {}
+    order = np.lexsort((indices, shards))
+    shards, indices, sizes = shards[order], indices[order], sizes[order]
+    firsts = np.flatnonzero(np.diff(shards, prepend=-1)).tolist()
+    ends = [*firsts[1:], len(shards)]
+    return {
+        int(shards[lo]): _ShardDecisions(indices[lo:hi], sizes[lo:hi], [keepers[i] for i in order[lo:hi].tolist()])
+        for lo, hi in zip(firsts, ends, strict=True)
+    }
+
+
+@dataclass(frozen=True)
 class _Annotate:
     """map_shard of the annotation pass: each document's decision by lookup of its position."""
 
     text_field: str
-    sizes: dict  # (shard, index) -> cluster size for a keeper, 0 for a duplicate; absent: a singleton
-    keepers: dict  # (shard, index) of a duplicate -> the id of the document kept for it
+    decisions: dict  # input shard -> _ShardDecisions; a position absent from them: a singleton
     drop: bool
     table_url: str
 
     def __fingerprint__(self) -> list:
-        # sizes and keepers are what the decision pass computed, and the table's name digests its work:
+        # the decisions are what the decision pass computed, and the table's name digests its work:
         # describing the (possibly million-entry) lookups again would cost seconds per plan
         return ["exact-dedup-annotate", self.text_field, self.drop, self.table_url.rsplit("/", 1)[-1]]
 
     def __call__(self, docs: Iterable[dict], context: ShardContext) -> Iterator[dict]:
         shard = context.shard
-        sizes, keepers, field_name, drop = self.sizes, self.keepers, self.text_field, self.drop
+        field_name, drop = self.text_field, self.drop
+        found = self.decisions.get(shard)
+        indices = [] if found is None else found.indices.tolist()
+        sizes = [] if found is None else found.sizes.tolist()
+        keepers = [] if found is None else found.keepers
+        indices.append(-1)  # past the last entry: no document index matches it
         cached = _cached_hashes(self.table_url, shard)
+        entry = 0
         for index, doc in enumerate(docs):
-            size = sizes.get((shard, index), 1)
+            size = 1  # a singleton
+            if index == indices[entry]:  # the shard's entries are visited in index order, once each
+                size, keeper = sizes[entry], keepers[entry]
+                entry += 1
             if not size and drop:
                 counters.increment("dedup/exact_documents_dropped")
                 continue
@@ -354,12 +390,12 @@ class _Annotate:
                 yield _mark_kept(doc, digest, size)
             else:
                 counters.increment("dedup/exact_documents_duplicate")
-                yield _mark_duplicate(doc, digest, keepers.get((shard, index)))
+                yield _mark_duplicate(doc, digest, keeper)
 
 
 _DECISION_BATCH = 16384  # decision records per Arrow batch (~1 MB)
 _BUCKETS_PER_SHARD = 64  # hash buckets (the decision shuffle's keys) per reduce shard
-_LOOKUP_BYTES = 240  # a (shard, index) -> size entry (and a duplicate's keeper id) in Python dicts
+_LOOKUP_BYTES = 64  # a decision entry in _ShardDecisions, unpickled (measured 54: index, size, list slot, half an id)
 
 
 def dedup_documents(
@@ -400,23 +436,27 @@ def dedup_documents(
         if entries * _LOOKUP_BYTES > config.memory_per_worker // 8:
             _remove(table_url)
             return ds.group_by(_DocKey(text_field), _MarkDocs(drop), sort_by=order, num_shards=num_shards)
-        sizes: dict[tuple[int, int], int] = {}
-        keepers: dict[tuple[int, int], Any] = {}
+        shards, indices, sizes, keepers = [], [], [], []
         for path in run.outputs:
             for batch in read_batches(path, format="parquet"):
-                columns = ("shard", "index", "size", "keeper")
-                shards, indices, cluster_sizes, keeper_ids = (batch.column(n).to_pylist() for n in columns)
-                positions = list(zip(shards, indices, strict=True))
-                sizes.update(zip(positions, cluster_sizes, strict=True))
-                keepers.update((p, k) for p, s, k in zip(positions, cluster_sizes, keeper_ids, strict=True) if s == 0)
+                shards.append(batch.column("shard").to_numpy(zero_copy_only=False))
+                indices.append(batch.column("index").to_numpy(zero_copy_only=False))
+                sizes.append(batch.column("size").to_numpy(zero_copy_only=False))
+                keepers.extend(batch.column("keeper").to_pylist())
             url_to_fs(path)[0].rm(url_to_fs(path)[1])
+        decisions = _shard_decisions(
+            np.concatenate(shards or [np.zeros(0, np.int64)]).astype(np.int64),
+            np.concatenate(indices or [np.zeros(0, np.int64)]).astype(np.int64),
+            np.concatenate(sizes or [np.zeros(0, np.int32)]).astype(np.int32),
+            keepers,
+        )
     except BaseException:
         _remove(table_url)
         raise
     # The per-shard hash files stay for the annotation pass, which removes each once read. The folder
     # goes when the annotation is no longer referenced (the returned dataset and those built on it are
     # gone, or at exit): also when the dataset is never run, or a shard is never read.
-    annotate = _Annotate(text_field, sizes, keepers, drop, table_url)
+    annotate = _Annotate(text_field, decisions, drop, table_url)
     weakref.finalize(annotate, _remove, table_url)
     return ds.map_shard(annotate, with_context=True)
 
