@@ -46,7 +46,10 @@ Measured here (2 cores shared with up to 6 others; CPU-time figures, since wall 
   again at load 5: 198); 16 GB stopped by --budget-minutes 60 (64 projected minutes, 21 spent). Once fuzzy
   dedup computed sets for candidates only at any size, the whole curve, load 3.1-3.5: 216 / 183 / 180 / 204
   core-hours at 0.25 / 1 / 4 / 16 GB (fuzzy dedup 10,211 / 10,458 / 10,315 / 8,158 docs per CPU-second;
-  4,419,744 documents at 16 GB, 8.7 GB of fuzzy scratch, ~40 minutes with generation).
+  4,419,744 documents at 16 GB, 8.7 GB of fuzzy scratch, ~40 minutes with generation; exact dedup peaked at
+  1,052 MB of 1,024). With exact dedup's duplicates table as arrays, 16 GB then 0.25 GB in a fresh clone (load
+  0.9-2.1, 0-0.4): fuzzy dedup 9,806 vs 11,283 docs per CPU-second (-13%), exact dedup 22,624 vs 21,518 at
+  961 MB peak; 171 and 180 core-hours.
   Common Crawl, load 4-7: 4,966 / 4,162 / 4,711 core-hours at 0.25 / 1 / 4 GB of HTML, about half of it
   extraction (~300 pages per CPU-second). With extraction, language id, quality and PII sped up (issue 32),
   1 GB, load 0.5-0.9 (a fresh clone's own build): 1,728 core-hours (extract 1,063 at 594 pages per
