@@ -384,14 +384,15 @@ def _candidate_sets(
     Each pass is a stage of its own (``sets/pass-KKK-of-NNN/``), so a killed run keeps its finished passes;
     folders of another plan (other memory settings, an older layout) are removed first.
     """
-    passes = set_passes(edges, current_config().memory_per_worker)
+    memory = current_config().memory_per_worker
+    passes = set_passes(edges, memory)
     if passes > 1:
         log.warning(
             "fuzzy dedup: the hashes of up to %s candidate ids pass an eighth of memory_per_worker (%s MB): "
             "reading the documents %d times for their shingle sets, one share of the ids each; a larger "
             "memory_per_worker reads them once",
             f"{2 * edges:,}",
-            current_config().memory_per_worker >> 20,
+            memory >> 20,
             passes,
         )
     sets_dir = join(work_dir, "sets")
