@@ -12,6 +12,8 @@ systems are checked against each other (a checksum over every output row) before
   sort_by="ts")` (field names: the shuffle takes whole Arrow batches), and once more on processes with
   key functions (`lambda r: r["user"]`: one record at a time); peak RSS is the largest worker's peak
   (StageStats) and the driver's sampled peak.
+- Zephyr processes with `Dataset.aggregate("user", sort_by="ts", first_ts=("ts", "first"), ...)`: the same
+  result declared, as polars declares it, folded column-wise on both sides of the shuffle.
 - Zephyr processes twice more: on dict records made by a `map` before the group_by (field keys), and on a
   skewed input (`--skew`, default one key holding 30% of the records) beside the balanced one: wall time
   of both, and polars on the skewed input for the check.
@@ -190,17 +192,29 @@ def summarize(user: int, items: Any) -> dict:
     }
 
 
+# what `summarize` computes, declared: Dataset.aggregate folds it column-wise (what polars runs, too)
+AGGREGATE = {
+    "first_ts": ("ts", "first"),
+    "last_ts": ("ts", "last"),
+    "count": ("ts", "size"),
+    "first_payload": ("payload", "first"),
+}
+
+
 def run_zephyr(
     backend: str, input_dir: Path, out_dir: Path, scratch: Path, workers: int, memory: str, *, keys: str = "fields"
 ) -> dict:
     """keys "fields": group_by("user", sort_by="ts") on the reader's Arrow batches; "functions": key
     functions (each record becomes a dict once, on the map side); "dicts": field keys on dict records
-    made by a map (scattered as Arrow batches when they convert exactly)."""
+    made by a map (scattered as Arrow batches when they convert exactly); "aggregate": the same result
+    declared with Dataset.aggregate (no Python per record or group)."""
     files = Dataset.from_files(str(input_dir / "*.parquet"))
     if keys == "fields":
         ds = files.group_by("user", summarize, sort_by="ts")
     elif keys == "functions":
         ds = files.group_by(user_key, summarize, sort_by=ts_key)
+    elif keys == "aggregate":
+        ds = files.aggregate("user", sort_by="ts", **AGGREGATE)
     else:
         ds = files.map(dict).group_by("user", summarize, sort_by="ts")
     with (
@@ -376,6 +390,7 @@ def _mb(n: float) -> str:
 LABELS = {
     "polars": "polars (1 process)",
     "zephyr_processes": "zephyr processes",
+    "zephyr_processes_agg": "zephyr processes, aggregate",
     "zephyr_processes_fn": "zephyr processes, key fns",
     "zephyr_processes_dicts": "zephyr processes, dicts",
     "zephyr_ray": "zephyr ray (actors)",
@@ -384,7 +399,13 @@ LABELS = {
     "polars_raydata_input": "polars, ray data's input",
     "ray_data": "ray data (map_groups)",
 }
-ZEPHYR_PROCESSES = ("zephyr_processes", "zephyr_processes_fn", "zephyr_processes_dicts", "zephyr_processes_skewed")
+ZEPHYR_PROCESSES = (
+    "zephyr_processes",
+    "zephyr_processes_agg",
+    "zephyr_processes_fn",
+    "zephyr_processes_dicts",
+    "zephyr_processes_skewed",
+)
 
 
 def _load() -> str:
@@ -451,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
             measured("polars", records, tmp / "out-polars", run_polars(input_dir, tmp / "out-polars"))
         if "processes" not in skip:
             zephyr("zephyr_processes", "processes", input_dir)
+            zephyr("zephyr_processes_agg", "processes", input_dir, keys="aggregate")
             zephyr("zephyr_processes_fn", "processes", input_dir, keys="functions")
             if "dicts" not in skip:
                 zephyr("zephyr_processes_dicts", "processes", input_dir, keys="dicts")
@@ -566,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios: dict[str, float] = {}
     for name, peer in (
         ("zephyr_processes", "polars"),
+        ("zephyr_processes_agg", "polars"),
         ("zephyr_processes_fn", "polars"),
         ("zephyr_processes_dicts", "polars"),
         ("zephyr_processes_skewed", "polars_skewed"),

@@ -27,6 +27,7 @@ from zephyr.engine import ops as O
 from zephyr.engine.ops import callable_name, preview
 from zephyr.engine.shuffle import (
     ReducePiece,
+    RunFile,
     as_records,
     iter_group_batches,
     iter_groups,
@@ -34,6 +35,8 @@ from zephyr.engine.shuffle import (
     merged_blocks,
     order_checked,
 )
+from zephyr.engine.shuffle.aggregate import fold_partials, target_values
+from zephyr.engine.shuffle.runs import records_of
 from zephyr.engine.sortkey import UnorderableKeysError
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.errors import UserCodeError
@@ -48,6 +51,7 @@ __all__ = [
     "GroupInput",
     "JoinInput",
     "ReshardInput",
+    "AggregateInput",
     "StageInput",
 ]
 
@@ -317,7 +321,46 @@ class ReshardInput(Input):
         return iter_values(_merged(task, result, ordered=False))
 
 
-StageInput = FileInput | ListInput | IterableInput | GroupInput | JoinInput | ReshardInput
+@dataclass(frozen=True)
+class AggregateInput(Input):
+    """Target i of an aggregate's shuffle: its partial rows folded per key (`shuffle.aggregate`)."""
+
+    splittable: ClassVar[bool] = True  # whole keys per key-hash range
+
+    upstream: tuple[int, ...]
+    aggregation: Any  # shuffle.aggregate.Aggregation
+    # yield Arrow batches (set by the planner when the output takes them: a columnar sink), with records only
+    # where the Python fold's values do not convert to Arrow exactly; else records throughout
+    as_batches: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"aggregate({self.aggregation.key})"
+
+    def describe(self) -> str:
+        return _describe_shuffle(self.upstream)
+
+    def shard_name(self, shard: int) -> str:
+        return f"shuffle target {shard}"
+
+    def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
+        budget = task.memory_per_worker // 4  # partial rows waiting for a fold; the folded ones come on top
+        runs = [run for stage_runs in task.upstream_runs for run in stage_runs]
+        with _naming_stage(task):
+            for target, khash_range in _key_ranges(task, runs, result, budget):
+                values = _counted_batches(target_values(runs, target, khash_range), result)
+                out = fold_partials(values, self.aggregation, budget)
+                if self.as_batches:
+                    yield from out
+                else:
+                    for item in out:
+                        if isinstance(item, pa.RecordBatch):
+                            yield from records_of(item)
+                        else:
+                            yield item
+
+
+StageInput = FileInput | ListInput | IterableInput | GroupInput | JoinInput | ReshardInput | AggregateInput
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -418,9 +461,27 @@ class _Counted:
             close()
 
 
+def _key_ranges(
+    task: ShardTask, runs: list[RunFile], result: ShardResult, budget: int
+) -> Iterator[tuple[int, tuple[int, int] | None]]:
+    """The task's (target, key-hash range) pieces cut so that each holds about `budget` bytes at most: an
+    aggregate folds a range in memory, one row per key, so a piece with more keys than fit is read once
+    per range."""
+    result.bytes_in = 0
+    for piece in task.pieces or (ReducePiece(task.shard),):
+        size = sum(run.segments[piece.target][3] for run in runs if piece.target in run.segments)
+        size = size * (piece.hi - piece.lo) >> 64
+        result.bytes_in += size
+        k = max(1, -(-size // max(1, budget)))
+        for i in range(k):
+            lo = piece.lo + (piece.hi - piece.lo) * i // k
+            hi = piece.lo + (piece.hi - piece.lo) * (i + 1) // k
+            yield piece.target, (None if (lo, hi) == (0, 1 << 64) else (lo, hi))
+
+
 def _counted_batches(batches: Iterable[Any], result: ShardResult) -> Iterator[Any]:
     for batch in batches:
-        result.records_in += batch.num_rows
+        result.records_in += len(batch)
         yield batch
 
 

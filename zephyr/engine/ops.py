@@ -25,6 +25,7 @@ __all__ = [
     "TakePerShard",
     "NarrowOp",
     "GroupBy",
+    "Aggregate",
     "Join",
     "Reshard",
     "Union",
@@ -191,6 +192,19 @@ class GroupBy:
     @property
     def name(self) -> str:
         return f"group_by({callable_name(self.key)})"
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """`Dataset.aggregate`: per key field, named aggregations of fields, folded column-wise on both sides
+    of a shuffle (`shuffle.aggregate`)."""
+
+    aggregation: Any  # shuffle.aggregate.Aggregation
+    num_shards: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"aggregate({self.aggregation.key})"
 
 
 @dataclass(frozen=True)

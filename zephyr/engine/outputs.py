@@ -24,9 +24,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+import pyarrow as pa
+
 from zephyr import counters
 from zephyr.engine import absent_fields
 from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec, scatters_batches
+from zephyr.engine.shuffle.aggregate import AggregateWriter
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.fs import atomic_write, join, missing_files, open_url, remove_dead_temps, url_to_fs
 from zephyr.fs.core import is_hidden
@@ -106,21 +109,29 @@ class Scatter(Output):
 
     @property
     def takes_batches(self) -> bool:
-        """A keyed scatter without combiner or join tag takes Arrow batches whole."""
-        return scatters_batches(self.spec)
+        """A keyed scatter without combiner or join tag, and an aggregate's, take Arrow batches whole."""
+        return self.spec.aggregation is not None or scatters_batches(self.spec)
 
     def describe(self) -> str:
         return f"scatter to {self.spec.num_targets} shard(s)"
 
     def write(self, stream: Iterator[Any], task: ShardTask, result: ShardResult) -> None:
-        writer = ScatterWriter(
-            self.spec, join(task.out_dir, "runs"), shard=task.shard, flush_bytes=task.memory_per_worker // 4
-        )
-        add = writer.add_batch if self.batches else writer.add
+        spec, out_dir, flush_bytes = self.spec, join(task.out_dir, "runs"), task.memory_per_worker // 4
+        writer: ScatterWriter | AggregateWriter
+        if spec.aggregation is None:
+            writer = ScatterWriter(spec, out_dir, shard=task.shard, flush_bytes=flush_bytes)
+        else:
+            writer = AggregateWriter(
+                spec.aggregation, spec.num_targets, out_dir, shard=task.shard, flush_bytes=flush_bytes
+            )
         if fields := absent_fields.fields_read(self.spec.key, self.spec.sort_by):  # col("ts") as a key or sort key
             stream = absent_fields.noting_fields(stream, fields, self.batches, f"shard {task.shard}")
-        for item in stream:
-            add(item)
+        if self.batches:  # a stream of batches may hold records too (AggregateInput's Python fold)
+            for item in stream:
+                (writer.add_batch if isinstance(item, pa.RecordBatch | pa.Table) else writer.add)(item)
+        else:
+            for item in stream:
+                writer.add(item)
         result.runs = writer.close()
         result.records_out = writer.records
         result.bytes_out = sum(run.bytes for run in result.runs)
@@ -309,8 +320,8 @@ def pattern_folder(pattern: str) -> str:
 
 
 def _counted_out(items: Iterable[Any], result: ShardResult, batches: bool) -> Iterator[Any]:
-    for item in items:
-        result.records_out += item.num_rows if batches else 1
+    for item in items:  # a stream of batches may hold records too (AggregateInput's Python fold)
+        result.records_out += item.num_rows if batches and isinstance(item, pa.RecordBatch) else 1
         yield item
 
 

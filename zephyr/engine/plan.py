@@ -21,6 +21,7 @@ from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.expr import Expr
 from zephyr.engine.inputs import (
+    AggregateInput,
     FileInput,
     GroupInput,
     IterableInput,
@@ -184,6 +185,9 @@ class _Planner:
         if isinstance(stage_input, FileInput):
             stage_input = dataclasses.replace(stage_input, batch_rows=_batch_rows(stage_input, steps, output))
             batches_in = stage_input.batch_rows is not None
+        elif isinstance(stage_input, AggregateInput):
+            stage_input = dataclasses.replace(stage_input, as_batches=not steps and output.takes_batches)
+            batches_in = stage_input.as_batches
         pipeline = Pipeline(steps, batches_in=batches_in, want_batches=output.takes_batches)
         output = dataclasses.replace(output, batches=pipeline.emits_batches)
         upstream = [self._built(i) for i in stage_input.upstream]
@@ -321,6 +325,12 @@ def _lower_group_by(op: O.GroupBy, planner: _Planner) -> None:
     planner.start(GroupInput((upstream,), op.reducer, op.batch), n)
 
 
+def _lower_aggregate(op: O.Aggregate, planner: _Planner) -> None:
+    n = op.num_shards or planner.stage.num_shards
+    upstream = planner.end_stage(Scatter(ShuffleSpec(n, aggregation=op.aggregation)))
+    planner.start(AggregateInput((upstream,), op.aggregation), n)
+
+
 def _lower_union(op: O.Union, planner: _Planner) -> None:
     # every input scatters round-robin into n targets; one reshard gather concatenates them all
     first = planner.stage
@@ -363,6 +373,7 @@ _LOWERINGS: dict[type, Callable[[Any, _Planner], None]] = {
     O.TakePerShard: _lower_take_per_shard,
     O.Reshard: _lower_reshard,
     O.GroupBy: _lower_group_by,
+    O.Aggregate: _lower_aggregate,
     O.Join: _lower_join,
     O.Union: _lower_union,
     O.Sink: _lower_sink,

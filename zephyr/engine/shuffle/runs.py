@@ -78,6 +78,7 @@ class ShuffleSpec:
     combiner: Callable[[Any, Iterable[Any]], Any] | None = None
     tag: int | None = None  # join side: 0 left, 1 right; used as the sort key
     ranges: tuple[bytes, ...] | None = None  # range partitioning on the encoded sort key (Dataset.sort)
+    aggregation: Any = None  # Dataset.aggregate: the map side writes folded partial rows (shuffle.aggregate)
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,8 @@ def key_hash(key_bytes: bytes) -> int:
 binary_column = binary_array
 
 
-def write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
-    """Write `table` in `order` (sorted by target) as batches that each hold one target and ~BATCH_BYTES.
+def write_run(table: pa.Table, order: np.ndarray | None, url: str, batch_bytes: int = BATCH_BYTES) -> RunFile:
+    """Write `table` in `order` (sorted by target) as batches that each hold one target and ~`batch_bytes`.
 
     Rows are taken batch by batch, so the sorted copy never exists whole in memory.
     """
@@ -138,7 +139,7 @@ def write_run(table: pa.Table, order: np.ndarray | None, url: str) -> RunFile:
     ):
         batch_index = 0
         for start, end in zip(starts.tolist(), ends.tolist(), strict=False):
-            edges = batch_edges(sizes[start:end])
+            edges = batch_edges(sizes[start:end], batch_bytes)
             first = batch_index
             starts_of[int(targets[start])] = tuple(khashes[start + np.array(edges[:-1], np.int64)].tolist())
             for lo, hi in zip(edges[:-1], edges[1:], strict=False):
@@ -221,12 +222,17 @@ def batch_edges(sizes: np.ndarray, limit: int | None = None) -> list[int]:
 
 
 def segment_batches(
-    run: RunFile, target: int, pickled: bool = False, khash_range: tuple[int, int] | None = None
+    run: RunFile,
+    target: int,
+    pickled: bool = False,
+    khash_range: tuple[int, int] | None = None,
+    only: Callable[[int], bool] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The record batches of `target` in `run` (sorted within the run), one in memory at a time; with
     `pickled`, a columnar run's values are pickled (runs of different value types meet in one merge).
     With `khash_range` (lo, hi): only the rows whose key hash is in [lo, hi), reading only the batches
-    that can hold some (the run's khash_starts)."""
+    that can hold some (the run's khash_starts). With `only`: only the batches i (counted within the
+    target's segment) for which only(i) holds."""
     segment = run.segments.get(target)
     if segment is None:
         return
@@ -244,6 +250,8 @@ def segment_batches(
     with fs.open(path, "rb") as handle:
         reader = pa.ipc.open_file(handle, options=_IPC_READ, memory_pool=SHUFFLE_POOL)
         for i in range(first, end):
+            if only is not None and not only(i - segment[0]):
+                continue
             batch = reader.get_batch(i)
             if khash_range is not None:
                 batch = _in_range(batch, khash_range)
