@@ -294,6 +294,23 @@ def test_native_engine_applies_listed_merges_not_concatenations(tok, tmp_path):
     assert load_tokenizer(str(path)).info.engine == "native"
 
 
+def test_native_encode_many_refuses_a_wrong_encoder_or_texts():
+    """The kernel's (handle, texts) arguments are checked as langid's walker is (zephyr/kernel_module.h): a
+    wrong handle is a TypeError naming the function that makes an encoder, not a bare capsule error."""
+    if not _native_built():
+        pytest.skip("zephyr.tokenize.bpe_kernel is not built")
+    from zephyr.native import optional_kernel
+    from zephyr.tokenize import native_bpe
+
+    kernel = native_bpe._native()
+    with pytest.raises(TypeError, match=r"encode_many expects an encoder from new_encoder\(\), got object"):
+        kernel.encode_many(object(), ["abc"])
+    extract = optional_kernel("zephyr.operators.extract_kernel")
+    if extract is not None:  # another kernel's capsule (a needle set) is not an encoder either
+        with pytest.raises(TypeError, match=r"expects an encoder from new_encoder\(\), got PyCapsule"):
+            kernel.encode_many(extract.needle_set(("abc",)), ["abc"])
+
+
 def test_native_engine_on_long_pieces_and_many_documents(tok):
     """Pieces past the scan limit merge through a heap; the piece cache is shared by every later call."""
     if tok.info.engine != "native":

@@ -29,6 +29,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernel_module.h"
+
 /* 0 for a str ready to read; else -1 with the exception set (a TypeError naming `function` for a non-str). */
 static int ready_str(PyObject *text, const char *function) {
     if (!PyUnicode_Check(text)) {
@@ -341,13 +343,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "extract_kernel",
-    .m_doc = "String loops of the extractor in C: visible_len, needle_set, contains_any, utf8_valid, collapse_spaces.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+KERNEL_MODULE("extract_kernel",
+              "String loops of the extractor in C: visible_len, needle_set, contains_any, utf8_valid, collapse_spaces.");
 
 PyMODINIT_FUNC PyInit_extract_kernel(void) {
     for (int c = 0; c < 256; c++) latin1_space[c] = Py_UNICODE_ISSPACE(c) ? 1 : 0;

@@ -27,6 +27,7 @@
 
 #include "buffers.h"
 #include "grow.h"
+#include "kernel_module.h"
 
 /* ------------------------------------------------------------------------------ the walker */
 
@@ -178,15 +179,10 @@ PyDoc_STRVAR(visit_counts_doc,
              "has them); and how many features each text has (int64 bytes).");
 
 static PyObject *visit_counts(PyObject *self, PyObject *args) {
-    PyObject *capsule, *texts;
-    if (!PyArg_ParseTuple(args, "OO", &capsule, &texts)) return NULL;
-    if (!PyCapsule_IsValid(capsule, "zephyr.langid_walker")) {
-        PyErr_Format(PyExc_TypeError, "visit_counts expects a walker from new_walker(), got %s", Py_TYPE(capsule)->tp_name);
-        return NULL;
-    }
-    Walker *walker = (Walker *)PyCapsule_GetPointer(capsule, "zephyr.langid_walker");
-    PyObject *sequence = PySequence_Fast(texts, "visit_counts expects a sequence of bytes-like texts");
-    if (!sequence) return NULL;
+    PyObject *sequence;
+    Walker *walker = handle_and_texts(args, "visit_counts", "zephyr.langid_walker", "a walker", "new_walker",
+                                      "visit_counts expects a sequence of bytes-like texts", &sequence);
+    if (!walker) return NULL;
     Py_ssize_t n_texts = PySequence_Fast_GET_SIZE(sequence);
     Lane lanes[LANES];
     memset(lanes, 0, sizeof(lanes));
@@ -335,9 +331,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "langid_kernel", "py3langid's DFA walk and row gather in C (see zephyr.operators.langid_native).",
-    -1, methods,
-};
+KERNEL_MODULE("langid_kernel", "py3langid's DFA walk and row gather in C (see zephyr.operators.langid_native).");
 
 PyMODINIT_FUNC PyInit_langid_kernel(void) { return PyModule_Create(&module); }

@@ -19,6 +19,7 @@
 #include "buffers.h"
 #include "fmix64.h"
 #include "grow.h"
+#include "kernel_module.h"
 
 #define CHUNK_SALT 0x9E3779B97F4A7C15ULL
 #define WORD_LENGTH_MULTIPLIER 0xD6E8FEB86659FD93ULL
@@ -454,9 +455,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "minhash_kernel", "MinHash sketches in C (see zephyr.operators.minhash).", -1, methods,
-};
+KERNEL_MODULE("minhash_kernel", "MinHash sketches in C (see zephyr.operators.minhash).");
 
 PyMODINIT_FUNC PyInit_minhash_kernel(void) {
     init_ascii_table();

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "fmix64.h"
+#include "kernel_module.h"
 
 typedef struct {
     int kind;
@@ -301,12 +302,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "quality_kernel",
-    .m_doc = "Word statistics of the quality rules in C: word_statistics.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+KERNEL_MODULE("quality_kernel", "Word statistics of the quality rules in C: word_statistics.");
 
 PyMODINIT_FUNC PyInit_quality_kernel(void) { return PyModule_Create(&module); }

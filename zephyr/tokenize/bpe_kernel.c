@@ -30,6 +30,7 @@
 
 #include "fmix64.h"
 #include "grow.h"
+#include "kernel_module.h"
 
 enum { CLASS_OTHER = 0, CLASS_LETTER = 1, CLASS_NUMBER = 2, CLASS_SPACE = 3 };
 #define NO_ID 0xFFFFFFFFu
@@ -563,12 +564,10 @@ PyDoc_STRVAR(encode_many_doc,
              "texts holding a byte without a token (their count is 0: encode them with tokenizers).");
 
 static PyObject *encode_many(PyObject *self, PyObject *args) {
-    PyObject *capsule, *texts;
-    if (!PyArg_ParseTuple(args, "OO", &capsule, &texts)) return NULL;
-    Encoder *encoder = (Encoder *)PyCapsule_GetPointer(capsule, "zephyr.bpe_encoder");
+    PyObject *sequence;
+    Encoder *encoder = handle_and_texts(args, "encode_many", "zephyr.bpe_encoder", "an encoder", "new_encoder",
+                                        "texts must be a sequence of str", &sequence);
     if (!encoder) return NULL;
-    PyObject *sequence = PySequence_Fast(texts, "texts must be a sequence of str");
-    if (!sequence) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
     Ids out = {0};
     Symbols symbols = {0};
@@ -625,8 +624,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "bpe_kernel", "Byte-level BPE in C (see zephyr.tokenize.native_bpe).", -1, methods,
-};
+KERNEL_MODULE("bpe_kernel", "Byte-level BPE in C (see zephyr.tokenize.native_bpe).");
 
 PyMODINIT_FUNC PyInit_bpe_kernel(void) { return PyModule_Create(&module); }
