@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import pickle
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -68,7 +68,7 @@ class Aggregation:
 
     def fields(self) -> list[str]:
         """The fields the aggregation reads, each once: the key, the sort key, the outputs' fields."""
-        needed = [self.key, self.sort_by, *(field for _, how, field in self.outputs if how != "size")]
+        needed = [self.key, self.sort_by, *(source for _, how, source in self.outputs if how != "size")]
         return list(dict.fromkeys(name for name in needed if name is not None))
 
     def picks(self) -> tuple[str, ...]:
@@ -516,23 +516,24 @@ def _empty(spec: Aggregation) -> pa.Table:
 
 
 # -------------------------------------------------------------------------------------- map side
+@dataclass
 class AggregateWriter:
-    """The map side of an aggregate: buffers a shard's rows as partial rows, folds every ~`flush_bytes`
-    of them and writes the folded rows as a run (targets by `key_hash`)."""
+    """The map side of an aggregate: buffers a shard's rows, folds every ~`flush_bytes` of them into one
+    partial row per key (or ships them raw when their keys are mostly distinct) and writes them as a run
+    (targets by `key_hash`)."""
 
-    def __init__(self, spec: Aggregation, num_targets: int, out_dir: str, *, shard: int, flush_bytes: int) -> None:
-        self.spec = spec
-        self.num_targets = num_targets
-        self.out_dir = out_dir
-        self.shard = shard
-        self.flush_bytes = flush_bytes
-        self.runs: list[RunFile] = []
-        self.records = 0
-        self._tables: list[pa.Table] = []
-        self._rows: list[dict] = []  # records that are not dicts of one Arrow type per field
-        self._pending: list[Any] = []  # records not yet converted (see add)
-        self._types: dict[str, pa.DataType] = {}  # each field's Arrow type so far (for all-None stretches)
-        self._buffered = 0
+    spec: Aggregation
+    num_targets: int
+    out_dir: str
+    shard: int = field(kw_only=True)
+    flush_bytes: int = field(kw_only=True)
+    runs: list[RunFile] = field(default_factory=list, init=False)
+    records: int = field(default=0, init=False)  # records added so far (the next one's order)
+    _tables: list[pa.Table] = field(default_factory=list, init=False)  # raw rows of Arrow batches
+    _rows: list[dict] = field(default_factory=list, init=False)  # partial rows of records Arrow cannot hold
+    _pending: list[Any] = field(default_factory=list, init=False)  # records not yet converted (see add)
+    _types: dict[str, pa.DataType] = field(default_factory=dict, init=False)  # field types so far (all-None runs)
+    _buffered: int = field(default=0, init=False)
 
     def _order(self) -> int:
         return (self.shard << _ORDER_BITS) | self.records
