@@ -151,14 +151,25 @@ def test_folds_agree_on_the_same_partial_rows():
     ]
 
 
-def test_an_int_sum_beyond_64_bits_raises_rather_than_wrapping(tmp_path):
-    pq.write_table(pa.table({"k": [1, 1], "v": pa.array([2**62, 2**62], pa.int64())}), tmp_path / "a.parquet")
-    with (
-        execution(backend="local", scratch=str(tmp_path / "s"), max_user_retries=0),
-        pytest.raises(UserCodeError) as caught,
-    ):
-        Dataset.from_files(str(tmp_path / "a.parquet")).aggregate("k", total=("v", "sum")).collect()
-    assert "'total' leaves the 64-bit integer range" in str(caught.value)
+def test_an_int_sum_beyond_64_bits_is_exact_rather_than_wrapped(tmp_path):
+    """int64 columns whose sum leaves 64 bits: summed in Python, exactly (NumPy's int64 would wrap)."""
+    values = pa.array([2**62, 2**62, 2**62 - 1, -5], pa.int64())
+    pq.write_table(pa.table({"k": [1, 1, 2, 2], "v": values}), tmp_path / "a.parquet")
+    with execution(backend="local", scratch=str(tmp_path / "s")):
+        got = Dataset.from_files(str(tmp_path / "a.parquet")).aggregate("k", total=("v", "sum"), n=("v", "size"))
+        records = sorted(got.collect(), key=lambda r: r["k"])
+    assert records == [{"k": 1, "total": 2**63, "n": 2}, {"k": 2, "total": 2**62 - 6, "n": 2}]
+
+
+def test_uint64_values_above_int64_keep_their_value(tmp_path):
+    values = pa.array([2**64 - 1, 5, 2**63], pa.uint64())
+    pq.write_table(pa.table({"k": [1, 1, 1], "v": values}), tmp_path / "a.parquet")
+    with execution(backend="local", scratch=str(tmp_path / "s")):
+        ds = Dataset.from_files(str(tmp_path / "a.parquet"))
+        ordered = ds.aggregate("k", sort_by="v", low=("v", "min"), high=("v", "max"), first=("v", "first"))
+        summed = ds.aggregate("k", total=("v", "sum"))
+        assert ordered.collect() == [{"k": 1, "low": 5, "high": 2**64 - 1, "first": 5}]
+        assert summed.collect() == [{"k": 1, "total": 2**64 - 1 + 5 + 2**63}]
 
 
 def test_values_python_cannot_order_within_a_key_are_named():

@@ -244,8 +244,9 @@ class Dataset:
         Python values would give (keys equal as Python's `==` says, None sorting first and NaN last), but
         computed column by column: the map side folds its rows into one partial row per key, the reduce side
         folds those (see `zephyr.engine.shuffle.aggregate`): at 10M records and 1M keys 0.88x polars'
-        records/s, 3.6x group_by's with a Python reducer (benchmarks/engine_groupby.py). Sums of ints stay
-        exact and raise OverflowError beyond 64 bits. Output records are in no particular order.
+        records/s, 3.6x group_by's with a Python reducer (benchmarks/engine_groupby.py). Sums of ints are
+        exact at any size (a sum that could leave 64 bits is summed in Python). Output records are in no
+        particular order.
         """
         from zephyr.engine.shuffle.aggregate import AGGREGATIONS, Aggregation
 

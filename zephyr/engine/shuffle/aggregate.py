@@ -29,6 +29,7 @@ polars' 3.0 s (0.88x; group_by with a Python reducer 12.1 s), peak worker RSS 55
 
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 from collections.abc import Callable, Iterator
@@ -172,25 +173,25 @@ def _group_extreme(groups: np.ndarray, count: int, column: pa.Array, how: str) -
     if _numeric(column):
         values = _filled(column)
         floating = values.dtype.kind == "f"
-        values = values.astype(np.float64 if floating else np.int64, copy=False)
         if floating:  # fmin skips NaN; maximum keeps it
+            values = values.astype(np.float64, copy=False)
             out = np.full(count, np.inf if how == "min" else -np.inf)
             with np.errstate(invalid="ignore"):  # NaN is a value here, not an accident
                 (np.fmin if how == "min" else np.maximum).at(out, groups[valid], values[valid])
             if how == "min":
                 numbers = valid & ~np.isnan(values)
                 out[(np.bincount(groups[numbers], minlength=count) == 0)] = np.nan
-        else:
-            out = np.full(count, _INT64_MAX if how == "min" else -_INT64_MAX - 1, np.int64)
+        else:  # in the column's own int type (a uint64 above 2**63 stays itself)
+            limits = np.iinfo(values.dtype)
+            out = np.full(count, limits.max if how == "min" else limits.min, values.dtype)
             (np.minimum if how == "min" else np.maximum).at(out, groups[valid], values[valid])
         seen = np.bincount(groups[valid], minlength=count) > 0
         return pa.array(out, mask=~seen).cast(column.type)
     table = pa.table({"g": pa.array(groups[valid]), "v": column.filter(pa.array(valid))})
-    folded = table.group_by("g", use_threads=False).aggregate([("v", how)])
-    out = pa.nulls(count, column.type).to_pylist()
-    for g, v in zip(folded["g"].to_pylist(), folded[f"v_{how}"].to_pylist(), strict=True):
-        out[g] = v
-    return pa.array(out, column.type)
+    folded = table.group_by("g", use_threads=False).aggregate([("v", how)])  # str, bytes: Arrow's hash min/max
+    position = np.full(count, -1, np.int64)
+    position[folded["g"].to_numpy()] = np.arange(folded.num_rows)
+    return _array(folded[f"v_{how}"]).take(pa.array(position, mask=position < 0))
 
 
 def _chosen_rows(
@@ -249,6 +250,8 @@ def fold_columnar(partials: pa.Table, spec: Aggregation) -> pa.Table | None:
     keys = _key_column(_array(partials.column(spec.key)))
     if keys is None:
         return None
+    if not partials.num_rows:
+        return partials.select(spec.state_names())
     encoded = pc.dictionary_encode(keys, null_encoding="encode")
     groups = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     count = len(encoded.dictionary)
@@ -275,9 +278,10 @@ def fold_columnar(partials: pa.Table, spec: Aggregation) -> pa.Table | None:
             np.add.at(out, groups, state.fill_null(0).to_numpy().astype(np.int64, copy=False))
             columns[name] = pa.array(out)
         elif how == "sum":
-            if not _numeric(state):
+            summed = _group_sum(groups, count, state) if _numeric(state) else None
+            if summed is None:
                 return None
-            columns[name] = _group_sum(groups, count, state, name)
+            columns[name] = summed
         else:
             if not _comparable(state):
                 return None
@@ -285,13 +289,13 @@ def fold_columnar(partials: pa.Table, spec: Aggregation) -> pa.Table | None:
     return pa.table({name: columns[name] for name in spec.state_names()})
 
 
-def _group_sum(groups: np.ndarray, count: int, column: pa.Array, name: str) -> pa.Array:
-    """Per group, the sum of the non-null values (null for a group with none); ints stay exact ints, and
-    a sum beyond int64 raises rather than wrapping around."""
+def _group_sum(groups: np.ndarray, count: int, column: pa.Array) -> pa.Array | None:
+    """Per group, the sum of the non-null values (null for a group with none); None when an int sum could
+    leave int64 (its absolute values add up to 2**62 or more): the Python fold then sums exactly."""
     valid = column.is_valid().to_numpy(zero_copy_only=False)
     values = _filled(column)[valid]
     seen = np.bincount(groups[valid], minlength=count) > 0
-    if values.dtype.kind == "f" or values.dtype.kind == "b":
+    if values.dtype.kind == "f":
         out = np.zeros(count, np.float64)
         np.add.at(out, groups[valid], values.astype(np.float64))
         return pa.array(out, mask=~seen)
@@ -299,11 +303,8 @@ def _group_sum(groups: np.ndarray, count: int, column: pa.Array, name: str) -> p
     np.add.at(out, groups[valid], values.astype(np.int64))
     magnitude = np.zeros(count, np.float64)
     np.add.at(magnitude, groups[valid], np.abs(values.astype(np.float64)))
-    if (magnitude >= 2.0**62).any():
-        raise OverflowError(
-            f"aggregate: the sum {name!r} leaves the 64-bit integer range for some key (the sum of its absolute "
-            f"values reaches {magnitude.max():.3g}); make the field a float (e.g. map it to float) to sum it"
-        )
+    if (magnitude >= 2.0**62).any():  # a partial sum may have wrapped around: never trust it
+        return None
     return pa.array(out, mask=~seen)
 
 
@@ -396,7 +397,8 @@ def unit_partials(raw: pa.Table, spec: Aggregation) -> pa.Table:
         if how == "count":
             value = pa.array(_array(value).is_valid().to_numpy(zero_copy_only=False).astype(np.int64))
         elif how == "sum" and _numeric(value):
-            value = value.cast(pa.float64() if pa.types.is_floating(value.type) else pa.int64())
+            with contextlib.suppress(pa.ArrowInvalid):  # a uint64 beyond int64 stays: the Python fold sums it
+                value = value.cast(pa.float64() if pa.types.is_floating(value.type) else pa.int64())
         columns[name] = value
     for how in spec.picks():
         columns[f"#{how}.order"] = raw.column("#order")
@@ -470,6 +472,8 @@ def fold_partials(values: Iterator[pa.Array], spec: Aggregation, budget: int) ->
     rows: list[dict] | None = None  # set once a pickled batch (or an unsupported type) turns to Python
     waiting = 0
     for column in values:
+        if not len(column):
+            continue
         if pa.types.is_large_binary(column.type):
             rows = _as_rows(tables, rows, spec)
             tables = []
