@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from zephyr.engine import ops as O
-from zephyr.engine.absent_fields import fields_read
 from zephyr.engine.arguments import check_function, key_function
 from zephyr.engine.resources import Resources
+from zephyr.engine.sorting import KeyKinds, SampleKeys, SortKey, check_sort_kinds, constant_key, emit_in_order
 
 if TYPE_CHECKING:
     from zephyr.engine.executor import RunResult
@@ -248,25 +248,11 @@ class Dataset:
         exact at any size (a sum that could leave 64 bits is summed in Python). Output records are in no
         particular order.
         """
-        from zephyr.engine.shuffle.aggregate import AGGREGATIONS, Aggregation
+        from zephyr.engine.shuffle.aggregate import Aggregation
 
-        if not isinstance(key, str) or (sort_by is not None and not isinstance(sort_by, str)):
-            raise TypeError(f"aggregate takes field names as key and sort_by, got key={key!r}, sort_by={sort_by!r}")
-        if not outputs:
-            raise ValueError('aggregate needs at least one output, e.g. n=("' + key + '", "size")')
-        specs = []
-        for name, spec in outputs.items():
-            if not (isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, str) for s in spec)):
-                raise TypeError(f'aggregate output {name}= takes (field, how), e.g. ("ts", "max"); got {spec!r}')
-            field, how = spec
-            if how not in AGGREGATIONS:
-                raise ValueError(f"aggregate output {name}=: how must be one of {', '.join(AGGREGATIONS)}; got {how!r}")
-            if name == key or "#" in name:
-                raise ValueError(f"aggregate output name {name!r} is the key field or holds '#' (kept for its state)")
-            specs.append((name, how, field))
         if num_shards is not None and num_shards < 1:
             raise ValueError(f"num_shards must be at least 1, got {num_shards}")
-        return self._then(O.Aggregate(Aggregation(key, tuple(specs), sort_by), num_shards))
+        return self._then(O.Aggregate(Aggregation.declared(key, sort_by, outputs), num_shards))
 
     def deduplicate(self, key: Callable[[Any], Any] | str, *, num_shards: int | None = None) -> Dataset:
         """Keep the first record (in input order) of every `key(record)` (or field `key`); keys are
@@ -313,10 +299,10 @@ class Dataset:
             raise ValueError(f"samples_per_shard must be at least 1, got {samples_per_shard}")
         if isinstance(key, str):
             _refuse_minus_prefix("key", key, f"Sort descending with sort({key[1:]!r}, descending=True).")
-        sort_key = _SortKey(key_function("sort", "key", key), descending)
-        collected = self.map_shard(_SampleKeys(sort_key, samples_per_shard)).collect()
-        _check_sort_kinds([c for c in collected if isinstance(c, _KeyKinds)], sort_key.key)
-        sampled = sorted(c for c in collected if not isinstance(c, _KeyKinds))
+        sort_key = SortKey(key_function("sort", "key", key), descending)
+        collected = self.map_shard(SampleKeys(sort_key, samples_per_shard)).collect()
+        check_sort_kinds([c for c in collected if isinstance(c, KeyKinds)], sort_key.key)
+        sampled = sorted(c for c in collected if not isinstance(c, KeyKinds))
         if num_shards is None:
             from zephyr.engine.context import current_config
 
@@ -328,7 +314,7 @@ class Dataset:
         ranges = tuple(
             sorted({sampled[len(sampled) * i // num_shards] for i in range(1, num_shards)} if sampled else ())
         )
-        return self._then(O.GroupBy(_constant_key, _emit_in_order, sort_key, None, num_shards, ranges=ranges))
+        return self._then(O.GroupBy(constant_key, emit_in_order, sort_key, None, num_shards, ranges=ranges))
 
     def sorted_merge_join(
         self,
@@ -633,102 +619,3 @@ class _FormattedBatches:
             f"map_batches(batch_format={self.batch_format!r}): {O.display_name(self.fn)} returned "
             f"{type(out).__name__}; return a {self.batch_format} DataFrame (or a pyarrow Table)"
         )
-
-
-@dataclass(frozen=True)
-class _SortKey:
-    """The sort key of a record; a descending one is wrapped in `sortkey.Descending`, whose encoding is
-    the byte-complement of the ascending one (the exact reverse order, for any orderable key type)."""
-
-    key: Callable[[Any], Any]
-    descending: bool
-
-    @property
-    def display_name(self) -> str:
-        return O.display_name(self.key) + (" desc" if self.descending else "")
-
-    def value_columns(self) -> set[str]:
-        """The fields the key reads by value (a field name given to `sort`), checked like a filter's."""
-        return fields_read(self.key)
-
-    def __call__(self, record: Any) -> Any:
-        value = self.key(record)
-        if not self.descending:
-            return value
-        from zephyr.engine.sortkey import Descending
-
-        return Descending(value)
-
-
-@dataclass(frozen=True)
-class _SampleKeys:
-    """Up to `k` encoded sort keys of a shard, sampled uniformly (reservoir sampling, fixed seed), then
-    one `_KeyKinds`: the first record of each kind of key the shard holds (a number, a str, ...), so that
-    `sort` refuses keys Python cannot order against each other before anything is shuffled."""
-
-    sort_key: _SortKey
-    k: int
-
-    def __call__(self, records: Iterable[Any]) -> Iterable[Any]:
-        import random
-
-        from zephyr.engine.sortkey import Descending, encode, key_kind
-
-        rng = random.Random(0x5EED)
-        reservoir: list[bytes] = []
-        kinds: dict[str, tuple[Any, Any]] = {}
-        key, descending = self.sort_key.key, self.sort_key.descending
-        for seen, record in enumerate(records):
-            value = key(record)
-            kind = key_kind(value)
-            if kind not in kinds:
-                kinds[kind] = (value, record)
-            slot = seen if seen < self.k else rng.randrange(seen + 1)
-            if slot < self.k:
-                encoded = encode(Descending(value) if descending else value)
-                if seen < self.k:
-                    reservoir.append(encoded)
-                else:
-                    reservoir[slot] = encoded
-        yield from reservoir
-        yield _KeyKinds(kinds)
-
-
-@dataclass(frozen=True)
-class _KeyKinds:
-    """Per kind of sort key a shard holds (`sortkey.key_kind`), its first key and record."""
-
-    first: dict[str, tuple[Any, Any]]
-
-
-def _check_sort_kinds(found: list[_KeyKinds], key: Any) -> None:
-    """Refuse a sort over keys of kinds Python cannot order against each other (None orders with all)."""
-    from zephyr.engine.ops import preview
-    from zephyr.engine.sortkey import UnorderableKeysError, describe_kind
-
-    kinds: dict[str, tuple[Any, Any]] = {}
-    for shard in found:
-        for kind, first in shard.first.items():
-            kinds.setdefault(kind, first)
-    kinds.pop("None", None)
-    unordered = [kind for kind in kinds if kind == "other"]
-    if len(kinds) < 2 and not unordered:
-        return
-    shown = [kinds[k] for k in (unordered or list(kinds)[:2])]
-    what = " and ".join(f"{describe_kind(value)} (record {preview(record)})" for value, record in shown)
-    raise UnorderableKeysError(
-        f"sort(key={O.display_name(key)}): sort keys Python cannot order against each other: {what}. "
-        "Make the sort key one kind for every record (numbers, str, bytes, dates, datetimes or tuples of them), "
-        "e.g. str(value) or float(value), or None for a missing value (None sorts first)"
-    )
-
-
-def _constant_key(record: Any) -> int:
-    return 0
-
-
-def _emit_in_order(key: Any, items: Iterable[Any]) -> Iterable[Any]:
-    yield from items
-
-
-_emit_in_order.display_name = "sort"  # type: ignore[attr-defined]

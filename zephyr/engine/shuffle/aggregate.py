@@ -67,6 +67,26 @@ class Aggregation:
     outputs: tuple[tuple[str, str, str], ...]
     sort_by: str | None = None
 
+    @classmethod
+    def declared(cls, key: str, sort_by: str | None, outputs: dict[str, Any]) -> Aggregation:
+        """`Dataset.aggregate`'s arguments checked (a TypeError or ValueError naming the output and a form
+        that works) and turned into an Aggregation."""
+        if not isinstance(key, str) or (sort_by is not None and not isinstance(sort_by, str)):
+            raise TypeError(f"aggregate takes field names as key and sort_by, got key={key!r}, sort_by={sort_by!r}")
+        if not outputs:
+            raise ValueError(f'aggregate needs at least one output, e.g. n=("{key}", "size")')
+        specs = []
+        for name, spec in outputs.items():
+            if not (isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, str) for s in spec)):
+                raise TypeError(f'aggregate output {name}= takes (field, how), e.g. ("ts", "max"); got {spec!r}')
+            source, how = spec
+            if how not in AGGREGATIONS:
+                raise ValueError(f"aggregate output {name}=: how must be one of {', '.join(AGGREGATIONS)}; got {how!r}")
+            if name == key or "#" in name:
+                raise ValueError(f"aggregate output name {name!r} is the key field or holds '#' (kept for its state)")
+            specs.append((name, how, source))
+        return cls(key, tuple(specs), sort_by)
+
     def fields(self) -> list[str]:
         """The fields the aggregation reads, each once: the key, the sort key, the outputs' fields."""
         needed = [self.key, self.sort_by, *(source for _, how, source in self.outputs if how != "size")]
