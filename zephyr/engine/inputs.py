@@ -48,6 +48,7 @@ __all__ = [
     "FileInput",
     "ListInput",
     "IterableInput",
+    "ShuffleRead",
     "GroupInput",
     "JoinInput",
     "ReshardInput",
@@ -218,24 +219,30 @@ class IterableInput(Input):
 
 # ------------------------------------------------------------------------------------ shuffle reads
 @dataclass(frozen=True)
-class GroupInput(Input):
+class ShuffleRead(Input):
+    """What every shuffle read shares: the stages whose runs it reads; shard i is their target i."""
+
+    upstream: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"shuffle of stage(s) {', '.join(map(str, self.upstream))}"
+
+    def shard_name(self, shard: int) -> str:
+        return f"shuffle target {shard}"
+
+
+@dataclass(frozen=True)
+class GroupInput(ShuffleRead):
     """Target i of a keyed shuffle, grouped by key: `reducer(key, items)`'s records, key after key."""
 
     splittable: ClassVar[bool] = True  # whole groups per key-hash range: a large target may be split
 
-    upstream: tuple[int, ...]
     reducer: Callable[[Any, Iterator[Any]], Any]
     batch: bool = False  # the reducer takes (key, iterator of pyarrow.RecordBatch): group_by(batch=True)
 
     @property
     def name(self) -> str:
         return f"group_by({callable_name(self.reducer)})"
-
-    def describe(self) -> str:
-        return _describe_shuffle(self.upstream)
-
-    def shard_name(self, shard: int) -> str:
-        return f"shuffle target {shard}"
 
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         walk = iter_group_batches if self.batch else iter_groups
@@ -260,24 +267,18 @@ class GroupInput(Input):
 
 
 @dataclass(frozen=True)
-class JoinInput(Input):
-    """Target i of two shuffles keyed alike (left side tagged 0, right 1): matching pairs, combined."""
+class JoinInput(ShuffleRead):
+    """Target i of two shuffles keyed alike (upstream: the left stage, tagged 0, and the right, 1): matching
+    pairs, combined."""
 
     splittable: ClassVar[bool] = True
 
-    upstream: tuple[int, ...]  # (left stage, right stage)
     how: str
     combine: Callable[[Any, Any], Any] | None
 
     @property
     def name(self) -> str:
         return "join"
-
-    def describe(self) -> str:
-        return _describe_shuffle(self.upstream)
-
-    def shard_name(self, shard: int) -> str:
-        return f"shuffle target {shard}"
 
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         with _naming_stage(task):
@@ -302,32 +303,23 @@ class JoinInput(Input):
 
 
 @dataclass(frozen=True)
-class ReshardInput(Input):
+class ReshardInput(ShuffleRead):
     """Target i of a round-robin shuffle: the records, in run order."""
-
-    upstream: tuple[int, ...]
 
     @property
     def name(self) -> str:
         return "reshard" if len(self.upstream) == 1 else f"union({len(self.upstream)} inputs)"
-
-    def describe(self) -> str:
-        return _describe_shuffle(self.upstream)
-
-    def shard_name(self, shard: int) -> str:
-        return f"shuffle target {shard}"
 
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         return iter_values(_merged(task, result, ordered=False))
 
 
 @dataclass(frozen=True)
-class AggregateInput(Input):
+class AggregateInput(ShuffleRead):
     """Target i of an aggregate's shuffle: its partial rows folded per key (`shuffle.aggregate`)."""
 
     splittable: ClassVar[bool] = True  # whole keys per key-hash range
 
-    upstream: tuple[int, ...]
     aggregation: Any  # shuffle.aggregate.Aggregation
     # yield Arrow batches (set by the planner when the output takes them: a columnar sink), with records only
     # where the Python fold's values do not convert to Arrow exactly; else records throughout
@@ -336,12 +328,6 @@ class AggregateInput(Input):
     @property
     def name(self) -> str:
         return f"aggregate({self.aggregation.key})"
-
-    def describe(self) -> str:
-        return _describe_shuffle(self.upstream)
-
-    def shard_name(self, shard: int) -> str:
-        return f"shuffle target {shard}"
 
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         budget = task.memory_per_worker // 4  # partial rows waiting for a fold; the folded ones come on top
@@ -396,10 +382,6 @@ def _naming_stage(task: ShardTask) -> Iterator[None]:
     except UnorderableKeysError as error:
         where = f"stage {task.stage_index} ({task.stage_name}), shard {task.shard}"
         raise UnorderableKeysError(f"{where}: {error}") from None
-
-
-def _describe_shuffle(upstream: tuple[int, ...]) -> str:
-    return f"shuffle of stage(s) {', '.join(map(str, upstream))}"
 
 
 def _merge_records(left: Any, right: Any) -> Any:
