@@ -1,7 +1,8 @@
 """Where a stage's records come from: one tagged type per kind of input, each opening one shard.
 
-Sources (`FileInput`, `ListInput`, `IterableInput`) read shard i of their data; shuffle reads
-(`GroupInput`, `JoinInput`, `ReshardInput`) gather target i of the runs their upstream stages scattered.
+Sources (`FileInput`, `ListInput`, `IterableInput`) read shard i of their data; shuffle reads (`ShuffleRead`:
+`GroupInput`, `JoinInput`, `ReshardInput`, `AggregateInput`) gather target i of the runs their upstream
+stages scattered.
 `open(task, result)` returns the shard's stream and counts what it reads into `result`. The planner
 builds these; the worker only calls `open`, so it never needs to know which kind it holds, and the
 executor reads only what every input says of itself: `upstream` (the stages it reads), `splittable` (a
