@@ -32,6 +32,7 @@ OUTPUTS = {
     "size": ("x", "size"),
     "count": ("x", "count"),
     "total": ("x", "sum"),
+    "average": ("x", "mean"),
     "low": ("x", "min"),
     "high": ("x", "max"),
     "first_x": ("x", "first"),
@@ -63,6 +64,8 @@ def _python_output(how: str, values: list):
         return values[0] if how == "first" else values[-1]
     if not present:
         return None
+    if how == "mean":
+        return sum(present) / len(present)
     return sum(present) if how == "sum" else min(present, key=_rank) if how == "min" else max(present, key=_rank)
 
 
@@ -88,7 +91,7 @@ def same(got: dict[str, dict], want: dict[str, dict]) -> None:
     for key, record in want.items():
         for name, value in record.items():
             mine = got[key][name]
-            if name == "total" and isinstance(value, float) and math.isfinite(value):
+            if name in ("total", "average") and isinstance(value, float) and math.isfinite(value):
                 assert math.isclose(mine, value, rel_tol=1e-9, abs_tol=1e-9), (key, name, mine, value)
             else:
                 assert norm(mine) == norm(value), (key, name, mine, value)
@@ -188,6 +191,7 @@ def polars_oracle(rows: list[dict], text_keys: bool) -> dict[str, dict]:
             pl.len().alias("size"),
             pl.col("x").count().alias("count"),
             pl.col("x").sum().alias("total"),
+            pl.col("x").mean().alias("average"),
             pl.col("x").min().alias("low"),
             pl.col("x").max().alias("high"),
             pl.col("x").first().alias("first_x"),

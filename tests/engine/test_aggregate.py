@@ -23,6 +23,7 @@ OUTPUTS = dict(
     last_ts=("ts", "last"),
     first_text=("text", "first"),
     total=("ts", "sum"),
+    average=("ts", "mean"),
     low=("text", "min"),
     high=("ts", "max"),
 )
@@ -54,6 +55,7 @@ def _polars(table: pa.Table) -> dict[int, dict]:
             pl.col("ts").last().alias("last_ts"),
             pl.col("text").first().alias("first_text"),
             pl.col("ts").sum().alias("total"),
+            pl.col("ts").mean().alias("average"),
             pl.col("text").min().alias("low"),
             pl.col("ts").max().alias("high"),
         )
@@ -172,6 +174,13 @@ def test_uint64_values_above_int64_keep_their_value(tmp_path):
         assert summed.collect() == [{"k": 1, "total": 2**64 - 1 + 5 + 2**63}]
 
 
+def test_a_sum_of_values_that_are_not_numbers_is_refused_by_name():
+    rows = [{"k": 1, "v": "a"}, {"k": 1, "v": "b"}]
+    with execution(backend="local", max_user_retries=0), pytest.raises(UserCodeError) as caught:
+        Dataset.from_list(rows).aggregate("k", words=("v", "sum")).collect()
+    assert "'words' sums 'a' (str) and 'b' (str)" in str(caught.value)
+
+
 def test_values_python_cannot_order_within_a_key_are_named():
     rows = [{"k": 1, "v": "a"}, {"k": 1, "v": 2}]
     with execution(backend="local", max_user_retries=0), pytest.raises(UserCodeError) as caught:
@@ -182,7 +191,7 @@ def test_values_python_cannot_order_within_a_key_are_named():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        (dict(n=("v", "median")), ValueError, "how must be one of size, count, sum, min, max, first, last"),
+        (dict(n=("v", "median")), ValueError, "how must be one of size, count, sum, mean, min, max, first, last"),
         (dict(n="v"), TypeError, "takes (field, how)"),
         (dict(k=("v", "sum")), ValueError, "is the key field"),
         ({}, ValueError, "at least one output"),

@@ -234,8 +234,8 @@ class Dataset:
         self, key: str, *, sort_by: str | None = None, num_shards: int | None = None, **outputs: tuple[str, str]
     ) -> Dataset:
         """Per value of the field `key`, one record: the key and each output `name=(field, how)`, where how is
-        "size" (records), "count" (records whose field is not None), "sum", "min", "max" (of the values that
-        are not None; None when there are none), "first" or "last" (the field of the first or last record in
+        "size" (records), "count" (records whose field is not None), "sum", "mean", "min", "max" (of the values
+        that are not None; None when there are none), "first" or "last" (the field of the first or last record in
         `sort_by` order, ties in input order; in input order without sort_by). pandas' named aggregation:
 
             ds.aggregate("user", sort_by="ts", first_ts=("ts", "first"), n=("ts", "size"))
@@ -243,7 +243,7 @@ class Dataset:
         The same records as `group_by(key, reducer, sort_by=sort_by)` with a reducer computing these over
         Python values would give (keys equal as Python's `==` says, None sorting first and NaN last), but
         computed column by column: the map side folds its rows into one partial row per key, the reduce side
-        folds those (see `zephyr.engine.shuffle.aggregate`): at 10M records and 1M keys 0.88x polars'
+        folds those (see `zephyr.engine.shuffle.aggregate`): at 10M records and 1M keys 0.9x polars'
         records/s, 3.6x group_by's with a Python reducer (benchmarks/engine_groupby.py). Sums of ints are
         exact at any size (a sum that could leave 64 bits is summed in Python). Output records are in no
         particular order.
