@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from zephyr import Dataset, execution
 from zephyr.engine import outputs
-from zephyr.engine.shuffle.aggregate import AggregateWriter
+from zephyr.engine.shuffle.aggregate_runs import AggregateWriter
 
 OUTPUTS = {
     "size": ("x", "size"),

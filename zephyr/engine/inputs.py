@@ -36,7 +36,7 @@ from zephyr.engine.shuffle import (
     merged_blocks,
     order_checked,
 )
-from zephyr.engine.shuffle.aggregate import fold_partials, target_values
+from zephyr.engine.shuffle.aggregate_runs import fold_partials, target_values
 from zephyr.engine.shuffle.runs import records_of
 from zephyr.engine.sortkey import UnorderableKeysError
 from zephyr.engine.task import ShardResult, ShardTask

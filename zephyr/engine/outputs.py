@@ -29,7 +29,7 @@ import pyarrow as pa
 from zephyr import counters
 from zephyr.engine import absent_fields
 from zephyr.engine.shuffle import ScatterWriter, ShuffleSpec, scatters_batches
-from zephyr.engine.shuffle.aggregate import AggregateWriter
+from zephyr.engine.shuffle.aggregate_runs import AggregateWriter
 from zephyr.engine.task import ShardResult, ShardTask
 from zephyr.fs import atomic_write, join, missing_files, open_url, remove_dead_temps, url_to_fs
 from zephyr.fs.core import is_hidden

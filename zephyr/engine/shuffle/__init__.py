@@ -19,8 +19,8 @@ are scattered whole, and dict records are gathered into Arrow batches first when
 exactly (`records_to_batch`; others are pickled). The run's value column is then the records' own fields.
 
 Modules: runs (files and sidecars), scatter (map side), pieces (reduce task planning: split, pack),
-gather (reduce side); aggregate (`Dataset.aggregate`: column-wise folds on both sides, over the same run
-files, read unordered).
+gather (reduce side); aggregate (`Dataset.aggregate`'s column-wise folds) and aggregate_runs (its writer
+and read over the same run files, read unordered).
 """
 
 from __future__ import annotations

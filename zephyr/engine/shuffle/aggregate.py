@@ -24,18 +24,17 @@ Targets: `key_hashes` (fmix64 of an int key, xxh3 of a str or bytes key) routes 
 either fold, so one key always lands in one target. The runs are the shuffle's own (RUN_SCHEMA, sorted by
 target and the key hash's top byte), so reduce planning, splitting and resume work unchanged; the reduce
 side reads them unordered (no merge) and folds in memory, a key-hash range at a time when a piece is larger
-than its budget. Measured (engine_groupby.py, 10M records, 1M keys, 2 workers of 512 MB): 3.4 s beside
-polars' 3.0 s (0.88x; group_by with a Python reducer 12.1 s), peak worker RSS 558 MB; in a fresh clone's
-build on a quiet machine 0.90-0.92x.
+than its budget (`shuffle.aggregate_runs`: the writer and the read). Measured (engine_groupby.py, 10M
+records, 1M keys, 2 workers of 512 MB): 3.4 s beside polars' 3.0 s (0.88x; group_by with a Python reducer
+12.1 s), peak worker RSS 558 MB; in a fresh clone's build on a quiet machine 0.90-0.92x.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import pickle
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,23 +42,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from zephyr.engine.shuffle.runs import RUN_SCHEMA, SHUFFLE_POOL, RunFile, binary_column, segment_batches, write_run
-from zephyr.engine.shuffle.scatter import records_to_batch
+from zephyr.engine.shuffle.runs import SHUFFLE_POOL
 from zephyr.engine.sortkey import encode
-from zephyr.fs import join
 
-__all__ = ["AGGREGATIONS", "Aggregation", "AggregateWriter", "fold_partials", "finished", "target_values"]
+__all__ = [
+    "AGGREGATIONS",
+    "Aggregation",
+    "array_of",
+    "as_rows",
+    "empty",
+    "finished",
+    "fold",
+    "fold_columnar",
+    "fold_python",
+    "key_column",
+    "key_hash",
+    "key_hashes",
+    "raw_rows",
+    "unit_partial",
+    "unit_partials",
+]
 
 AGGREGATIONS = ("size", "count", "sum", "mean", "min", "max", "first", "last")
-_ORDER_BITS = 40  # a map shard's rows are numbered below 2**40 (a trillion rows per shard)
 _INT64_MAX = (1 << 63) - 1
-_BUCKET_SHIFT = 56  # a run's rows are sorted by target and the key hash's top 8 bits (see _write)
-_PENDING_ROWS = 4096  # records converted to one Arrow batch at a time
-_PYTHON_ROW_BYTES = 1000  # a partial row held as a dict (tracemalloc: ~460 B with a key, 3 outputs, order, sort)
-_SAMPLE_ROWS = 16384  # rows a map-side buffer's keys are sampled on before folding it
-# an aggregate's runs are read unordered (no merge holds one batch per run), so larger batches than the
-# shuffle's 256 kB are free, and they cut write_run's per-batch cost (500k rows: 0.21 -> ~0.1 s)
-_RUN_BATCH_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -141,7 +146,7 @@ def key_hash(key: Any) -> int:
 
 
 def key_hashes(keys: pa.Array) -> np.ndarray:
-    """Per key of a normalized key column (`_key_column`): its target hash, as `key_hash` gives it."""
+    """Per key of a normalized key column (`key_column`): its target hash, as `key_hash` gives it."""
     if pa.types.is_int64(keys.type):
         hashes = _fmix64(keys.fill_null(0).to_numpy())
     else:  # str and bytes by their (UTF-8) bytes
@@ -153,7 +158,7 @@ def key_hashes(keys: pa.Array) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------- columnar fold
-def _key_column(column: pa.Array) -> pa.Array | None:
+def key_column(column: pa.Array) -> pa.Array | None:
     """The key column in the one type each kind of key has across runs (int64, large_string,
     large_binary; all-null as large_string), or None when the kind is folded in Python (floats, bools,
     dates, nested values: their equality follows Python's, e.g. 1.0 == 1 == True)."""
@@ -183,12 +188,8 @@ def _numeric(column: pa.Array) -> bool:
 def _comparable(column: pa.Array) -> bool:
     """A column `fold_columnar` compares (min, max, sort keys): numbers, str and bytes."""
     kind = column.type
-    return (
-        _numeric(column)
-        or pa.types.is_string(kind)
-        or pa.types.is_large_string(kind)
-        or (pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
-    )
+    textual = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    return _numeric(column) or any(check(kind) for check in textual)
 
 
 def _group_extreme(groups: np.ndarray, count: int, column: pa.Array, how: str) -> pa.Array:
@@ -216,7 +217,7 @@ def _group_extreme(groups: np.ndarray, count: int, column: pa.Array, how: str) -
     folded = table.group_by("g", use_threads=False).aggregate([("v", how)])  # str, bytes: Arrow's hash min/max
     position = np.full(count, -1, np.int64)
     position[folded["g"].to_numpy()] = np.arange(folded.num_rows)
-    return _array(folded[f"v_{how}"]).take(pa.array(position, mask=position < 0))
+    return array_of(folded[f"v_{how}"]).take(pa.array(position, mask=position < 0))
 
 
 def _chosen_rows(
@@ -264,15 +265,16 @@ def _chosen_rows(
     return chosen, chosen_order
 
 
-def _array(column: pa.ChunkedArray) -> pa.Array:
+def array_of(column: pa.ChunkedArray) -> pa.Array:
+    """A table column as one array (its only chunk as it is; several combined)."""
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def fold_columnar(partials: pa.Table, spec: Aggregation) -> pa.Table | None:
     """Partial rows folded to one per key (in order of first appearance), or None when a column's type is
-    one `fold_python` handles (see `_key_column`, `_comparable`). Value columns stay chunked: only the
+    one `fold_python` handles (see `key_column`, `_comparable`). Value columns stay chunked: only the
     chosen rows of a first/last value are copied (a whole payload column is most of the bytes)."""
-    keys = _key_column(_array(partials.column(spec.key)))
+    keys = key_column(array_of(partials.column(spec.key)))
     if keys is None:
         return None
     if not partials.num_rows:
@@ -283,10 +285,10 @@ def fold_columnar(partials: pa.Table, spec: Aggregation) -> pa.Table | None:
     columns: dict[str, Any] = {spec.key: encoded.dictionary}
     chosen: dict[str, np.ndarray] = {}
     for how in spec.picks():
-        sort = _array(partials.column(f"#{how}.sort")) if spec.sort_by is not None else None
+        sort = array_of(partials.column(f"#{how}.sort")) if spec.sort_by is not None else None
         if sort is not None and not _comparable(sort):
             return None
-        order = _array(partials.column(f"#{how}.order")).to_numpy()
+        order = array_of(partials.column(f"#{how}.order")).to_numpy()
         rows, chosen_order = _chosen_rows(groups, count, order, sort, how)
         chosen[how] = rows
         columns[f"#{how}.order"] = pa.array(chosen_order)
@@ -295,9 +297,9 @@ def fold_columnar(partials: pa.Table, spec: Aggregation) -> pa.Table | None:
     for name, how, _ in spec.outputs:
         state = partials.column(name)
         if how in ("first", "last"):
-            columns[name] = _array(state).take(pa.array(chosen[how]))
+            columns[name] = array_of(state).take(pa.array(chosen[how]))
             continue
-        state = _array(state)
+        state = array_of(state)
         if how in ("size", "count"):
             out = np.zeros(count, np.int64)
             np.add.at(out, groups, state.fill_null(0).to_numpy().astype(np.int64, copy=False))
@@ -309,7 +311,7 @@ def fold_columnar(partials: pa.Table, spec: Aggregation) -> pa.Table | None:
             columns[name] = summed
             if how == "mean":
                 values = np.zeros(count, np.int64)
-                np.add.at(values, groups, _array(partials.column(f"{name}#n")).to_numpy())
+                np.add.at(values, groups, array_of(partials.column(f"{name}#n")).to_numpy())
                 columns[f"{name}#n"] = pa.array(values)
         else:
             if not _comparable(state):
@@ -427,15 +429,15 @@ def raw_rows(batch: pa.RecordBatch | pa.Table, spec: Aggregation, first_order: i
 def unit_partials(raw: pa.Table, spec: Aggregation) -> pa.Table:
     """Rows of `raw_rows` as partial rows of their own."""
     n = raw.num_rows
-    keys = _array(raw.column(spec.key))
-    columns: dict[str, Any] = {spec.key: _key_column(keys) or keys}  # the types a fold gives
+    keys = array_of(raw.column(spec.key))
+    columns: dict[str, Any] = {spec.key: key_column(keys) or keys}  # the types a fold gives
     for name, how, source in spec.outputs:
         if how == "size":
             columns[name] = pa.array(np.ones(n, np.int64))
             continue
         value = raw.column(source)
         if how in ("count", "mean"):
-            valid = pa.array(_array(value).is_valid().to_numpy(zero_copy_only=False).astype(np.int64))
+            valid = pa.array(array_of(value).is_valid().to_numpy(zero_copy_only=False).astype(np.int64))
             if how == "count":
                 value = valid
             else:  # a mean sums as float64 (as polars' and NumPy's do), and counts what it summed
@@ -486,71 +488,9 @@ def finished(partials: pa.Table | list[dict], spec: Aggregation) -> Iterator[Any
     yield from partials.select(names).to_batches()
 
 
-def target_values(runs: list[RunFile], target: int, khash_range: tuple[int, int] | None) -> Iterator[pa.Array]:
-    """The value columns of `target`'s run batches, the rows whose key hash lies in `khash_range` (all with
-    None), run after run. Read as they are: runs of raw rows, folded rows and Python rows meet here, and
-    the fold takes each kind (a merge would pickle all of them as soon as two value types differ). A
-    run's rows are in key-hash bucket order (`_BUCKET_SHIFT`): a range reads the batches whose buckets
-    overlap it and masks their rows."""
-    for run in runs:
-        only = None
-        if khash_range is not None:
-            only = _overlapping(run.khash_starts.get(target, ()), khash_range)
-        for batch in segment_batches(run, target, only=only):
-            if khash_range is None:
-                yield batch.column(4)
-                continue
-            khash = batch.column(1).to_numpy()
-            keep = khash >= np.uint64(khash_range[0])
-            if khash_range[1] < 1 << 64:
-                keep &= khash < np.uint64(khash_range[1])
-            yield batch.column(4).filter(pa.array(keep))
-
-
-def _overlapping(starts: tuple[int, ...], khash_range: tuple[int, int]) -> Callable[[int], bool] | None:
-    """Which batches of a segment (given each batch's first key hash) can hold a key hash in the range: batch
-    i holds the buckets from its first row's to the next batch's first row's."""
-    if not starts:
-        return None
-    lo, hi = khash_range
-    buckets = [start >> _BUCKET_SHIFT for start in starts]
-    last = (1 << (64 - _BUCKET_SHIFT)) - 1
-    ends = [*buckets[1:], last]
-    return lambda i: (ends[i] + 1) << _BUCKET_SHIFT > lo and buckets[i] << _BUCKET_SHIFT < hi
-
-
-def fold_partials(values: Iterator[pa.Array], spec: Aggregation, budget: int) -> Iterator[Any]:
-    """The output records of a target's partial rows, given as the value columns of its run batches (Arrow
-    structs, or pickled dicts where the runs' types differed): folded whenever ~`budget` bytes wait, so
-    memory holds one row per key plus one budget of rows."""
-    tables: list[pa.Table] = []
-    rows: list[dict] | None = None  # set once a pickled batch (or an unsupported type) turns to Python
-    waiting = 0
-    for column in values:
-        if not len(column):
-            continue
-        if pa.types.is_large_binary(column.type):
-            rows = _as_rows(tables, rows, spec)
-            tables = []
-            rows.extend(pickle.loads(value) for value in column.to_pylist())
-        else:
-            table = pa.Table.from_batches([pa.RecordBatch.from_struct_array(column)])
-            if "#order" in table.column_names:  # raw rows (see raw_rows)
-                table = unit_partials(table, spec)
-            if rows is not None:
-                rows.extend(table.to_pylist())
-            else:
-                tables.append(table)
-        # a partial row as a dict holds ~10x its Arrow bytes (objects, a hash table): counted as such
-        waiting += column.nbytes if rows is None else len(column) * _PYTHON_ROW_BYTES
-        if waiting >= budget:
-            tables, rows = _fold(tables, rows, spec)
-            waiting = 0
-    tables, rows = _fold(tables, rows, spec)
-    yield from finished(rows if rows is not None else (tables[0] if tables else _empty(spec)), spec)
-
-
-def _fold(tables: list[pa.Table], rows: list[dict] | None, spec: Aggregation) -> tuple[list[pa.Table], Any]:
+def fold(tables: list[pa.Table], rows: list[dict] | None, spec: Aggregation) -> tuple[list[pa.Table], Any]:
+    """Partial rows (`tables`, or Python `rows` once any are) folded: ([one table], None) when the columnar
+    fold takes them, else ([], folded dicts)."""
     if rows is None and tables:
         try:
             whole = pa.concat_tables(tables).combine_chunks(memory_pool=SHUFFLE_POOL)
@@ -561,142 +501,17 @@ def _fold(tables: list[pa.Table], rows: list[dict] | None, spec: Aggregation) ->
             return [folded], None
     if rows is None and not tables:
         return [], None
-    return [], fold_python(_as_rows(tables, rows, spec), spec)
+    return [], fold_python(as_rows(tables, rows, spec), spec)
 
 
-def _as_rows(tables: list[pa.Table], rows: list[dict] | None, spec: Aggregation) -> list[dict]:
+def as_rows(tables: list[pa.Table], rows: list[dict] | None, spec: Aggregation) -> list[dict]:
+    """`rows` (a new list when None) extended by the rows of `tables` as dicts: the Python fold's input."""
     out = [] if rows is None else rows
     for table in tables:
         out.extend(table.to_pylist())
     return out
 
 
-def _empty(spec: Aggregation) -> pa.Table:
+def empty(spec: Aggregation) -> pa.Table:
+    """No partial rows, with the state columns."""
     return pa.table({name: pa.array([], pa.null()) for name in spec.state_names()})
-
-
-# -------------------------------------------------------------------------------------- map side
-@dataclass
-class AggregateWriter:
-    """The map side of an aggregate: buffers a shard's rows, folds every ~`flush_bytes` of them into one
-    partial row per key (or ships them raw when their keys are mostly distinct) and writes them as a run
-    (targets by `key_hash`)."""
-
-    spec: Aggregation
-    num_targets: int
-    out_dir: str
-    shard: int = field(kw_only=True)
-    flush_bytes: int = field(kw_only=True)
-    runs: list[RunFile] = field(default_factory=list, init=False)
-    records: int = field(default=0, init=False)  # records added so far (the next one's order)
-    _tables: list[pa.Table] = field(default_factory=list, init=False)  # raw rows of Arrow batches
-    _rows: list[dict] = field(default_factory=list, init=False)  # partial rows of records Arrow cannot hold
-    _pending: list[Any] = field(default_factory=list, init=False)  # records not yet converted (see add)
-    _types: dict[str, pa.DataType] = field(default_factory=dict, init=False)  # field types so far (all-None runs)
-    _buffered: int = field(default=0, init=False)
-
-    def _order(self) -> int:
-        return (self.shard << _ORDER_BITS) | self.records
-
-    def add(self, record: Any) -> None:
-        """Buffer one record (not an Arrow batch): records whose fields convert to Arrow exactly go
-        columnar, a _PENDING_ROWS stretch at a time; others are folded in Python."""
-        self._pending.append(record)
-        if len(self._pending) >= _PENDING_ROWS:
-            self._convert_pending()
-
-    def _convert_pending(self) -> None:
-        records, self._pending = self._pending, []
-        if not records:
-            return
-        fields = self.spec.fields()
-        batch = None
-        if all(type(record) is dict for record in records):
-            batch = records_to_batch([{name: record.get(name) for name in fields} for record in records], self._types)
-        if batch is not None:
-            self._types.update(zip(batch.schema.names, batch.schema.types, strict=True))
-            self.add_batch(batch)
-            return
-        for record in records:
-            self._rows.append(unit_partial(record, self.spec, self._order()))
-            self.records += 1
-        self._buffered += _PYTHON_ROW_BYTES * len(records)
-        if self._buffered >= self.flush_bytes:
-            self.flush()
-
-    def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
-        raw = raw_rows(batch, self.spec, self._order())
-        self.records += batch.num_rows
-        self._tables.append(raw)
-        self._buffered += raw.nbytes
-        if self._buffered >= self.flush_bytes:
-            self.flush()
-
-    def flush(self) -> None:
-        """Fold what is buffered (unless its keys are mostly distinct) and write it as one run."""
-        self._convert_pending()
-        rows, self._rows = self._rows, []
-        tables, self._tables = self._tables, []
-        self._buffered = 0
-        first_keys = _key_column(_array(tables[0].column(self.spec.key))) if tables and not rows else None
-        if first_keys is not None and _mostly_distinct(first_keys):
-            try:  # folding would cost more than the rows it saves: they go as they are
-                raw = pa.concat_tables(tables)
-            except pa.ArrowInvalid:  # the batches' types differ: fold (in Python if need be)
-                raw = None
-            if raw is not None and _key_column(_array(raw.column(self.spec.key))) is not None:
-                self._write_table(raw)
-                return
-        # a Python row anywhere makes the whole buffer Python (one fold, one value type per run)
-        tables, folded = _fold([unit_partials(raw, self.spec) for raw in tables], rows or None, self.spec)
-        if folded is not None:
-            self._write_rows(folded)
-        elif tables and tables[0].num_rows:
-            self._write_table(tables[0])
-
-    def close(self) -> list[RunFile]:
-        self.flush()
-        return self.runs
-
-    def _write_table(self, partials: pa.Table) -> None:
-        keys = _key_column(_array(partials.column(self.spec.key)))
-        assert keys is not None  # a key type fold_columnar folds (else the rows are Python rows)
-        hashes = key_hashes(keys)
-        columns = [column.combine_chunks() for column in partials.columns]
-        values = pa.StructArray.from_arrays(columns, names=partials.column_names)
-        self._write(hashes, values)
-
-    def _write_rows(self, partials: list[dict]) -> None:
-        if not partials:
-            return
-        hashes = np.fromiter((key_hash(row[self.spec.key]) for row in partials), np.uint64, len(partials))
-        self._write(hashes, binary_column([pickle.dumps(row, protocol=5) for row in partials]))
-
-    def _write(self, hashes: np.ndarray, values: pa.Array) -> None:
-        n = len(hashes)
-        targets = (hashes % np.uint64(self.num_targets)).astype(np.int32)
-        empty = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), n, [None, pa.py_buffer(np.zeros(n + 1, np.int64)), pa.py_buffer(b"")]
-        )
-        table = pa.Table.from_arrays(
-            [pa.array(targets), pa.array(hashes), empty, empty, values, empty], names=RUN_SCHEMA.names
-        )
-        # by target, then key-hash bucket (stable: rows of a bucket stay in buffer order), so write_run's takes
-        # read memory in long forward stretches (sorted by the whole key hash, they gathered at random: 0.36
-        # vs 0.15 s per 2M rows) and a key-hash range still reads only its buckets' batches
-        buckets = hashes >> np.uint64(_BUCKET_SHIFT)
-        if self.num_targets <= 1 << (16 - (64 - _BUCKET_SHIFT)):  # one 16-bit sort key: NumPy's radix sort
-            order = np.argsort(
-                (targets.astype(np.uint16) << (64 - _BUCKET_SHIFT)) | buckets.astype(np.uint16), kind="stable"
-            )
-        else:
-            order = np.lexsort((buckets, targets))
-        url = join(self.out_dir, f"run-{len(self.runs):05d}.arrow")
-        self.runs.append(write_run(table, order, url, batch_bytes=_RUN_BATCH_BYTES))
-
-
-def _mostly_distinct(keys: pa.Array) -> bool:
-    """Whether most keys among a buffer's first rows differ: then a fold shrinks it little (1M keys in
-    10M records, 500k per shard: ~0.9 distinct, and the fold was a third of the map side's time)."""
-    sample = keys.slice(0, _SAMPLE_ROWS)
-    return len(sample) > 0 and pc.count_distinct(sample, mode="all").as_py() > 0.5 * len(sample)
