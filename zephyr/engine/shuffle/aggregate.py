@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from zephyr.engine.shuffle.runs import SHUFFLE_POOL
+from zephyr.engine.shuffle.scatter import field_array
 from zephyr.engine.sortkey import encode
 
 __all__ = [
@@ -164,7 +165,7 @@ def key_column(column: pa.Array) -> pa.Array | None:
     dates, nested values: their equality follows Python's, e.g. 1.0 == 1 == True)."""
     kind = column.type
     if pa.types.is_integer(kind):
-        if pa.types.is_uint64(kind) and pc.max(column).as_py() is not None and pc.max(column).as_py() > _INT64_MAX:
+        if pa.types.is_uint64(kind) and (pc.max(column).as_py() or 0) > _INT64_MAX:
             return None
         return column.cast(pa.int64())
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
@@ -408,20 +409,12 @@ def fold_python(rows: list[dict], spec: Aggregation) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------ unit partials
-def _field(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
-    index = batch.schema.get_field_index(name)
-    if index < 0:
-        return pa.nulls(batch.num_rows)  # a missing field is None, as col() says
-    column = batch.column(index)
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-
-
 def raw_rows(batch: pa.RecordBatch | pa.Table, spec: Aggregation, first_order: int) -> pa.Table:
     """The fields of a batch the aggregation reads (a missing one as nulls) and each row's `#order`
     (first_order, first_order + 1, ...): what a map side whose keys are mostly distinct ships instead of
     partial rows, which repeat a field once per output using it (1M keys in 10M records: 150 -> 104 bytes
     a row). `unit_partials` turns them into partial rows on the reduce side."""
-    columns = {name: _field(batch, name) for name in spec.fields()}
+    columns = {name: field_array(batch, name) for name in spec.fields()}
     columns["#order"] = pa.array(np.arange(first_order, first_order + batch.num_rows, dtype=np.int64))
     return pa.table(columns)
 
@@ -501,10 +494,10 @@ def fold(tables: list[pa.Table], rows: list[dict] | None, spec: Aggregation) -> 
             return [folded], None
     if rows is None and not tables:
         return [], None
-    return [], fold_python(as_rows(tables, rows, spec), spec)
+    return [], fold_python(as_rows(tables, rows), spec)
 
 
-def as_rows(tables: list[pa.Table], rows: list[dict] | None, spec: Aggregation) -> list[dict]:
+def as_rows(tables: list[pa.Table], rows: list[dict] | None) -> list[dict]:
     """`rows` (a new list when None) extended by the rows of `tables` as dicts: the Python fold's input."""
     out = [] if rows is None else rows
     for table in tables:

@@ -88,7 +88,7 @@ def fold_partials(values: Iterator[pa.Array], spec: Aggregation, budget: int) ->
         if not len(column):
             continue
         if pa.types.is_large_binary(column.type):
-            rows = as_rows(tables, rows, spec)
+            rows = as_rows(tables, rows)
             tables = []
             rows.extend(pickle.loads(value) for value in column.to_pylist())
         else:

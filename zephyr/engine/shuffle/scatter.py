@@ -292,7 +292,8 @@ def column_keyed(spec: ShuffleSpec) -> bool:
     )
 
 
-def _field(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+def field_array(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    """A batch's field as one array; a field the batch lacks reads as nulls (None, as col() says)."""
     index = batch.schema.get_field_index(name)
     if index < 0:
         return pa.nulls(batch.num_rows)  # missing field -> None, as col() says
@@ -306,7 +307,7 @@ def _encoded(
     """The encoded keys of a batch's rows, and with `hints` their hints (`sortkey.hint`): column-wise for
     a field, else `key(record)` per record."""
     if isinstance(key, Column):
-        return encode_keys(_field(batch, key.name), hints=hints)
+        return encode_keys(field_array(batch, key.name), hints=hints)
     assert records is not None  # key functions get the batch's records
     return _encode_values([key(record) for record in records], hints)
 
