@@ -171,29 +171,29 @@ class AggregateWriter:
         rows, self._rows = self._rows, []
         tables, self._tables = self._tables, []
         self._buffered = 0
-        first_keys = key_column(array_of(tables[0].column(self.spec.key))) if tables and not rows else None
-        if first_keys is not None and _mostly_distinct(first_keys):
+        first = key_column(array_of(tables[0].column(self.spec.key))) if tables and not rows else None
+        if first is not None and _mostly_distinct(first):
             try:  # folding would cost more than the rows it saves: they go as they are
                 raw = pa.concat_tables(tables)
             except pa.ArrowInvalid:  # the batches' types differ: fold (in Python if need be)
                 raw = None
-            if raw is not None and key_column(array_of(raw.column(self.spec.key))) is not None:
-                self._write_table(raw)
+            keys = None if raw is None else key_column(array_of(raw.column(self.spec.key)))
+            if raw is not None and keys is not None:
+                self._write_table(raw, keys)
                 return
         # a Python row anywhere makes the whole buffer Python (one fold, one value type per run)
         tables, folded = fold([unit_partials(raw, self.spec) for raw in tables], rows or None, self.spec)
         if folded is not None:
             self._write_rows(folded)
         elif tables and tables[0].num_rows:
-            self._write_table(tables[0])
+            self._write_table(tables[0], array_of(tables[0].column(self.spec.key)))  # folded: keys normalized
 
     def close(self) -> list[RunFile]:
         self.flush()
         return self.runs
 
-    def _write_table(self, partials: pa.Table) -> None:
-        keys = key_column(array_of(partials.column(self.spec.key)))
-        assert keys is not None  # a key type fold_columnar folds (else the rows are Python rows)
+    def _write_table(self, partials: pa.Table, keys: pa.Array) -> None:
+        """Write partial or raw rows whose normalized key column (`key_column`) is `keys`."""
         hashes = key_hashes(keys)
         columns = [column.combine_chunks() for column in partials.columns]
         values = pa.StructArray.from_arrays(columns, names=partials.column_names)
@@ -208,11 +208,11 @@ class AggregateWriter:
     def _write(self, hashes: np.ndarray, values: pa.Array) -> None:
         n = len(hashes)
         targets = (hashes % np.uint64(self.num_targets)).astype(np.int32)
-        empty = pa.LargeBinaryArray.from_buffers(
+        blank = pa.LargeBinaryArray.from_buffers(  # key, sort and hint: unused by an aggregate's runs
             pa.large_binary(), n, [None, pa.py_buffer(np.zeros(n + 1, np.int64)), pa.py_buffer(b"")]
         )
         table = pa.Table.from_arrays(
-            [pa.array(targets), pa.array(hashes), empty, empty, values, empty], names=RUN_SCHEMA.names
+            [pa.array(targets), pa.array(hashes), blank, blank, values, blank], names=RUN_SCHEMA.names
         )
         # by target, then key-hash bucket (stable: rows of a bucket stay in buffer order), so write_run's takes
         # read memory in long forward stretches (sorted by the whole key hash, they gathered at random: 0.36
