@@ -333,18 +333,17 @@ class AggregateInput(ShuffleRead):
     def open(self, task: ShardTask, result: ShardResult) -> Iterator[Any]:
         budget = task.memory_per_worker // 4  # partial rows waiting for a fold; the folded ones come on top
         runs = [run for stage_runs in task.upstream_runs for run in stage_runs]
-        with _naming_stage(task):
-            for target, khash_range in _key_ranges(task, runs, result, budget):
-                values = _counted_batches(target_values(runs, target, khash_range), result)
-                out = fold_partials(values, self.aggregation, budget)
-                if self.as_batches:
-                    yield from out
-                else:
-                    for item in out:
-                        if isinstance(item, pa.RecordBatch):
-                            yield from records_of(item)
-                        else:
-                            yield item
+        for target, khash_range in _key_ranges(task, runs, result, budget):
+            values = _counted_batches(target_values(runs, target, khash_range), result)
+            out = fold_partials(values, self.aggregation, budget)
+            if self.as_batches:
+                yield from out
+            else:
+                for item in out:
+                    if isinstance(item, pa.RecordBatch):
+                        yield from records_of(item)
+                    else:
+                        yield item
 
 
 StageInput = FileInput | ListInput | IterableInput | GroupInput | JoinInput | ReshardInput | AggregateInput
@@ -356,10 +355,7 @@ def _merged(task: ShardTask, result: ShardResult, *, ordered: bool) -> Iterator[
     `ordered`, target after target."""
     runs = [run for stage_runs in task.upstream_runs for run in stage_runs]
     pieces = task.pieces or (ReducePiece(task.shard),)
-    result.bytes_in = 0
-    for piece in pieces:  # a piece's share of its target (key hashes are uniform)
-        size = sum(run.segments[piece.target][3] for run in runs if piece.target in run.segments)
-        result.bytes_in += size * (piece.hi - piece.lo) >> 64
+    result.bytes_in = sum(_piece_bytes(runs, piece) for piece in pieces)
 
     def blocks() -> Iterator[pa.RecordBatch]:
         for piece in pieces:
@@ -452,14 +448,19 @@ def _key_ranges(
     per range."""
     result.bytes_in = 0
     for piece in task.pieces or (ReducePiece(task.shard),):
-        size = sum(run.segments[piece.target][3] for run in runs if piece.target in run.segments)
-        size = size * (piece.hi - piece.lo) >> 64
+        size = _piece_bytes(runs, piece)
         result.bytes_in += size
         k = max(1, -(-size // max(1, budget)))
         for i in range(k):
             lo = piece.lo + (piece.hi - piece.lo) * i // k
             hi = piece.lo + (piece.hi - piece.lo) * (i + 1) // k
             yield piece.target, (None if (lo, hi) == (0, 1 << 64) else (lo, hi))
+
+
+def _piece_bytes(runs: list[RunFile], piece: ReducePiece) -> int:
+    """A piece's share of its target's bytes in the runs' sidecars (key hashes are uniform)."""
+    size = sum(run.segments[piece.target][3] for run in runs if piece.target in run.segments)
+    return size * (piece.hi - piece.lo) >> 64
 
 
 def _counted_batches(batches: Iterable[Any], result: ShardResult) -> Iterator[Any]:
