@@ -37,7 +37,7 @@ import json
 import math
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
@@ -83,6 +83,19 @@ _ARROW_OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+def _method(op: str, *, reflected: bool = False) -> Callable[[Expr, Any], Expr]:
+    """`self op other` as an Expr method, or with `reflected` its twin `other op self` (Python calls
+    `col("a").__radd__(1)` for `1 + col("a")`; comparisons need none: `1 < col("a")` calls `__gt__`)."""
+
+    def method(self: Expr, other: Any) -> Expr:
+        left, right = (_wrap(other), self) if reflected else (self, other)
+        if op in _COMPARE_OPS:
+            return _compare(op, left, right)
+        return (BoolOp if op in ("&", "|") else Binary)(op, left, _wrap(right))
+
+    return method
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Expr:
     """A node of a filter expression. Build with `col` and `lit`; combine with operators.
@@ -91,63 +104,22 @@ class Expr:
     `(col("a") > 1) & (col("b") == "x")`).
     """
 
-    # --- building ------------------------------------------------------------------------------
-    def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
-        return _compare("==", self, other)
-
-    def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
-        return _compare("!=", self, other)
-
-    def __lt__(self, other: Any) -> Expr:
-        return _compare("<", self, other)
-
-    def __le__(self, other: Any) -> Expr:
-        return _compare("<=", self, other)
-
-    def __gt__(self, other: Any) -> Expr:
-        return _compare(">", self, other)
-
-    def __ge__(self, other: Any) -> Expr:
-        return _compare(">=", self, other)
-
-    def __and__(self, other: Any) -> Expr:
-        return BoolOp("&", self, _wrap(other))
-
-    def __rand__(self, other: Any) -> Expr:
-        return BoolOp("&", _wrap(other), self)
-
-    def __or__(self, other: Any) -> Expr:
-        return BoolOp("|", self, _wrap(other))
-
-    def __ror__(self, other: Any) -> Expr:
-        return BoolOp("|", _wrap(other), self)
+    # --- building: `col("a") + 1`, `1 + col("a")` (the reflected twin), `a & b` (see _method) ---------
+    __eq__ = _method("==")  # type: ignore[assignment]
+    __ne__ = _method("!=")  # type: ignore[assignment]
+    __lt__ = _method("<")
+    __le__ = _method("<=")
+    __gt__ = _method(">")
+    __ge__ = _method(">=")
+    __and__, __rand__ = _method("&"), _method("&", reflected=True)
+    __or__, __ror__ = _method("|"), _method("|", reflected=True)
+    __add__, __radd__ = _method("+"), _method("+", reflected=True)
+    __sub__, __rsub__ = _method("-"), _method("-", reflected=True)
+    __mul__, __rmul__ = _method("*"), _method("*", reflected=True)
+    __truediv__, __rtruediv__ = _method("/"), _method("/", reflected=True)
 
     def __invert__(self) -> Expr:
         return Not(self)
-
-    def __add__(self, other: Any) -> Expr:
-        return Binary("+", self, _wrap(other))
-
-    def __radd__(self, other: Any) -> Expr:
-        return Binary("+", _wrap(other), self)
-
-    def __sub__(self, other: Any) -> Expr:
-        return Binary("-", self, _wrap(other))
-
-    def __rsub__(self, other: Any) -> Expr:
-        return Binary("-", _wrap(other), self)
-
-    def __mul__(self, other: Any) -> Expr:
-        return Binary("*", self, _wrap(other))
-
-    def __rmul__(self, other: Any) -> Expr:
-        return Binary("*", _wrap(other), self)
-
-    def __truediv__(self, other: Any) -> Expr:
-        return Binary("/", self, _wrap(other))
-
-    def __rtruediv__(self, other: Any) -> Expr:
-        return Binary("/", _wrap(other), self)
 
     def __bool__(self) -> bool:
         raise TypeError(
@@ -207,7 +179,8 @@ class Expr:
         return out
 
     def _children(self) -> tuple[Expr, ...]:
-        return ()
+        # a node's subexpressions are its Expr fields (left and right, or child): one walk serves every node
+        return tuple(v for v in (getattr(self, f.name) for f in fields(self)) if isinstance(v, Expr))
 
     # --- evaluating ----------------------------------------------------------------------------
     def evaluate(self, record: dict) -> Any:
@@ -350,9 +323,6 @@ class Binary(Expr):
     def is_comparison(self) -> bool:
         return self.op in _COMPARE_OPS
 
-    def _children(self) -> tuple[Expr, ...]:
-        return (self.left, self.right)
-
     def compile(self) -> Callable[[dict], Any]:
         left, right, op, expr = self.left.compile(), self.right.compile(), self.op, self
         fn = _COMPARE_OPS[op] if self.is_comparison else _ARITH_OPS[op]
@@ -397,9 +367,6 @@ class BoolOp(Expr):
     def __repr__(self) -> str:
         return f"({_render(self.left)} {self.op} {_render(self.right)})"
 
-    def _children(self) -> tuple[Expr, ...]:
-        return (self.left, self.right)
-
     def compile(self) -> Callable[[dict], Any]:
         left, right = self.left.compile(), self.right.compile()
         if self.op == "&":
@@ -440,9 +407,6 @@ class Not(Expr):
     def __repr__(self) -> str:
         return f"~{_render(self.child)}"
 
-    def _children(self) -> tuple[Expr, ...]:
-        return (self.child,)
-
     def compile(self) -> Callable[[dict], Any]:
         child = self.child.compile()
 
@@ -466,9 +430,6 @@ class IsIn(Expr):
     def __repr__(self) -> str:
         items = ", ".join(_render(Literal(v)) for v in self.values)
         return f"{_render(self.child)}.isin([{items}])"
-
-    def _children(self) -> tuple[Expr, ...]:
-        return (self.child,)
 
     def compile(self) -> Callable[[dict], Any]:
         child = self.child.compile()
@@ -509,9 +470,6 @@ class NullCheck(Expr):
     def value_columns(self) -> set[str]:
         return set()  # asking whether an optional field is absent is legitimate
 
-    def _children(self) -> tuple[Expr, ...]:
-        return (self.child,)
-
     def compile(self) -> Callable[[dict], Any]:
         child = self.child.compile()
         if self.negated:
@@ -532,9 +490,6 @@ class StrContains(Expr):
 
     def __repr__(self) -> str:
         return f"{_render(self.child)}.str_contains({json.dumps(self.substring, ensure_ascii=False)})"
-
-    def _children(self) -> tuple[Expr, ...]:
-        return (self.child,)
 
     def compile(self) -> Callable[[dict], Any]:
         child, needle, expr = self.child.compile(), self.substring, self
@@ -561,9 +516,6 @@ class Length(Expr):
 
     def __repr__(self) -> str:
         return f"{_render(self.child)}.length()"
-
-    def _children(self) -> tuple[Expr, ...]:
-        return (self.child,)
 
     def compile(self) -> Callable[[dict], Any]:
         child, expr = self.child.compile(), self
