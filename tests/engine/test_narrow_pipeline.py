@@ -8,7 +8,8 @@ import pickle
 import pytest
 
 from zephyr import Dataset, UserCodeError, col, execution
-from zephyr.engine.pipeline import Apply, Expand, Keep, Limit, Pipeline, Project
+from zephyr.engine.ops import Filter, FlatMap, Map, Select, TakePerShard
+from zephyr.engine.pipeline import Pipeline
 
 
 @pytest.fixture
@@ -90,11 +91,11 @@ def test_expression_filter_on_records_is_evaluated_compiled(local):
 def test_pipeline_pickles_and_runs_in_a_fresh_copy():
     pipeline = Pipeline(
         (
-            Apply(abs, "map(abs)"),
-            Keep(bool, "filter(bool)"),
-            Expand(range, "flat_map(range)"),
-            Limit(4, "take_per_shard(4)"),
-            Project(("x",), "select(x)"),
+            Map(abs),
+            Filter(bool),
+            FlatMap(range),
+            TakePerShard(4),
+            Select(("x",)),
         )
     )
     copy = pickle.loads(pickle.dumps(Pipeline(pipeline.steps[:4])))

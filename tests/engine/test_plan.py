@@ -16,7 +16,6 @@ from zephyr.engine import ops as O
 from zephyr.engine.context import ExecutionConfig
 from zephyr.engine.inputs import FileInput, GroupInput, JoinInput, ListInput, ReshardInput
 from zephyr.engine.outputs import Collect, FileSink, PartitionedSink, Scatter
-from zephyr.engine.pipeline import Apply, BatchApply, Keep
 from zephyr.engine.plan import _LOWERINGS, plan
 from zephyr.errors import PlanError
 
@@ -54,8 +53,8 @@ def test_stages_are_tagged_inputs_and_outputs():
     assert [type(s.input) for s in stages] == [ListInput, ListInput, JoinInput, GroupInput, ReshardInput]
     assert [type(s.output) for s in stages] == [Scatter, Scatter, Scatter, Scatter, Collect]
     assert stages[2].upstream == (0, 1) and stages[4].upstream == (3,)
-    assert [type(step) for step in stages[0].ops.steps] == [Apply]
-    assert [type(step) for step in stages[4].ops.steps] == [Keep]
+    assert [type(step) for step in stages[0].ops.steps] == [O.Map]
+    assert [type(step) for step in stages[4].ops.steps] == [O.Filter]
     assert [s.output.spec.tag for s in stages[:2]] == [0, 1]
 
 
@@ -73,7 +72,7 @@ def test_arrow_fast_paths_are_chosen_at_plan_time(tmp_path):
     assert (
         isinstance(stage.output, FileSink)
         and stage.output.batches
-        and [type(s) for s in stage.ops.steps] == [BatchApply]
+        and [type(s) for s in stage.ops.steps] == [O.MapBatches]
     )
 
     by_records = plan(files.map(dict).group_by("user", lambda k, v: k), CONFIG).stages[0]
@@ -94,7 +93,7 @@ def test_expression_filters_and_selects_are_pushed_into_the_reader(tmp_path):
     assert stage.input.source.columns == ("a",)
     assert repr(stage.input.source.filter) == '((col("a") > 1) & (col("a") < 5))'
     after_map = plan(Dataset.from_files(str(tmp_path / "*.parquet")).map(dict).filter(col("a") > 1), CONFIG)
-    assert [type(s) for s in after_map.stages[0].ops.steps] == [Apply, Keep]
+    assert [type(s) for s in after_map.stages[0].ops.steps] == [O.Map, O.Filter]
 
 
 def test_a_write_must_end_the_pipeline(tmp_path):

@@ -1,11 +1,11 @@
 """A stage's narrow ops, compiled once into one streaming callable: `Pipeline(...)(stream, where)`.
 
-The planner lowers each narrow op to a physical step. Consecutive record steps (`Apply`, `Keep`,
-`Expand`, `Limit`, `Project`) are fused into one generated Python loop, so a record passes a chain of maps
-and filters without a generator hop per op; `BatchApply` (map_batches) works on Arrow batches and
-`ShardApply` (map_shard) on the whole stream, and the pipeline converts between records and batches only
-where a step needs the other kind. The fused loop is built when the pipeline is made (at plan time) and
-again after unpickling in a worker (generated code does not pickle).
+Each narrow op of `zephyr.engine.ops` is a step as it is. Consecutive record ops (map, filter, flat_map,
+take_per_shard, select) are fused into one generated Python loop, so a record passes a chain of maps
+and filters without a generator hop per op; map_batches works on Arrow batches and map_shard on the
+whole stream, and the pipeline converts between records and batches only where a step needs the other
+kind. The fused loop is built when the pipeline is made (at plan time) and again after unpickling in a
+worker (generated code does not pickle).
 
 Every user call is tied to its op: an exception becomes a `UserCodeError` naming the op, the stage and
 shard (`where`), the record's position in the stream and a preview of the record the op received.
@@ -23,78 +23,20 @@ import pyarrow as pa
 
 from zephyr.engine.absent_fields import FieldPresence
 from zephyr.engine.expr import Expr
-from zephyr.engine.ops import preview
+from zephyr.engine.ops import Filter, FlatMap, Map, MapBatches, MapShard, NarrowOp, Select, TakePerShard, preview
 from zephyr.errors import BadInputError, StorageError, UserCodeError, ZephyrError, storage_error
 
-__all__ = ["Apply", "Keep", "Expand", "Limit", "Project", "BatchApply", "ShardApply", "Step", "Pipeline"]
+__all__ = ["Step", "Pipeline"]
 
 Stream = Iterator[Any]
 Segment = Callable[[Stream, str], Stream]
+Step = NarrowOp
 
 
-# ------------------------------------------------------------------------------------------ steps
-@dataclass(frozen=True)
-class Apply:
-    """record -> one record (map)."""
-
-    fn: Callable[[Any], Any]
-    name: str
-
-
-@dataclass(frozen=True)
-class Keep:
-    """Keep records where `predicate(record)` is truthy (filter); an expression runs compiled."""
-
-    predicate: Any
-    name: str
-
-
-@dataclass(frozen=True)
-class Expand:
-    """record -> zero or more records (flat_map)."""
-
-    fn: Callable[[Any], Iterable[Any]]
-    name: str
-
-
-@dataclass(frozen=True)
-class Limit:
-    """Only the first `n` records reaching this point (take_per_shard); upstream is not read further."""
-
-    n: int
-    name: str
-
-
-@dataclass(frozen=True)
-class Project:
-    """Keep these fields of every dict record; a missing one reads as None (select)."""
-
-    columns: tuple[str, ...]
-    name: str
-
-
-@dataclass(frozen=True)
-class BatchApply:
-    """pyarrow.RecordBatch -> RecordBatch | Table, on batches of up to `batch_size` rows (map_batches)."""
-
-    fn: Callable[[Any], Any]
-    batch_size: int
-    name: str
-
-
-@dataclass(frozen=True)
-class ShardApply:
-    """The whole stream -> a stream (map_shard): for per-shard state; `with_context`: fn also gets the
-    `ShardContext` (which shard it is)."""
-
-    fn: Callable[..., Iterable[Any]]
-    name: str
-    with_context: bool = False
-
-
-RecordStep = Apply | Keep | Expand | Limit | Project
-Step = RecordStep | BatchApply | ShardApply
-_RECORD_STEPS = (Apply, Keep, Expand, Limit, Project)
+# Every narrow op of `zephyr.engine.ops` is a step as it is: the planner hands it over without its
+# `resources` (the stage holds them).
+RecordStep = Map | Filter | FlatMap | TakePerShard | Select
+_RECORD_STEPS = (Map, Filter, FlatMap, TakePerShard, Select)
 
 
 # --------------------------------------------------------------------------------------- pipeline
@@ -117,7 +59,7 @@ class Pipeline:
 
     @property
     def emits_batches(self) -> bool:
-        last_is_batches = isinstance(self.steps[-1], BatchApply) if self.steps else self.batches_in
+        last_is_batches = isinstance(self.steps[-1], MapBatches) if self.steps else self.batches_in
         return self.want_batches and last_is_batches
 
     @property
@@ -165,9 +107,9 @@ def _compile(steps: tuple[Step, ...], batched: bool, emits_batches: bool) -> tup
             run.append(step)
             continue
         flush()
-        if isinstance(step, BatchApply):
+        if isinstance(step, MapBatches):
             last = position == len(steps) - 1
-            emit = (not last and isinstance(steps[position + 1], BatchApply)) or (last and emits_batches)
+            emit = (not last and isinstance(steps[position + 1], MapBatches)) or (last and emits_batches)
             segments.append(_MapBatches(step, batched, emit))
             batched = emit
         else:
@@ -181,7 +123,7 @@ def _compile(steps: tuple[Step, ...], batched: bool, emits_batches: bool) -> tup
     return tuple(segments)
 
 
-_MAX_LOOPS = 16  # Python allows 20 nested blocks per function; the fused loop uses try + for + one per Expand
+_MAX_LOOPS = 16  # Python allows 20 nested blocks per function; the fused loop uses try + for + one per FlatMap
 _MAX_STEPS = 64  # and ~100 indentation levels
 
 
@@ -189,11 +131,11 @@ def _parts(run: list[RecordStep]) -> Iterator[list[RecordStep]]:
     part: list[RecordStep] = []
     loops = 0
     for step in run:
-        if part and (len(part) >= _MAX_STEPS or (isinstance(step, Expand) and loops >= _MAX_LOOPS)):
+        if part and (len(part) >= _MAX_STEPS or (isinstance(step, FlatMap) and loops >= _MAX_LOOPS)):
             yield part
             part, loops = [], 0
         part.append(step)
-        loops += isinstance(step, Expand)
+        loops += isinstance(step, FlatMap)
     if part:
         yield part
 
@@ -208,8 +150,8 @@ def _fuse(steps: list[RecordStep]) -> Segment:
     checks: list[_FieldCheck] = []
     inputs: list[str] = []
     lines = ["def fused(records, where):", "    step = -1", "    n = -1"]
-    lines += [f"    t{k} = 0" for k, s in enumerate(steps) if isinstance(s, Limit)]
-    if any(isinstance(s, Limit) and s.n <= 0 for s in steps):
+    lines += [f"    t{k} = 0" for k, s in enumerate(steps) if isinstance(s, TakePerShard)]
+    if any(isinstance(s, TakePerShard) and s.n <= 0 for s in steps):
         lines += ["    return", "    yield"]  # nothing passes: do not even read the input
         steps = []
     lines += ["    try:", "        for n, r0 in enumerate(records):"]
@@ -218,11 +160,11 @@ def _fuse(steps: list[RecordStep]) -> Segment:
     for k, step in enumerate(steps):
         pad = " " * indent
         inputs.append(var)
-        if isinstance(step, Apply):
+        if isinstance(step, Map):
             env[f"f{k}"] = step.fn
             lines += [f"{pad}step = {k}", f"{pad}r{k + 1} = f{k}({var})"]
             var = f"r{k + 1}"
-        elif isinstance(step, Keep):
+        elif isinstance(step, Filter):
             predicate = step.predicate
             if isinstance(predicate, Expr):
                 checks.append(_FieldCheck(step))
@@ -231,17 +173,17 @@ def _fuse(steps: list[RecordStep]) -> Segment:
                 env[f"f{k}"] = predicate
             lines += [f"{pad}step = {k}", f"{pad}if f{k}({var}):"]
             indent += 4
-        elif isinstance(step, Expand):
+        elif isinstance(step, FlatMap):
             env[f"f{k}"] = step.fn
             lines += [f"{pad}step = {k}", f"{pad}for r{k + 1} in f{k}({var}):"]
             indent += 4
             tails.append((indent, f"step = {k}"))  # the next item of f{k}'s iterator is op k's work again
             var = f"r{k + 1}"
-        elif isinstance(step, Project):
+        elif isinstance(step, Select):
             fields = ", ".join(f"{c!r}: {var}.get({c!r})" for c in step.columns)
             lines += [f"{pad}step = {k}", f"{pad}r{k + 1} = {{{fields}}}"]
             var = f"r{k + 1}"
-        else:  # Limit: counted here, checked once everything downstream of this record has run
+        else:  # TakePerShard: counted here, checked once everything downstream of this record has run
             lines += [f"{pad}t{k} += 1"]
             tails.append((indent, f"if t{k} >= {step.n}: return"))
     pad = " " * indent
@@ -257,7 +199,7 @@ def _fuse(steps: list[RecordStep]) -> Segment:
     exec(compile("\n".join(lines), "<zephyr fused ops>", "exec"), env)  # noqa: S102 - our own generated code
     fused: Segment = env["fused"]
     checks = [c for c in checks if c.columns]
-    if checks and not any(isinstance(s, Limit) for s in steps):  # a Limit stops early: too few records to judge
+    if checks and not any(isinstance(s, TakePerShard) for s in steps):  # it stops early: too few records to judge
         return _Checked(fused, tuple(checks))
     return fused
 
@@ -266,7 +208,7 @@ class _FieldCheck:
     """An expression filter's predicate that also notes which of the fields it reads by value appear in
     the records it sees (`zephyr.engine.absent_fields.FieldPresence`)."""
 
-    def __init__(self, step: Keep) -> None:
+    def __init__(self, step: Filter) -> None:
         self.step = step
         self.columns = frozenset(step.predicate.value_columns())
         self.fn = step.predicate.compile()
@@ -328,7 +270,7 @@ def _to_records(batches: Stream, where: str) -> Stream:
 
 @dataclass(frozen=True)
 class _MapShard:
-    step: ShardApply
+    step: MapShard
 
     def __call__(self, records: Stream, where: Any) -> Stream:
         try:
@@ -349,7 +291,7 @@ class _MapShard:
 
 @dataclass(frozen=True)
 class _MapBatches:
-    step: BatchApply
+    step: MapBatches
     batched: bool  # the input is already Arrow batches
     emit_batches: bool  # hand batches on (else records)
 

@@ -32,17 +32,7 @@ from zephyr.engine.inputs import (
     StageInput,
 )
 from zephyr.engine.outputs import Collect, FileSink, PartitionedSink, Scatter, ShardWriterSink, StageOutput
-from zephyr.engine.pipeline import (
-    Apply,
-    BatchApply,
-    Expand,
-    Keep,
-    Limit,
-    Pipeline,
-    Project,
-    ShardApply,
-    Step,
-)
+from zephyr.engine.pipeline import Pipeline, Step
 from zephyr.engine.run.pending import pending_producer
 from zephyr.engine.shuffle import ShuffleSpec
 from zephyr.errors import PlanError
@@ -163,8 +153,10 @@ class _Planner:
             if lowering is None:
                 raise PlanError(f"no lowering for op {type(op).__name__}: add one to plan._LOWERINGS")
             request = getattr(op, "resources", None)
-            if request is not None:  # asked of the workers of the stage the op runs in
+            if request is not None:  # asked of the workers of the stage the op runs in, and left out of the
+                # step: where an op runs does not change what it computes, so its fingerprint does not hold it
                 self.stage.resources.append(request)
+                op = dataclasses.replace(op, resources=None)
             lowering(op, self)
         last, self.current = self.stage, outer
         return last
@@ -230,7 +222,7 @@ def _batch_rows(stage_input: FileInput, steps: tuple[Step, ...], output: StageOu
     """Read a columnar source as Arrow batches when a map_batches comes first, or when a scatter on
     fields follows directly: the reader's batches are handed over without becoming records."""
     if steps:
-        if not isinstance(steps[0], BatchApply):
+        if not isinstance(steps[0], O.MapBatches):
             return None
         rows = steps[0].batch_size
     elif isinstance(output, Scatter) and output.takes_batches:
@@ -274,12 +266,8 @@ def _lower_source(source: O.Source, config: ExecutionConfig) -> tuple[StageInput
     raise PlanError(f"unknown source {type(source).__name__}")
 
 
-def _lower_map(op: O.Map, planner: _Planner) -> None:
-    planner.add(Apply(op.fn, op.name))
-
-
-def _lower_flat_map(op: O.FlatMap, planner: _Planner) -> None:
-    planner.add(Expand(op.fn, op.name))
+def _lower_step(op: O.NarrowOp, planner: _Planner) -> None:
+    planner.add(op)  # the stage's pipeline runs the op as it is
 
 
 def _lower_filter(op: O.Filter, planner: _Planner) -> None:
@@ -289,7 +277,7 @@ def _lower_filter(op: O.Filter, planner: _Planner) -> None:
         combined = op.predicate if source.filter is None else (source.filter & op.predicate)
         stage.input = dataclasses.replace(stage.input, source=dataclasses.replace(source, filter=combined))
         return
-    planner.add(Keep(op.predicate, op.name))
+    planner.add(op)
 
 
 def _lower_select(op: O.Select, planner: _Planner) -> None:
@@ -299,19 +287,7 @@ def _lower_select(op: O.Select, planner: _Planner) -> None:
         keep = op.columns if source.columns is None else tuple(c for c in source.columns if c in op.columns)
         stage.input = dataclasses.replace(stage.input, source=dataclasses.replace(source, columns=keep))
         return
-    planner.add(Project(op.columns, op.name))
-
-
-def _lower_map_batches(op: O.MapBatches, planner: _Planner) -> None:
-    planner.add(BatchApply(op.fn, op.batch_size, op.name))
-
-
-def _lower_map_shard(op: O.MapShard, planner: _Planner) -> None:
-    planner.add(ShardApply(op.fn, op.name, op.with_context))
-
-
-def _lower_take_per_shard(op: O.TakePerShard, planner: _Planner) -> None:
-    planner.add(Limit(op.n, op.name))
+    planner.add(op)
 
 
 def _lower_reshard(op: O.Reshard, planner: _Planner) -> None:
@@ -364,13 +340,13 @@ def _lower_shard_sink(op: O.ShardSink, planner: _Planner) -> None:
 
 
 _LOWERINGS: dict[type, Callable[[Any, _Planner], None]] = {
-    O.Map: _lower_map,
-    O.FlatMap: _lower_flat_map,
+    O.Map: _lower_step,
+    O.FlatMap: _lower_step,
     O.Filter: _lower_filter,
     O.Select: _lower_select,
-    O.MapBatches: _lower_map_batches,
-    O.MapShard: _lower_map_shard,
-    O.TakePerShard: _lower_take_per_shard,
+    O.MapBatches: _lower_step,
+    O.MapShard: _lower_step,
+    O.TakePerShard: _lower_step,
     O.Reshard: _lower_reshard,
     O.GroupBy: _lower_group_by,
     O.Aggregate: _lower_aggregate,
