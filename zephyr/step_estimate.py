@@ -37,6 +37,7 @@ from zephyr.engine.estimate import DEFAULT_SAMPLE, extrapolate_count, sampled_sh
 from zephyr.engine.run.record import RunRecorder, use_run
 from zephyr.fs import join
 from zephyr.progress import format_duration, log
+from zephyr.text_table import text_table
 
 __all__ = ["StepEstimator", "StepFigures"]
 
@@ -206,22 +207,32 @@ class StepEstimator:
         workers, budget = config.num_workers, config.memory_per_worker
         x1, x2 = self.share("half"), self.share("sample")
         steps = self.figures()
+
+        def row(f: StepFigures) -> tuple[Any, ...]:
+            read, written, scratch = (size / 1e6 for size in (f.bytes_read, f.bytes_written, f.scratch_bytes))
+            core_hours = f.seconds * workers / 3600
+            return (
+                f.name,
+                f.documents_in,
+                f.documents_out,
+                read,
+                written,
+                scratch,
+                f.peak_rss >> 20,
+                f.seconds,
+                core_hours,
+            )
+
         lines = [
             f"estimate at full size on {workers} worker(s) ({budget >> 20} MiB each): every step ran on {x2:.1%} of "
             f"the input and on {x1:.1%}, each figure grown to 100% (zephyr.step_estimate)",
-            f"  {'step':<14}{'docs in':>13}{'docs out':>13}{'MB read':>10}{'MB written':>12}{'scratch MB':>12}"
-            f"{'peak RSS MiB':>13}{'wall s':>10}{'core-h':>9}",
+            *text_table(
+                "step<14|docs in>13,|docs out>13,|MB read>10,.0f|MB written>12,.0f|scratch MB>12,.0f|peak RSS MiB>13,"
+                "|wall s>10,.0f|core-h>9,.2f",
+                map(row, steps),
+                indent="  ",
+            ),
         ]
-
-        def docs(value: int | None) -> str:
-            return f"{value:,}" if value is not None else "-"
-
-        for f in steps:
-            lines.append(
-                f"  {f.name:<14}{docs(f.documents_in):>13}{docs(f.documents_out):>13}{f.bytes_read / 1e6:>10,.0f}"
-                f"{f.bytes_written / 1e6:>12,.0f}{f.scratch_bytes / 1e6:>12,.0f}{f.peak_rss >> 20:>13,}"
-                f"{f.seconds:>10,.0f}{f.seconds * workers / 3600:>9,.2f}"
-            )
         wall = sum(f.seconds for f in steps)
         lines.append(
             f"  total: ~{wall:,.0f} s wall, {wall * workers / 3600:,.2f} core-hours, scratch ~"

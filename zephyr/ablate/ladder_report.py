@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from zephyr.json_safe import json_safe
+from zephyr.text_table import text_table
 
 from .ladder_fit import LadderReport, MixtureLadder
 
@@ -69,14 +70,16 @@ def format_ladder_report(report: LadderReport) -> str:
         f"costs {100 * report.ladder_flops_share:.1f}% of the targets' compute ({report.ladder_flops:.3g} / "
         f"{report.target_flops:.3g} FLOPs)",
         "",
-        f"  {'point':<18} {'width':>5} {'layers':>6} {'params':>10} {'tokens':>12} {'FLOPs':>9} {'steps':>6} "
-        f"{'batch':>5} {'lr':>8}",
+        *text_table(
+            "point<18|width>5|layers>6|params>10,|tokens>12,|FLOPs>9.3g|steps>6|batch>5|lr>8.2e",
+            [
+                (p.name, p.width, p.layers, p.params, p.tokens, p.flops, p.steps, p.batch_size, p.learning_rate)
+                for p in report.points
+            ],
+            indent="  ",
+            sep=" ",
+        ),
     ]
-    for p in report.points:
-        lines.append(
-            f"  {p.name:<18} {p.width:>5} {p.layers:>6} {p.params:>10,} {p.tokens:>12,} {p.flops:>9.3g} {p.steps:>6} "
-            f"{p.batch_size:>5} {p.learning_rate:>8.2e}"
-        )
     lines.append("")
     for m in report.mixtures:
         lines.append(f"{m.mixture}: {report.descriptions.get(m.mixture, '')}")

@@ -43,6 +43,7 @@ from zephyr.datashop.labeling import LabelBackend, LabelingRun, label_documents
 from zephyr.datashop.metrics import Agreement, agreement
 from zephyr.datashop.quality import LabelQuality, classifier_beats_majority, measure_label_quality
 from zephyr.datashop.sample import sample_pool_dataset, split_holdout
+from zephyr.text_table import text_table
 
 __all__ = ["StageReport", "DatashopReport", "run_datashop", "run_stage"]
 
@@ -107,18 +108,20 @@ class DatashopReport:
 
     def summary(self) -> str:
         """A readable table of the stages."""
-        head = (
-            f"{'stage':<12} {'in':>8} {'pool':>6} {'fail':>5} {'LM doc/s':>9} {'clf':<9} "
-            f"{'acc':>5} {'maj':>5} {'F1':>5} {'rho':>6} {'thresh':>7} {'kept':>8} {'frac':>6}"
-        )
-        lines = [head, "-" * len(head)]
-        for s in self.stages:
+
+        def row(s: StageReport) -> tuple[Any, ...]:
             a = s.holdout_agreement
-            lines.append(
-                f"{s.name:<12} {s.input_docs:>8} {s.pool_size:>6} {s.label_failures:>5} {s.label_docs_per_s:>9.2f} "
-                f"{s.classifier_kind:<9} {_fmt(a.accuracy):>5} {_fmt(a.majority_accuracy):>5} {_fmt(a.macro_f1):>5} "
-                f"{_fmt(a.spearman, 6):>6} {s.threshold:>7.3f} {s.kept_docs:>8} {s.kept_fraction:>6.3f}"
-            )
+            labels = (s.name, s.input_docs, s.pool_size, s.label_failures, s.label_docs_per_s)
+            holdout = (s.classifier_kind, a.accuracy, a.majority_accuracy, a.macro_f1, a.spearman)
+            return labels + holdout + (s.threshold, s.kept_docs, s.kept_fraction)
+
+        head, *lines = text_table(
+            "stage<12|in>8|pool>6|fail>5|LM doc/s>9.2f|clf<9|acc>5.2f|maj>5.2f|F1>5.2f|rho>6.3f|thresh>7.3f|kept>8"
+            "|frac>6.3f",
+            map(row, self.stages),
+            sep=" ",
+        )
+        lines[:0] = [head, "-" * len(head)]
         for s in self.stages:
             if s.filter_note:
                 lines.append(
@@ -135,10 +138,6 @@ class DatashopReport:
                 )
         lines.append(f"final dataset: {len(self.output_files)} file(s) under {self.output_dir}  ({self.seconds:.1f} s)")
         return "\n".join(lines)
-
-
-def _fmt(x: float | None, width: int = 5) -> str:
-    return "-" if x is None else f"{x:.{width - 3}f}"
 
 
 def _execution(config: DatashopConfig) -> Any:

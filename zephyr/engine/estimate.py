@@ -33,6 +33,7 @@ from zephyr.engine.context import ExecutionConfig, InputSample
 from zephyr.engine.inputs import FileInput
 from zephyr.engine.outputs import Collect, Scatter
 from zephyr.engine.plan import Plan
+from zephyr.text_table import text_table
 
 __all__ = [
     "DEFAULT_SAMPLE",
@@ -214,18 +215,20 @@ def estimate_plan(
 
 def format_estimate(estimates: list[StageEstimate], workers: int) -> str:
     """The estimates as the table `zephyr run --dry-run --estimate` prints."""
+
+    def row(e: StageEstimate) -> tuple[Any, ...]:
+        mb_in, mb_out, scratch = (size / 1e6 for size in (e.bytes_in, e.bytes_out, e.scratch_bytes))
+        return e.index, e.records_in, e.records_out, mb_in, mb_out, scratch, e.seconds, f"  {e.name}"
+
     lines = [
         f"estimate at full size on {workers} worker(s), grown from runs on a sample of the input shards and on "
         "half of it:",
-        f"  {'stage':<6}{'records in':>14}{'records out':>14}{'MB in':>10}{'MB out':>10}"
-        f"{'scratch MB':>12}{'wall s':>10}",
+        *text_table(
+            "stage<6|records in>14,|records out>14,|MB in>10,.1f|MB out>10,.1f|scratch MB>12,.1f|wall s>10,.1f|<",
+            map(row, estimates),
+            indent="  ",
+        ),
     ]
-    for e in estimates:
-        lines.append(
-            f"  {e.index:<6}{e.records_in:>14,}{e.records_out:>14,}"
-            f"{e.bytes_in / 1e6:>10,.1f}{e.bytes_out / 1e6:>10,.1f}"
-            f"{e.scratch_bytes / 1e6:>12,.1f}{e.seconds:>10,.1f}  {e.name}"
-        )
     total = sum(e.seconds for e in estimates)
     scratch = sum(e.scratch_bytes for e in estimates) / 1e6
     lines.append(
