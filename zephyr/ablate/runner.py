@@ -43,17 +43,9 @@ from zephyr.config import ConfigError
 from zephyr.train.scaling import ScalingRecipe
 from zephyr.versioning import fingerprint, read_marker, write_marker
 
+from . import stores
 from .config import AblationConfig
 from .ladder import LadderPoint, ladder_points
-from .stores import (
-    ExposureCap,
-    StoreSummary,
-    eval_bytes_per_token,
-    exposure_cap,
-    store_summary,
-    write_capped_store,
-    write_shuffled_store,
-)
 
 __all__ = [
     "ResolvedMixture",
@@ -80,7 +72,7 @@ class ResolvedMixture:
     name: str
     derivation: str
     components: dict[str, tuple[str, float]]  # dataset -> (store path actually read, weight)
-    exposure: tuple[ExposureCap, ...] = ()
+    exposure: tuple[stores.ExposureCap, ...] = ()
     shuffled: tuple[str, ...] = ()  # datasets replaced by token-shuffled copies
 
 
@@ -185,12 +177,12 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
     target's only when ``ladder.verify`` is set (with ``ladder.target_seeds``, default the first seed).
     """
     out = Path(config.output_dir).absolute()
-    summaries: dict[str, StoreSummary] = {}
+    summaries: dict[str, stores.StoreSummary] = {}
     for m in config.mixtures:
         for comp in m.components.values():
-            summaries.setdefault(comp.store, store_summary(comp.store))
+            summaries.setdefault(comp.store, stores.store_summary(comp.store))
     for path in config.eval.values():
-        summaries.setdefault(path, store_summary(path))
+        summaries.setdefault(path, stores.store_summary(path))
     hashes = {s.tokenizer_hash for s in summaries.values()}
     if len(hashes) > 1:
         listing = "; ".join(f"{p}: {s.tokenizer_name} ({s.tokenizer_hash})" for p, s in summaries.items())
@@ -248,7 +240,9 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
     eval_paths = {name: str(Path(p).absolute()) for name, p in config.eval.items()}
     runs = []
     for mix in resolved:
-        store_ids = {p: (store_summary(p).config_hash, store_summary(p).tokens) for p, _ in mix.components.values()}
+        store_ids = {
+            p: (stores.store_summary(p).config_hash, stores.store_summary(p).tokens) for p, _ in mix.components.values()
+        }
         for size in sizes:
             for seed in _seeds_of(config, size, mix.name):
                 runs.append(_run_spec(config, out, mix, size, seed, eval_paths, eos_id, store_ids))
@@ -292,20 +286,25 @@ def _seeds_of(config: AblationConfig, size: _Size, mixture: str) -> tuple[int, .
 
 
 def _resolve_mixtures(
-    config: AblationConfig, out: Path, summaries: dict[str, StoreSummary], notes: list[str], *, tokens: int | None
+    config: AblationConfig,
+    out: Path,
+    summaries: dict[str, stores.StoreSummary],
+    notes: list[str],
+    *,
+    tokens: int | None,
 ) -> list[ResolvedMixture]:
     """Each mixture with the stores it trains on: token-shuffled copies and matched-exposure subsets written."""
     resolved: list[ResolvedMixture] = []
     for m in config.mixtures:
         comps: dict[str, tuple[str, float]] = {}
-        caps: list[ExposureCap] = []
+        caps: list[stores.ExposureCap] = []
         for dataset, comp in m.components.items():
             if comp.weight <= 0:
                 continue
             path = str(Path(comp.store).absolute())
             spec = config.matched_exposure.get(dataset)
             if spec is not None and tokens is not None:
-                cap = exposure_cap(
+                cap = stores.exposure_cap(
                     dataset,
                     unique_tokens=summaries[comp.store].tokens,
                     share=comp.weight,
@@ -323,7 +322,7 @@ def _resolve_mixtures(
                             f"less than one training window ({config.train.seq_len + 1}); raise the token budget or "
                             "lower production_tokens / production_epochs."
                         )
-                    path = write_capped_store(
+                    path = stores.write_capped_store(
                         path,
                         out / "stores" / f"{dataset}-cap{cap.cap_tokens}-s{spec.seed}",
                         max_tokens=cap.cap_tokens,
@@ -331,7 +330,7 @@ def _resolve_mixtures(
                     )
             if comp.shuffled:
                 tag = xxhash.xxh3_64_hexdigest(path.encode())[:8]
-                path = write_shuffled_store(path, out / "stores" / f"{dataset}-shuffled-{tag}", seed=0)
+                path = stores.write_shuffled_store(path, out / "stores" / f"{dataset}-shuffled-{tag}", seed=0)
             comps[dataset] = (path, comp.weight)
         resolved.append(
             ResolvedMixture(
@@ -471,7 +470,7 @@ def _with_bpb(
     for name, vals in evals.items():
         loss, bpb = vals.get("loss"), vals.get("bpb")
         if bpb is None and loss is not None and name in data["eval"]:
-            bpt = eval_bytes_per_token(
+            bpt = stores.eval_bytes_per_token(
                 data["eval"][name],
                 seq_len=data["seq_len"],
                 batch_size=train_config.get("eval_batch_size") or data["batch_size"],
