@@ -39,6 +39,7 @@ BASE = {
     "staged",
     "json_safe",
     "native",
+    "text_table",
 }
 # The command line: the top layer, it may import anything.
 CLI_AREAS = {"cli", "export_cli", "install_models", "recipe_cli"}
@@ -60,6 +61,7 @@ ALLOWED: dict[str, set[str]] = {
     "lazy": set(),
     "json_safe": set(),
     "native": set(),
+    "text_table": set(),
     "cache": set(),
     "progress": set(),
     "config": {"errors"},

@@ -30,19 +30,5 @@ __all__ = [
     "PlanError",
 ]
 
-# Imported on first use (zephyr.lazy), so `import zephyr.train` or `zephyr --help` never loads the engine.
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "Dataset": "zephyr.engine.dataset",
-        "ExecutionConfig": "zephyr.engine.context",
-        "execution": "zephyr.engine.context",
-        "counters": "zephyr.counters",
-        "col": "zephyr.engine.expr",
-        "lit": "zephyr.engine.expr",
-        "ZephyrError": "zephyr.errors",
-        "BadInputError": "zephyr.errors",
-        "UserCodeError": "zephyr.errors",
-        "PlanError": "zephyr.errors",
-    },
-)
+# The TYPE_CHECKING imports above, imported on first use (zephyr.lazy): `zephyr --help` never loads the engine.
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -52,26 +52,5 @@ __all__ = [
 ]
 __all__ += config.__all__
 
-# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "LabelingRun": "zephyr.datashop.labeling",
-        "LabelResult": "zephyr.datashop.labeling",
-        "label_documents": "zephyr.datashop.labeling",
-        "label_on_engine": "zephyr.datashop.label_stage",
-        "label_resources": "zephyr.datashop.label_stage",
-        "make_backend": "zephyr.datashop.labeling",
-        "Agreement": "zephyr.datashop.metrics",
-        "agreement": "zephyr.datashop.metrics",
-        "sample_pool": "zephyr.datashop.sample",
-        "sample_pool_dataset": "zephyr.datashop.sample",
-        "split_holdout": "zephyr.datashop.sample",
-        "train_classifier": "zephyr.datashop.classifiers",
-        "load_classifier": "zephyr.datashop.classifiers",
-        "score_dataset": "zephyr.datashop.apply",
-        "run_datashop": "zephyr.datashop.pipeline",
-        "DatashopReport": "zephyr.datashop.pipeline",
-        "StageReport": "zephyr.datashop.pipeline",
-    },
-)
+# The TYPE_CHECKING imports above, imported on first use (zephyr.lazy): one submodule never imports the others.
+__getattr__, __dir__ = lazy_exports(__name__)

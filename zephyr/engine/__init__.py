@@ -17,12 +17,5 @@ if TYPE_CHECKING:
 
 __all__ = ["Dataset", "ExecutionConfig", "execution"]
 
-# Imported on first use (zephyr.lazy): importing one engine module never imports the others.
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "Dataset": "zephyr.engine.dataset",
-        "ExecutionConfig": "zephyr.engine.context",
-        "execution": "zephyr.engine.context",
-    },
-)
+# The TYPE_CHECKING imports above, imported on first use (zephyr.lazy): one engine module never imports the others.
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -74,29 +74,7 @@ def keep(doc: dict) -> bool:
     return not doc.get("filter_reason")
 
 
-# Imported on first use (zephyr.lazy): importing one submodule never imports the others (but the light quality
-# rules, imported with the package and offered as `zephyr.operators.quality.__all__` lists them).
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "decode_html": "zephyr.operators.charset",
-        "dedup_documents": "zephyr.operators.exact_dedup",
-        "dedup_paragraphs": "zephyr.operators.exact_dedup",
-        "normalize_for_hash": "zephyr.operators.exact_dedup",
-        "text_hash": "zephyr.operators.exact_dedup",
-        "ExtractConfig": "zephyr.operators.extract",
-        "ExtractedPage": "zephyr.operators.extract",
-        "ExtractText": "zephyr.operators.extract",
-        "extract_page": "zephyr.operators.extract",
-        "html_to_markdown": "zephyr.operators.extract",
-        "html_to_text": "zephyr.operators.extract",
-        "LanguageId": "zephyr.operators.langid",
-        "detect_language": "zephyr.operators.langid",
-        "PiiRedactor": "zephyr.operators.pii",
-        "redact_pii": "zephyr.operators.pii",
-        "ReadWarc": "zephyr.operators.warc",
-        "WarcReadConfig": "zephyr.operators.warc",
-        "read_warc": "zephyr.operators.warc",
-        "warc_dataset": "zephyr.operators.warc",
-    },
-)
+# The TYPE_CHECKING imports above, imported on first use (zephyr.lazy): one submodule never imports the
+# others (but the light quality rules, imported with the package and offered as `zephyr.operators.quality.__all__`
+# lists them).
+__getattr__, __dir__ = lazy_exports(__name__)

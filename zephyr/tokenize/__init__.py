@@ -47,26 +47,5 @@ __all__ = [
     "feistel_permute",
 ]
 
-# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "Mixture": "zephyr.tokenize.mixture",
-        "feistel_permute": "zephyr.tokenize.mixture",
-        "largest_remainder_counts": "zephyr.tokenize.mixture",
-        "TokenizeConfig": "zephyr.tokenize.pipeline",
-        "TokenizeResult": "zephyr.tokenize.pipeline",
-        "is_validation_document": "zephyr.tokenize.pipeline",
-        "tokenize_dataset": "zephyr.tokenize.pipeline",
-        "TokenStore": "zephyr.tokenize.store",
-        "VerifyReport": "zephyr.tokenize.store_check",
-        "inspect_store": "zephyr.tokenize.store_check",
-        "open_store": "zephyr.tokenize.store",
-        "token_dtype": "zephyr.tokenize.store_format",
-        "verify_store": "zephyr.tokenize.store_check",
-        "Tokenizer": "zephyr.tokenize.tokenizer",
-        "TokenizerInfo": "zephyr.tokenize.tokenizer",
-        "TokenizerSpec": "zephyr.tokenize.tokenizer",
-        "load_tokenizer": "zephyr.tokenize.tokenizer",
-    },
-)
+# The TYPE_CHECKING imports above, imported on first use (zephyr.lazy): one submodule never imports the others.
+__getattr__, __dir__ = lazy_exports(__name__)

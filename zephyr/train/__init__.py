@@ -47,21 +47,5 @@ __all__ = [
     "train",
 ]
 
-# Imported on first use (zephyr.lazy): importing one submodule never imports the others.
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "ConfigError": "zephyr.train.config",
-        "DataConfig": "zephyr.train.config",
-        "LossConfig": "zephyr.train.config",
-        "ModelConfig": "zephyr.train.config",
-        "OptimizerConfig": "zephyr.train.config",
-        "TrainConfig": "zephyr.train.config",
-        "load_config": "zephyr.train.config",
-        "ScalingRecipe": "zephyr.train.scaling",
-        "RecipeRun": "zephyr.train.scaling",
-        "TrainResult": "zephyr.train.trainer",
-        "TrainState": "zephyr.train.trainer",
-        "train": "zephyr.train.trainer",
-    },
-)
+# The TYPE_CHECKING imports above, imported on first use (zephyr.lazy): one submodule never imports the others.
+__getattr__, __dir__ = lazy_exports(__name__)
