@@ -388,3 +388,22 @@ def test_the_ui_training_page_shows_a_ladder(tmp_path: Path) -> None:
     html = page.text
     assert "<svg" in html and "ranking at the target DECIDED: good &lt; bad" in html and 'id="ladder-mixtures"' in html
     assert "/training/ladder?path=lad" in client.get("/training").text
+
+
+def test_a_joint_law_over_one_isoflop_budget_is_refused_at_plan_time_before_any_training() -> None:
+    """One budget's runs trade size for tokens, so L(N, D) cannot be fitted; that used to surface as a ValueError
+    from the report, after every run had trained."""
+    recipe = dataclasses.replace(RECIPE, vocab_size=1000)
+    one_budget = LadderSpec(
+        target_width=96, recipe=recipe, law="joint", isoflop=IsoflopSpec((2e11,), (8, 16, 24, 32, 40))
+    )
+    with pytest.raises(
+        ConfigError, match=r"ladder.law joint: the 5 isoflop runs .* give ladder.isoflop a second budget"
+    ):
+        ladder_points(one_budget, recipe)
+    auto = dataclasses.replace(one_budget, law="auto")  # no ladder widths: auto fits jointly too
+    with pytest.raises(ConfigError, match="ladder.law auto"):
+        ladder_points(auto, recipe)
+    two_budgets = dataclasses.replace(one_budget, isoflop=IsoflopSpec((2e11, 1e12), (8, 16, 24, 32, 40)))
+    points, _ = ladder_points(two_budgets, recipe)
+    assert sum(p.kind == "isoflop" for p, _ in points) == 10

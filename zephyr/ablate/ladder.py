@@ -25,8 +25,9 @@ from zephyr.config import ConfigError, require
 from zephyr.train.scaling import RecipeRun, ScalingRecipe
 
 from .ladder_spec import LadderSpec
+from .scaling_law import joint_identifiable
 
-__all__ = ["LadderPoint", "ladder_points"]
+__all__ = ["LadderPoint", "fits_jointly", "ladder_points"]
 
 PointKind = Literal["ladder", "isoflop", "transfer", "target"]
 
@@ -77,6 +78,12 @@ class LadderPoint:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def fits_jointly(spec: LadderSpec) -> bool:
+    """Whether the report fits L(N, D) through every run (law joint, or auto without ladder widths) rather than a
+    law through the ladder widths; `ladder_points` checks at plan time, before any training, that it can."""
+    return spec.law == "joint" or not spec.widths
 
 
 def _budget_name(budget: float) -> str:
@@ -130,6 +137,13 @@ def ladder_points(spec: LadderSpec, recipe: ScalingRecipe) -> tuple[list[tuple[L
     else:
         assert spec.target_flops is not None  # LadderSpec checks one of them is given
         target = recipe.run(recipe.width_for_flops(spec.target_flops), flops=spec.target_flops)
+    fitted = [point for point, _ in points if point.kind in ("ladder", "isoflop")]
+    require(
+        not fits_jointly(spec) or joint_identifiable([p.params for p in fitted], [p.tokens for p in fitted]),
+        f"ladder.law {spec.law}: the {len(fitted)} isoflop runs ({', '.join(p.name for p in fitted)}) do not vary "
+        "size and tokens independently enough to fit L(N, D) (one budget's runs trade one for the other); give "
+        "ladder.isoflop a second budget, or ladder.widths for a law through the ladder.",
+    )
     largest = max(run.flops for point, run in points if point.kind != "transfer")
     require(
         target.flops > largest,

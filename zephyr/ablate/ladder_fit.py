@@ -37,7 +37,7 @@ import numpy as np
 from zephyr.config import ConfigError
 from zephyr.train.scaling import ScalingRecipe
 
-from .ladder import LadderPoint
+from .ladder import LadderPoint, fits_jointly
 from .ladder_spec import LadderSpec
 from .runner import AblationPlan, RunResult
 from .scaling_law import (
@@ -436,14 +436,9 @@ class _Fitter:
 
 def _fitter(spec: LadderSpec, fitted: Sequence[LadderPoint]) -> _Fitter:
     ladder_idx = tuple(i for i, p in enumerate(fitted) if p.kind == "ladder")
-    if spec.law != "joint" and ladder_idx:
+    if not fits_jointly(spec):
         law = spec.law if spec.law in ("compute", "power") else "auto"
         return _Fitter("ladder", ladder_idx, law, spec.axis, _MIN_DISTINCT)
-    if not joint_identifiable([p.params for p in fitted], [p.tokens for p in fitted]):
-        raise ValueError(
-            "ladder.law joint: the runs do not vary size and tokens independently enough to fit L(N, D); add "
-            "isoflop budgets or widths."
-        )
     return _Fitter("joint", tuple(range(len(fitted))), "joint", "params", 5)
 
 
