@@ -37,9 +37,8 @@ _SUBCOMMAND_MODULES = (
     "zephyr.install_models",
 )
 
-# Examples shown under each subcommand's --help when its package gives none.
-_EXAMPLES = {
-    "run": """examples:
+# Shown under `zephyr run --help`; every other subcommand's package gives its own examples (its epilog).
+_RUN_EXAMPLES = """examples:
   zephyr run recipes/nemotron_cc.py                               # the embedded sample, end to end
   zephyr run --backend ray --scratch gs://b/scratch recipes/nemotron_cc.py --input 'gs://b/cc/*.zst'
   zephyr run --workers 4 --memory-per-worker 2GB my_pipeline.py --my-flag 3
@@ -47,34 +46,7 @@ _EXAMPLES = {
 Engine options go BEFORE the script path; everything after it belongs to the script (its own --workers,
 --dry-run, ... are never taken by the engine). SCRIPT defines main() (called inside the engine context),
 or runs its pipeline at top level (executed like `python SCRIPT`, with the engine options applied).
-Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).""",
-    "tokenize": """examples:
-  zephyr tokenize 'data/*.jsonl.zst' stores/web
-  zephyr tokenize 'gs://bucket/docs/*.parquet' gs://bucket/stores/web --validation-fraction 0.01 --backend ray
-  zephyr tokenize 'data/*.jsonl' stores/web --tokenizer path/to/tokenizer.json --encoder tokenizers""",
-    "inspect": """examples:
-  zephyr inspect stores/web
-  zephyr inspect stores/web --samples 5 --max-chars 200""",
-    "verify": """examples:
-  zephyr verify stores/web
-  zephyr verify gs://bucket/stores/web --no-ids""",
-    "datashop": """examples:
-  zephyr datashop datashop.yaml
-  zephyr datashop datashop.yaml --output-dir out/edu --backend processes --workers 8 --json""",
-    "ablate": """examples:
-  zephyr ablate ablation.yaml
-  zephyr ablate ablation.yaml seeds=[0,1] train.tokens=100000 --plan
-  zephyr ablate ablation.yaml --train-backend ray""",
-    "ui": """examples:
-  zephyr ui out                      # every run, document and store under out/, on http://127.0.0.1:8265
-  zephyr ui out/nemotron_cc --port 8080""",
-    "install-models": """examples:
-  zephyr install-models
-  zephyr install-models --check""",
-    "export": """examples:
-  zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
-  zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
-}
+Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`)."""
 
 _ENGINE_VALUE_FLAGS = (
     "--backend",
@@ -269,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a pipeline script (e.g. recipes/nemotron_cc.py) with engine options",
         description="Run SCRIPT (its main(), or its top-level code) inside an engine context.",
         usage="zephyr run [engine options] SCRIPT [script arguments ...]",
+        epilog=_RUN_EXAMPLES,
     )
     add_engine_options(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline instead of running it")
@@ -294,10 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # that package registers no subcommands
             raise
         module.add_cli(subparsers)
-    for name, sub in subparsers.choices.items():
+    for sub in subparsers.choices.values():
         _add_verbosity(sub)
-        if name in _EXAMPLES and f"zephyr {name}" not in (sub.epilog or ""):
-            sub.epilog = _EXAMPLES[name] + ("\n\n" + sub.epilog if sub.epilog else "")
     return parser
 
 

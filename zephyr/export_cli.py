@@ -14,6 +14,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "export",
         help="export a token store (Megatron .bin/.idx) or a trained model (Hugging Face)",
         description="Write Zephyr outputs in formats other tools read.",
+        epilog="""examples:
+  zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
+  zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
     )
     kinds = parser.add_subparsers(dest="export_kind", metavar="KIND", required=True)
     megatron = kinds.add_parser(

@@ -10,7 +10,12 @@ from typing import Any
 
 __all__ = ["add_cli", "main"]
 
-_EXAMPLE = """example CONFIG.yaml:
+_EXAMPLES = """examples:
+  zephyr ablate ablation.yaml
+  zephyr ablate ablation.yaml seeds=[0,1] train.tokens=100000 --plan
+  zephyr ablate ablation.yaml --train-backend ray
+
+example CONFIG.yaml:
   output_dir: ablations/code_vs_prose
   seeds: [0, 1, 2]
   baseline:
@@ -45,7 +50,7 @@ def add_cli(subparsers: Any) -> None:
         help="train small models on candidate mixtures and compare them against a baseline",
         description="Run every (mixture, seed) training run of an ablation (skipping finished ones), then print "
         "and write the report (report.csv, report.json, report.png in output_dir).",
-        epilog=_EXAMPLE,
+        epilog=_EXAMPLES,
     )
     parser.add_argument("config", metavar="CONFIG.yaml", help="ablation YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=50 seeds=[0,1,2]")

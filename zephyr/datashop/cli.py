@@ -21,6 +21,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="prompt -> LM labels -> classifier -> filtered dataset (see zephyr.datashop.config)",
         description="Run a Datashop config: sample a pool, label it with an LM, train a classifier, "
         "score and filter the corpus, stage after stage. Writes OUTPUT_DIR/report.json.",
+        epilog="""examples:
+  zephyr datashop datashop.yaml
+  zephyr datashop datashop.yaml --output-dir out/edu --backend processes --workers 8 --json""",
     )
     parser.add_argument(
         "config", metavar="CONFIG.yaml", help="YAML config (see zephyr/datashop/config.py for the keys)"

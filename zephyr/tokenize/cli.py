@@ -21,6 +21,10 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="tokenize document files into a token store",
         description="Tokenize INPUT_GLOB (jsonl[.gz|.zst], parquet, vortex; one store shard per file) into the "
         "token store OUTPUT. Reruns skip completed shards.",
+        epilog="""examples:
+  zephyr tokenize 'data/*.jsonl.zst' stores/web
+  zephyr tokenize 'gs://bucket/docs/*.parquet' gs://bucket/stores/web --validation-fraction 0.01 --backend ray
+  zephyr tokenize 'data/*.jsonl' stores/web --tokenizer path/to/tokenizer.json --encoder tokenizers""",
     )
     p.add_argument("input_glob", nargs="+", metavar="INPUT_GLOB", help="input file glob(s)")
     p.add_argument("output", metavar="OUTPUT", help="token store: a directory or a bucket URL (gs://, s3://)")
@@ -64,6 +68,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "summarise a token store",
         "Print counts, a document-length histogram and decoded samples. A bucket store is read by byte ranges (its "
         "offsets and the sampled documents), not copied.",
+        "  zephyr inspect stores/web\n  zephyr inspect stores/web --samples 5 --max-chars 200",
     )
     p.add_argument("--samples", type=int, default=3, help="documents to decode and show")
     p.add_argument("--max-chars", type=int, default=400, help="characters shown per sample")
@@ -76,16 +81,17 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "check a token store's files against its manifest",
         "Check offsets, counts, file sizes, digests (every 512-byte chunk too) and id range; exit 1 on any "
         "problem. A bucket store is streamed once where it is, not copied.",
+        "  zephyr verify stores/web\n  zephyr verify gs://bucket/stores/web --no-ids",
     )
     p.add_argument("--no-ids", action="store_true", help="skip the scan of every id against vocab_size")
     p.set_defaults(func=_run_verify)
 
 
 def _store_command(
-    subparsers: argparse._SubParsersAction, name: str, help: str, description: str
+    subparsers: argparse._SubParsersAction, name: str, help: str, description: str, examples: str
 ) -> argparse.ArgumentParser:
     """A subcommand that reads one token store, named by its STORE argument."""
-    parser = subparsers.add_parser(name, help=help, description=description)
+    parser = subparsers.add_parser(name, help=help, description=description, epilog=f"examples:\n{examples}")
     parser.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     return parser
 
