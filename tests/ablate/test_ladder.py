@@ -398,7 +398,7 @@ def test_a_joint_law_over_one_isoflop_budget_is_refused_at_plan_time_before_any_
         target_width=96, recipe=recipe, law="joint", isoflop=IsoflopSpec((2e11,), (8, 16, 24, 32, 40))
     )
     with pytest.raises(
-        ConfigError, match=r"ladder.law joint: the 5 isoflop runs .* give ladder.isoflop a second budget"
+        ConfigError, match=r"ladder.law joint: the 5 runs \(iso2e\+11-w8, .*\) .* give ladder.isoflop a second budget"
     ):
         ladder_points(one_budget, recipe)
     auto = dataclasses.replace(one_budget, law="auto")  # no ladder widths: auto fits jointly too

@@ -140,9 +140,9 @@ def ladder_points(spec: LadderSpec, recipe: ScalingRecipe) -> tuple[list[tuple[L
     fitted = [point for point, _ in points if point.kind in ("ladder", "isoflop")]
     require(
         not fits_jointly(spec) or joint_identifiable([p.params for p in fitted], [p.tokens for p in fitted]),
-        f"ladder.law {spec.law}: the {len(fitted)} isoflop runs ({', '.join(p.name for p in fitted)}) do not vary "
-        "size and tokens independently enough to fit L(N, D) (one budget's runs trade one for the other); give "
-        "ladder.isoflop a second budget, or ladder.widths for a law through the ladder.",
+        f"ladder.law {spec.law}: the {len(fitted)} runs ({', '.join(p.name for p in fitted)}) do not vary size and "
+        "tokens independently enough to fit L(N, D) (one isoflop budget's runs trade one for the other); give "
+        "ladder.isoflop a second budget, or (law auto) ladder.widths for a law through the ladder.",
     )
     largest = max(run.flops for point, run in points if point.kind != "transfer")
     require(
