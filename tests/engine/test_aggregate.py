@@ -15,7 +15,7 @@ import pytest
 
 from zephyr import Dataset, execution
 from zephyr.engine.shuffle.aggregate import Aggregation, fold_columnar, fold_python, raw_rows, unit_partials
-from zephyr.errors import UserCodeError
+from zephyr.errors import BadInputError, UserCodeError
 
 OUTPUTS = dict(
     n=("ts", "size"),
@@ -112,6 +112,31 @@ def test_what_follows_an_aggregate_gets_records():
         {"domain": "c", "docs": 1, "words": 1, "big": False},
     ]
     assert sorted(by_size, key=lambda r: r["docs"]) == [{"docs": 1, "domains": 1}, {"docs": 2, "domains": 2}]
+
+
+def test_a_python_folded_aggregate_feeds_a_shuffle_on_a_field():
+    """Keys Arrow cannot hold (a float and a str) take the Python fold, whose records come among the
+    aggregate's Arrow batches; a group_by or aggregate on a field after it read them as batches and failed
+    ("'dict' object has no attribute 'num_rows'")."""
+    rows = [{"k": 1.5, "x": 1}, {"k": "a", "x": 2}, {"k": 1.5, "x": 3}]
+    with execution(backend="local"):
+        sized = Dataset.from_list(rows, num_shards=2).aggregate("k", n=("x", "size"))
+        regrouped = sized.group_by("n", lambda n, items: {"n": n, "keys": len(list(items))}).collect()
+        reaggregated = sized.aggregate("n", keys=("k", "size")).collect()
+    want = [{"n": 1, "keys": 1}, {"n": 2, "keys": 1}]
+    assert sorted(regrouped, key=lambda r: r["n"]) == want
+    assert sorted(reaggregated, key=lambda r: r["n"]) == want
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "missing"),
+    [({"key": "usr"}, "usr"), ({"sort_by": "tss"}, "tss"), ({"total": ("tss", "sum")}, "tss")],
+)
+def test_a_field_no_record_has_is_refused_as_a_typo(kwargs, missing):
+    """A misspelled key made one group of None, and a misspelled value field outputs of None, silently."""
+    args = {"key": "user", "n": ("ts", "size"), **kwargs}
+    with execution(backend="local"), pytest.raises(BadInputError, match=f"no record has field '{missing}'"):
+        Dataset.from_list([{"user": 1, "ts": 2}, {"user": 2, "ts": 3}]).aggregate(**args).collect()
 
 
 def test_keys_equal_in_python_are_one_key_and_values_keep_python_semantics():

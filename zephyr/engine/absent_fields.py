@@ -18,6 +18,8 @@ import contextvars
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from zephyr import counters
 from zephyr.errors import BadInputError
 
@@ -109,13 +111,16 @@ def fields_read(*fns: Any) -> set[str]:
     return names
 
 
-def noting_fields(stream: Iterable[Any], fields: set[str], batches: bool, where: str) -> Iterator[Any]:
-    """Pass `stream` (records, or Arrow batches) through, then `note` which of `fields` none of them had."""
+def noting_fields(stream: Iterable[Any], fields: set[str], where: str) -> Iterator[Any]:
+    """Pass `stream` (records, Arrow batches, or both: an aggregate's Python fold yields records among its
+    batches) through, then `note` which of `fields` none of them had."""
     presence = FieldPresence(fields)
-    see = presence.see_batch if batches else presence.see
     items = iter(stream)
     for item in items:
-        see(item)
+        if isinstance(item, pa.RecordBatch | pa.Table):
+            presence.see_batch(item)
+        else:
+            presence.see(item)
         yield item
         if not presence.missing:
             yield from items  # every field has appeared: the rest of the shuffle's input passes untouched

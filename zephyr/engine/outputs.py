@@ -124,8 +124,9 @@ class Scatter(Output):
             writer = AggregateWriter(
                 spec.aggregation, spec.num_targets, out_dir, shard=task.shard, flush_bytes=flush_bytes
             )
-        if fields := absent_fields.fields_read(self.spec.key, self.spec.sort_by):  # col("ts") as a key or sort key
-            stream = absent_fields.noting_fields(stream, fields, self.batches, f"shard {task.shard}")
+        # col("ts") as a key or sort key, an aggregate's fields
+        if fields := absent_fields.fields_read(self.spec.key, self.spec.sort_by, spec.aggregation):
+            stream = absent_fields.noting_fields(stream, fields, f"shard {task.shard}")
         if self.batches:  # a stream of batches may hold records too (AggregateInput's Python fold)
             for item in stream:
                 (writer.add_batch if isinstance(item, pa.RecordBatch | pa.Table) else writer.add)(item)

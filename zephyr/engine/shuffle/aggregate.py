@@ -101,6 +101,11 @@ class Aggregation:
         needed = [self.key, self.sort_by, *(source for _, how, source in self.outputs if how != "size")]
         return list(dict.fromkeys(name for name in needed if name is not None))
 
+    def value_columns(self) -> set[str]:
+        """The fields read by value (`absent_fields.fields_read`): a shard where no record has one is noted, and
+        a stage where none has it fails, as a typo (`aggregate("usr", ...)` would make one key of None)."""
+        return set(self.fields())
+
     def picks(self) -> tuple[str, ...]:
         """Which of "first" and "last" some output uses: each keeps one chosen row's order (and sort value)."""
         return tuple(how for how in ("first", "last") if any(h == how for _, h, _ in self.outputs))
