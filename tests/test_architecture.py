@@ -40,6 +40,7 @@ BASE = {
     "json_safe",
     "native",
     "text_table",
+    "fmix64",
 }
 # The command line: the top layer, it may import anything.
 CLI_AREAS = {"cli", "export_cli", "install_models", "recipe_cli"}
@@ -62,6 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     "json_safe": set(),
     "native": set(),
     "text_table": set(),
+    "fmix64": set(),
     "cache": set(),
     "progress": set(),
     "config": {"errors"},

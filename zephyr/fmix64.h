@@ -1,6 +1,6 @@
 /* murmur3's 64-bit finalizer, shared by Zephyr's C kernels (minhash_kernel.c, bpe_kernel.c): every output
- * bit depends on every input bit. The MinHash kernel must give the bits of zephyr/operators/minhash.py's
- * numpy `_fmix64`, so this is that function, written once. */
+ * bit depends on every input bit. The MinHash kernel must give the bits of the numpy `fmix64`
+ * (zephyr/fmix64.py) that zephyr/operators/minhash.py uses, so this is that function, written once. */
 #ifndef ZEPHYR_FMIX64_H
 #define ZEPHYR_FMIX64_H
 #include <stdint.h>

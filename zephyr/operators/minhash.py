@@ -41,6 +41,7 @@ import numpy as np
 import xxhash
 
 from zephyr import counters
+from zephyr.fmix64 import fmix64
 from zephyr.operators import minhash_native
 
 __all__ = [
@@ -214,21 +215,6 @@ def _permutations(config: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
     return _permutation_constants(config.seed, config.num_perm)
 
 
-_M1 = np.uint64(0xFF51AFD7ED558CCD)
-_M2 = np.uint64(0xC4CEB9FE1A85EC53)
-_S33 = np.uint64(33)
-
-
-def _fmix64(x: np.ndarray) -> np.ndarray:
-    """murmur3's 64-bit finalizer, in place: every output bit depends on every input bit."""
-    x ^= x >> _S33
-    x *= _M1
-    x ^= x >> _S33
-    x *= _M2
-    x ^= x >> _S33
-    return x
-
-
 # --------------------------------------------------------------------------- normalization
 
 
@@ -352,7 +338,7 @@ _CHUNK_SALT = 0x9E37_79B9_7F4A_7C15
 
 
 def _mixed_chunk(chunk: np.ndarray, index: int) -> np.ndarray:
-    return _fmix64(chunk ^ np.uint64((_CHUNK_SALT * (index + 1)) & _MASK64))
+    return fmix64(chunk ^ np.uint64((_CHUNK_SALT * (index + 1)) & _MASK64))
 
 
 _VECTOR_CHUNKS = 32  # words up to 256 bytes are hashed in numpy, 8 bytes per round
@@ -387,7 +373,7 @@ def _word_tokens(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     longer = np.flatnonzero(lengths > 8)
     while len(longer) and index < _VECTOR_CHUNKS:  # one numpy round per 8 bytes of the longest word...
         more = _mixed_chunk(chunk(starts[longer] + 8 * index, lengths[longer] - 8 * index), index)
-        hashes[longer] = _fmix64(hashes[longer] + more)
+        hashes[longer] = fmix64(hashes[longer] + more)
         index += 1
         longer = longer[lengths[longer] > 8 * index]
     if len(longer):  # ...so words longer than that (a text without spaces) are hashed whole by xxh3
@@ -396,9 +382,9 @@ def _word_tokens(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
             xxhash.xxh3_64_intdigest(data[s : s + n])
             for s, n in zip(starts[longer].tolist(), lengths[longer].tolist(), strict=False)
         ]
-        hashes[longer] = _fmix64(hashes[longer] + np.array(tails, dtype=np.uint64))
+        hashes[longer] = fmix64(hashes[longer] + np.array(tails, dtype=np.uint64))
     owner = np.searchsorted(np.flatnonzero(raw == 10), starts)
-    return _fmix64(hashes), np.bincount(owner, minlength=len(texts)).astype(np.int64)
+    return fmix64(hashes), np.bincount(owner, minlength=len(texts)).astype(np.int64)
 
 
 def _char_tokens(text: str) -> np.ndarray:
@@ -407,7 +393,7 @@ def _char_tokens(text: str) -> np.ndarray:
     if not words:
         return np.empty(0, dtype=np.uint64)
     points = np.frombuffer(b" ".join(words).decode("utf-8").encode("utf-32-le"), dtype="<u4")
-    return _fmix64(points.astype(np.uint64))
+    return fmix64(points.astype(np.uint64))
 
 
 def _tokens(texts: Sequence[str], config: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -478,7 +464,7 @@ def _shingles(tokens: np.ndarray, lengths: np.ndarray, n: int) -> tuple[np.ndarr
         merged[is_short] = extra
         merged[~is_short] = hashes
         hashes = merged
-    return _fmix64(hashes), counts
+    return fmix64(hashes), counts
 
 
 def shingle_set(text: str, config: MinHashConfig = MinHashConfig()) -> np.ndarray:
@@ -681,7 +667,7 @@ def band_hashes(signatures: np.ndarray, config: MinHashConfig = MinHashConfig())
     keys = np.broadcast_to(salts, (n, config.num_bands)) * coeffs[rows]
     for j in range(rows):
         keys = keys + bands[:, :, j] * coeffs[j]
-    return _fmix64(keys)
+    return fmix64(keys)
 
 
 def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:

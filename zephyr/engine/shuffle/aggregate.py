@@ -45,6 +45,7 @@ import xxhash
 from zephyr.engine.shuffle.runs import SHUFFLE_POOL
 from zephyr.engine.shuffle.scatter import field_array
 from zephyr.engine.sortkey import encode
+from zephyr.fmix64 import fmix64
 
 __all__ = [
     "AGGREGATIONS",
@@ -124,17 +125,6 @@ class Aggregation:
 
 
 # ------------------------------------------------------------------------------------- key hashes
-def _fmix64(values: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finalizer (as zephyr/fmix64.h): spreads consecutive ints over all targets."""
-    x = values.astype(np.int64, copy=False).view(np.uint64).copy()
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xFF51AFD7ED558CCD)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xC4CEB9FE1A85EC53)
-    x ^= x >> np.uint64(33)
-    return x
-
-
 def key_hash(key: Any) -> int:
     """The target hash of one key as `key_hashes` computes it for a column: ints (and bools, and floats
     equal to an int) by value, str and bytes by their bytes, None 0, anything else by its canonical bytes."""
@@ -143,7 +133,7 @@ def key_hash(key: Any) -> int:
     if isinstance(key, float) and key.is_integer():
         key = int(key)
     if isinstance(key, int) and -(1 << 63) <= key <= _INT64_MAX:
-        return int(_fmix64(np.array([key], np.int64))[0])
+        return int(fmix64(np.array([key], np.int64).view(np.uint64))[0])
     if isinstance(key, str):
         return xxhash.xxh3_64_intdigest(key.encode("utf-8", "surrogatepass"))
     if isinstance(key, bytes):
@@ -154,7 +144,7 @@ def key_hash(key: Any) -> int:
 def key_hashes(keys: pa.Array) -> np.ndarray:
     """Per key of a normalized key column (`key_column`): its target hash, as `key_hash` gives it."""
     if pa.types.is_int64(keys.type):
-        hashes = _fmix64(keys.fill_null(0).to_numpy())
+        hashes = fmix64(keys.fill_null(0).to_numpy().view(np.uint64).copy())  # in place: a copy
     else:  # str and bytes by their (UTF-8) bytes
         data = keys.cast(pa.large_binary()).fill_null(b"").to_pylist()
         hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, data), np.uint64, len(keys))
