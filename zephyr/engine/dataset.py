@@ -243,8 +243,8 @@ class Dataset:
         The same records as `group_by(key, reducer, sort_by=sort_by)` with a reducer computing these over
         Python values would give (keys equal as Python's `==` says, None sorting first and NaN last), but
         computed column by column: the map side folds its rows into one partial row per key, the reduce side
-        folds those (see `zephyr.engine.shuffle.aggregate`): at 10M records and 1M keys 0.9x polars'
-        records/s, 3.6x group_by's with a Python reducer (benchmarks/engine_groupby.py). Sums of ints are
+        folds those (see `zephyr.engine.shuffle.aggregate`): at 10M records and 1M keys 0.7-0.9x polars'
+        records/s on 2 cores, 3.6x group_by's with a Python reducer (benchmarks/engine_groupby.py). Sums of ints are
         exact at any size (a sum that could leave 64 bits is summed in Python). Output records are in no
         particular order.
         """

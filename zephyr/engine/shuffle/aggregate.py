@@ -268,8 +268,8 @@ def array_of(column: pa.ChunkedArray) -> pa.Array:
 
 def fold_columnar(partials: pa.Table, spec: Aggregation) -> pa.Table | None:
     """Partial rows folded to one per key (in order of first appearance), or None when a column's type is
-    one `fold_python` handles (see `key_column`, `_comparable`). Value columns stay chunked: only the
-    chosen rows of a first/last value are copied (a whole payload column is most of the bytes)."""
+    one `fold_python` handles (see `key_column`, `_comparable`). `fold` hands it combined columns, so
+    `array_of` copies nothing here; a first/last value is taken at its chosen rows only."""
     keys = key_column(array_of(partials.column(spec.key)))
     if keys is None:
         return None
