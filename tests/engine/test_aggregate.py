@@ -12,6 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from polars_aggregate import polars_aggregate
 
 from zephyr import Dataset, execution
 from zephyr.engine.shuffle.aggregate import Aggregation, fold_columnar, fold_python, raw_rows, unit_partials
@@ -44,25 +45,6 @@ def _write_input(folder: Path, rows: int, files: int, seed: int = 0) -> pa.Table
     return table
 
 
-def _polars(table: pa.Table) -> dict[int, dict]:
-    frame = (
-        pl.from_arrow(table)
-        .sort("ts", maintain_order=True)
-        .group_by("user", maintain_order=True)
-        .agg(
-            pl.len().alias("n"),
-            pl.col("ts").first().alias("first_ts"),
-            pl.col("ts").last().alias("last_ts"),
-            pl.col("text").first().alias("first_text"),
-            pl.col("ts").sum().alias("total"),
-            pl.col("ts").mean().alias("average"),
-            pl.col("text").min().alias("low"),
-            pl.col("ts").max().alias("high"),
-        )
-    )
-    return {row["user"]: row for row in frame.iter_rows(named=True)}
-
-
 def test_a_large_input_in_worker_processes_folds_range_by_range_and_matches_polars(tmp_path):
     """400k rows, 80k keys, in 8 files over 2 worker processes with 16 MB per worker: each reduce task's
     share (~14 MB) is several times its fold budget (4 MB), so it folds one key-hash range after another."""
@@ -75,7 +57,7 @@ def test_a_large_input_in_worker_processes_folds_range_by_range_and_matches_pola
         run = ds.write(str(tmp_path / "out" / "part-{shard:05d}.parquet")).execute()
     got = pq.read_table(tmp_path / "out")
     assert got.column_names == ["user", *OUTPUTS]  # no state columns
-    want = _polars(table)
+    want = polars_aggregate(pl.from_arrow(table), "user", "ts", OUTPUTS)
     assert got.num_rows == len(want)
     for row in got.to_pylist():
         assert row == want[row["user"]]
