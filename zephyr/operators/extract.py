@@ -48,14 +48,7 @@ from zephyr.operators.render import TAG_NAMES, learn_tag
 from zephyr.operators.render import normalized_text as _text
 from zephyr.operators.render import render_blocks as _serialize
 
-__all__ = [
-    "ExtractConfig",
-    "ExtractedPage",
-    "extract_page",
-    "html_to_text",
-    "html_to_markdown",
-    "ExtractText",
-]
+__all__ = ["ExtractConfig", "ExtractedPage", "extract_page", "html_to_text", "html_to_markdown", "ExtractText"]
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,7 @@ from zephyr.tokenize.mixture import Mixture
 from zephyr.tokenize.store import TokenStore, load_store_tokenizer
 from zephyr.train.config import DataConfig
 
-__all__ = [
-    "BatchPrefetcher",
-    "EvalSet",
-    "make_mixture",
-    "eos_id_of",
-    "eval_sets",
-    "count_target_bytes",
-    "host_rows",
-]
+__all__ = ["BatchPrefetcher", "EvalSet", "make_mixture", "eos_id_of", "eval_sets", "count_target_bytes", "host_rows"]
 
 
 @dataclass(frozen=True)

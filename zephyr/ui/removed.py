@@ -24,15 +24,7 @@ from zephyr.fs import url_to_fs
 from zephyr.ui.documents import find_document
 from zephyr.ui.source import Root
 
-__all__ = [
-    "lineage_dirs",
-    "read_lineage",
-    "removed_counts",
-    "removed_page",
-    "removed_pair",
-    "jaccard",
-    "diff_html",
-]
+__all__ = ["lineage_dirs", "read_lineage", "removed_counts", "removed_page", "removed_pair", "jaccard", "diff_html"]
 
 LINEAGE = "_removed"
 

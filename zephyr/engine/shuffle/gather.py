@@ -35,14 +35,7 @@ from zephyr.engine.shuffle.runs import (
 from zephyr.engine.sortkey import UnorderableKeysError, decode, decode_key
 from zephyr.fs import join, naming_the_file, url_to_fs
 
-__all__ = [
-    "as_records",
-    "order_checked",
-    "iter_group_batches",
-    "iter_groups",
-    "iter_values",
-    "merged_blocks",
-]
+__all__ = ["as_records", "order_checked", "iter_group_batches", "iter_groups", "iter_values", "merged_blocks"]
 _CHUNK_ROWS = 1024  # a gather walks groups over at least this many merged rows at once
 _CHUNK_BYTES = 4 * BATCH_BYTES  # ... and at most about this many bytes
 

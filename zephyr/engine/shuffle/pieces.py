@@ -9,12 +9,7 @@ from dataclasses import dataclass
 
 from zephyr.engine.shuffle.runs import RunFile
 
-__all__ = [
-    "ReducePiece",
-    "plan_tasks",
-    "target_bytes",
-    "task_bytes",
-]
+__all__ = ["ReducePiece", "plan_tasks", "target_bytes", "task_bytes"]
 
 
 def target_bytes(upstream_runs: Iterable[Iterable[RunFile]], num_targets: int) -> list[int]:

@@ -29,12 +29,7 @@ from zephyr.engine.shuffle.runs import (
 from zephyr.engine.sortkey import binary_array, decode_key, encode, encode_keys, hint
 from zephyr.fs import join
 
-__all__ = [
-    "ScatterWriter",
-    "column_keyed",
-    "records_to_batch",
-    "scatters_batches",
-]
+__all__ = ["ScatterWriter", "column_keyed", "records_to_batch", "scatters_batches"]
 _ROW_OVERHEAD = 200  # Python object headers and list slots per buffered row, beyond the payload
 _COLUMNAR_ROW_OVERHEAD = 16  # a columnar row's share of the sort indices and the sorted copy's offsets
 _FIRST_PENDING_ROWS = 64  # dict records held before the first conversion to Arrow (which measures their size)
