@@ -41,6 +41,7 @@ BASE = {
     "native",
     "text_table",
     "fmix64",
+    "commands",
 }
 # The command line: the top layer, it may import anything.
 CLI_AREAS = {"cli", "export_cli", "install_models", "recipe_cli"}

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from zephyr.cli import build_parser
+from zephyr.commands import add_command
+from zephyr.engine.options import ZephyrArgumentParser
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,6 +56,44 @@ def test_every_flag_has_help_every_subcommand_examples_and_verbosity():
             if action.option_strings and action.help != argparse.SUPPRESS:
                 assert action.help, f"zephyr {name} {action.option_strings[0]} has no help"
         assert not sub.allow_abbrev, name
+
+
+def _export(args: argparse.Namespace) -> int:
+    """export a dataset somewhere
+
+    Write the dataset to OUT, one file per shard.
+    Reruns skip written files.
+
+    examples:
+      zephyr export-x data out      # one file per shard
+
+    Files are replaced atomically.
+    """
+    return 0
+
+
+def test_a_command_help_is_its_docstring():
+    parser = ZephyrArgumentParser(prog="zephyr")
+    sub = add_command(parser.add_subparsers(dest="command"), "export-x", _export)
+    assert sub.description == "Write the dataset to OUT, one file per shard.\nReruns skip written files."
+    assert (
+        sub.epilog
+        == "examples:\n  zephyr export-x data out      # one file per shard\n\nFiles are replaced atomically."
+    )
+    assert parser.parse_args(["export-x"]).func is _export
+    assert "  export-x  export a dataset somewhere" in parser.format_help()
+
+
+def test_a_command_without_examples_is_refused():
+    def run(args: argparse.Namespace) -> int:
+        """export a dataset somewhere
+
+        Write the dataset to OUT.
+        """
+        return 0
+
+    with pytest.raises(ValueError, match="'export-x'.*no 'examples:' section.*docstring of .*run"):
+        add_command(ZephyrArgumentParser(prog="zephyr").add_subparsers(), "export-x", run)
 
 
 def test_backend_means_the_execution_backend_everywhere():

@@ -1,6 +1,7 @@
 """The `zephyr` command: `zephyr run SCRIPT`, plus the subcommands each package registers.
 
 Conventions every subcommand follows (tested in tests/test_cli.py):
+- its help is the docstring of the function that runs it, examples included (`zephyr.commands.add_command`);
 - one meaning per flag name: `--backend` is always the engine's execution backend (local, processes, ray);
 - `-q/--quiet` and `-v/--verbose` everywhere; every flag has help text and shows its default;
 - no abbreviations (`--add` is never `--address`);
@@ -22,6 +23,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from zephyr.commands import add_command
 from zephyr.engine.options import ZephyrArgumentParser, add_engine_options, engine_overrides
 
 __all__ = ["build_parser", "main", "run_script", "ZephyrArgumentParser", "add_engine_options", "engine_overrides"]
@@ -36,17 +38,6 @@ _SUBCOMMAND_MODULES = (
     "zephyr.ui.cli",
     "zephyr.install_models",
 )
-
-# Shown under `zephyr run --help`; every other subcommand's package gives its own examples (its epilog).
-_RUN_EXAMPLES = """examples:
-  zephyr run recipes/nemotron_cc.py                               # the embedded sample, end to end
-  zephyr run --backend ray --scratch gs://b/scratch recipes/nemotron_cc.py --input 'gs://b/cc/*.zst'
-  zephyr run --workers 4 --memory-per-worker 2GB my_pipeline.py --my-flag 3
-
-Engine options go BEFORE the script path; everything after it belongs to the script (its own --workers,
---dry-run, ... are never taken by the engine). SCRIPT defines main() (called inside the engine context),
-or runs its pipeline at top level (executed like `python SCRIPT`, with the engine options applied).
-Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`)."""
 
 _ENGINE_VALUE_FLAGS = (
     "--backend",
@@ -167,6 +158,20 @@ def _split_run_argv(
 
 
 def _run_command(args: argparse.Namespace) -> int:
+    """run a pipeline script (e.g. recipes/nemotron_cc.py) with engine options
+
+    Run SCRIPT (its main(), or its top-level code) inside an engine context.
+
+    examples:
+      zephyr run recipes/nemotron_cc.py                               # the embedded sample, end to end
+      zephyr run --backend ray --scratch gs://b/scratch recipes/nemotron_cc.py --input 'gs://b/cc/*.zst'
+      zephyr run --workers 4 --memory-per-worker 2GB my_pipeline.py --my-flag 3
+
+    Engine options go BEFORE the script path; everything after it belongs to the script (its own --workers,
+    --dry-run, ... are never taken by the engine). SCRIPT defines main() (called inside the engine context),
+    or runs its pipeline at top level (executed like `python SCRIPT`, with the engine options applied).
+    Every run writes a run record to <output>/_runs/<run_id>.json (see `zephyr ui`).
+    """
     from zephyr.engine.run.progress import print_run_summary
     from zephyr.engine.run.record import RunRecorder, open_run
 
@@ -236,12 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_verbosity(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = subparsers.add_parser(
-        "run",
-        help="run a pipeline script (e.g. recipes/nemotron_cc.py) with engine options",
-        description="Run SCRIPT (its main(), or its top-level code) inside an engine context.",
-        usage="zephyr run [engine options] SCRIPT [script arguments ...]",
-        epilog=_RUN_EXAMPLES,
+    run = add_command(
+        subparsers, "run", _run_command, usage="zephyr run [engine options] SCRIPT [script arguments ...]"
     )
     add_engine_options(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline instead of running it")
@@ -256,7 +257,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "args", nargs=argparse.REMAINDER, metavar="...", help="arguments for the script (everything after SCRIPT)"
     )
-    run.set_defaults(func=_run_command)
     for module_name in _SUBCOMMAND_MODULES:
         if importlib.util.find_spec(module_name.rsplit(".", 1)[0]) is None:
             continue

@@ -1,56 +1,52 @@
-"""`zephyr export megatron STORE OUT` and `zephyr export hf CHECKPOINT OUT`: formats other tools read."""
+"""export a token store (Megatron .bin/.idx) or a trained model (Hugging Face)
+
+Write Zephyr outputs in formats other tools read: `zephyr export megatron STORE OUT` and
+`zephyr export hf CHECKPOINT OUT`.
+
+examples:
+  zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
+  zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from zephyr.commands import add_command
+
 __all__ = ["add_cli"]
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register `zephyr export megatron STORE OUT` and `zephyr export hf RUN OUT`."""
-    parser = subparsers.add_parser(
-        "export",
-        help="export a token store (Megatron .bin/.idx) or a trained model (Hugging Face)",
-        description="Write Zephyr outputs in formats other tools read.",
-        epilog="""examples:
-  zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
-  zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory""",
-    )
+    parser = add_command(subparsers, "export", None, doc=__doc__)  # the module's docstring is its help
     kinds = parser.add_subparsers(dest="export_kind", metavar="KIND", required=True)
-    megatron = kinds.add_parser(
-        "megatron",
-        help="a token store as Megatron-LM's indexed dataset (OUT.bin + OUT.idx)",
-        description="Write STORE as OUT.bin and OUT.idx, the MMapIndexedDataset pair Megatron-LM, NeMo and "
-        "GPT-NeoX read (one document per sequence; uint16 ids, or int32 above 65535 tokens).",
-        epilog="examples:\n  zephyr export megatron stores/web out/web_text_document\n"
-        "  zephyr export megatron stores/web out/web_val --split validation",
-    )
+    megatron = add_command(kinds, "megatron", _run_megatron)
     megatron.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     megatron.add_argument("out", metavar="OUT", help="output prefix: OUT.bin and OUT.idx are written")
     megatron.add_argument(
         "--split", choices=("train", "validation"), default="train", help="which split of the store to export"
     )
-    megatron.set_defaults(func=_run_megatron)
-    hf = kinds.add_parser(
-        "hf",
-        help="a trained checkpoint as a Hugging Face Llama directory",
-        description="Write config.json + model.safetensors that transformers' LlamaForCausalLM loads, and the "
-        "tokenizer that made the training data (tokenizer.json, tokenizer_config.json) for AutoTokenizer.",
-        epilog="examples:\n  zephyr export hf runs/tiny out/tiny-hf\n"
-        "  zephyr export hf runs/tiny/checkpoints/step_00000100 out/tiny-hf-100",
-    )
+    hf = add_command(kinds, "hf", _run_hf)
     hf.add_argument(
         "checkpoint",
         metavar="CHECKPOINT",
         help="a training output_dir (its newest checkpoint), a checkpoints/ folder or a step_* folder",
     )
     hf.add_argument("out", metavar="OUT", help="output directory")
-    hf.set_defaults(func=_run_hf)
 
 
 def _run_megatron(args: argparse.Namespace) -> int:
+    """a token store as Megatron-LM's indexed dataset (OUT.bin + OUT.idx)
+
+    Write STORE as OUT.bin and OUT.idx, the MMapIndexedDataset pair Megatron-LM, NeMo and GPT-NeoX read
+    (one document per sequence; uint16 ids, or int32 above 65535 tokens).
+
+    examples:
+      zephyr export megatron stores/web out/web_text_document
+      zephyr export megatron stores/web out/web_val --split validation
+    """
     from zephyr.tokenize.export import export_megatron
 
     try:
@@ -66,6 +62,15 @@ def _run_megatron(args: argparse.Namespace) -> int:
 
 
 def _run_hf(args: argparse.Namespace) -> int:
+    """a trained checkpoint as a Hugging Face Llama directory
+
+    Write config.json + model.safetensors that transformers' LlamaForCausalLM loads, and the tokenizer that
+    made the training data (tokenizer.json, tokenizer_config.json) for AutoTokenizer.
+
+    examples:
+      zephyr export hf runs/tiny out/tiny-hf
+      zephyr export hf runs/tiny/checkpoints/step_00000100 out/tiny-hf-100
+    """
     from zephyr.tokenize.export import export_tokenizer_hf
     from zephyr.train.export import export_checkpoint_hf, resolve_checkpoint
 

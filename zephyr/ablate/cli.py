@@ -8,50 +8,14 @@ import json
 import sys
 from typing import Any
 
+from zephyr.commands import add_command
+
 __all__ = ["add_cli", "main"]
-
-_EXAMPLES = """examples:
-  zephyr ablate ablation.yaml
-  zephyr ablate ablation.yaml seeds=[0,1] train.tokens=100000 --plan
-  zephyr ablate ablation.yaml --train-backend ray
-
-example CONFIG.yaml:
-  output_dir: ablations/code_vs_prose
-  seeds: [0, 1, 2]
-  baseline:
-    mixture: {code: [stores/code, 0.75], prose: [stores/prose, 0.25]}
-  candidates:
-    - {name: prose_heavy, mixture: {code: [stores/code, 0.25], prose: [stores/prose, 0.75]}}
-    - add: {dataset: wiki, store: stores/wiki, fraction: 0.2}
-    - sweep: {dataset: prose, fractions: [0.5, 0.9]}
-    - negative_control: {dataset: prose}
-  matched_exposure: {wiki: {production_tokens: 1.0e12}}
-  model: {preset: tiny}
-  train: {tokens: 200000, seq_len: 64, batch_size: 8}
-  eval: {prose: stores/prose/validation}
-  primary_eval: prose
-
-A scaling ladder instead of one size (drop model: and train.tokens):
-  ladder:
-    widths: [32, 48, 64, 80]
-    target_width: 160
-    recipe: {seq_len: 128, head_dim: 16, aspect_ratio: 32}
-  then `zephyr ablate CONFIG.yaml --verify` also trains the target and reports the error.
-
-Finished runs are skipped and interrupted ones resume from checkpoints, so the
-same command can be run again after a crash. See zephyr/ablate/config.py.
-"""
 
 
 def add_cli(subparsers: Any) -> None:
     """Register ``zephyr ablate`` on the top-level argparse subparsers."""
-    parser = subparsers.add_parser(
-        "ablate",
-        help="train small models on candidate mixtures and compare them against a baseline",
-        description="Run every (mixture, seed) training run of an ablation (skipping finished ones), then print "
-        "and write the report (report.csv, report.json, report.png in output_dir).",
-        epilog=_EXAMPLES,
-    )
+    parser = add_command(subparsers, "ablate", main)
     parser.add_argument("config", metavar="CONFIG.yaml", help="ablation YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=50 seeds=[0,1,2]")
     parser.add_argument(
@@ -66,12 +30,46 @@ def add_cli(subparsers: Any) -> None:
         action="store_true",
         help="a ladder: also train the target run(s) and report the prediction's error (same as ladder.verify=true)",
     )
-    parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `zephyr ablate CONFIG.yaml`: plan, train the runs not finished, report (or with --plan / --report-only
-    just print the plan or rebuild the report)."""
+    """train small models on candidate mixtures and compare them against a baseline
+
+    Run every (mixture, seed) training run of an ablation (skipping finished ones), then print and write the
+    report (report.csv, report.json, report.png in output_dir). With --plan or --report-only, only print the
+    plan or rebuild the report.
+
+    examples:
+      zephyr ablate ablation.yaml
+      zephyr ablate ablation.yaml seeds=[0,1] train.tokens=100000 --plan
+      zephyr ablate ablation.yaml --train-backend ray
+
+    example CONFIG.yaml:
+      output_dir: ablations/code_vs_prose
+      seeds: [0, 1, 2]
+      baseline:
+        mixture: {code: [stores/code, 0.75], prose: [stores/prose, 0.25]}
+      candidates:
+        - {name: prose_heavy, mixture: {code: [stores/code, 0.25], prose: [stores/prose, 0.75]}}
+        - add: {dataset: wiki, store: stores/wiki, fraction: 0.2}
+        - sweep: {dataset: prose, fractions: [0.5, 0.9]}
+        - negative_control: {dataset: prose}
+      matched_exposure: {wiki: {production_tokens: 1.0e12}}
+      model: {preset: tiny}
+      train: {tokens: 200000, seq_len: 64, batch_size: 8}
+      eval: {prose: stores/prose/validation}
+      primary_eval: prose
+
+    A scaling ladder instead of one size (drop model: and train.tokens):
+      ladder:
+        widths: [32, 48, 64, 80]
+        target_width: 160
+        recipe: {seq_len: 128, head_dim: 16, aspect_ratio: 32}
+      then `zephyr ablate CONFIG.yaml --verify` also trains the target and reports the error.
+
+    Finished runs are skipped and interrupted ones resume from checkpoints, so the
+    same command can be run again after a crash. See zephyr/ablate/config.py.
+    """
     from zephyr.config import ConfigError
 
     from .config import load_ablation_config

@@ -11,26 +11,19 @@ import json
 import logging
 import sys
 
+from zephyr.commands import add_command
+from zephyr.engine.options import add_engine_options
+
 __all__ = ["add_cli", "run_cli"]
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register `zephyr datashop CONFIG.yaml` and its options (the engine's --backend/--workers among them)."""
-    parser = subparsers.add_parser(
-        "datashop",
-        help="prompt -> LM labels -> classifier -> filtered dataset (see zephyr.datashop.config)",
-        description="Run a Datashop config: sample a pool, label it with an LM, train a classifier, "
-        "score and filter the corpus, stage after stage. Writes OUTPUT_DIR/report.json.",
-        epilog="""examples:
-  zephyr datashop datashop.yaml
-  zephyr datashop datashop.yaml --output-dir out/edu --backend processes --workers 8 --json""",
-    )
+    parser = add_command(subparsers, "datashop", run_cli)
     parser.add_argument(
         "config", metavar="CONFIG.yaml", help="YAML config (see zephyr/datashop/config.py for the keys)"
     )
     parser.add_argument("--output-dir", help="override the config's output_dir (default: the config's)")
-    from zephyr.engine.options import add_engine_options
-
     add_engine_options(parser, with_cluster=False)  # --backend/--workers override engine_backend/workers
     from zephyr.engine.backend_registry import backend_names
 
@@ -38,11 +31,19 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "--engine-backend", dest="backend", choices=backend_names(), help=argparse.SUPPRESS
     )  # the old name of --backend
     parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of the table")
-    parser.set_defaults(func=run_cli)
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    """Run `zephyr datashop`: load the config, run its stages, print the report (or its JSON)."""
+    """prompt -> LM labels -> classifier -> filtered dataset (see zephyr.datashop.config)
+
+    Run a Datashop config: sample a pool, label it with an LM, train a classifier, score and filter the
+    corpus, stage after stage. Writes OUTPUT_DIR/report.json and prints the stage table (or, with --json,
+    the whole report).
+
+    examples:
+      zephyr datashop datashop.yaml
+      zephyr datashop datashop.yaml --output-dir out/edu --backend processes --workers 8 --json
+    """
     from zephyr.datashop.config import load_config
     from zephyr.datashop.pipeline import run_datashop
 

@@ -6,6 +6,10 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
+
+from zephyr.commands import add_command
+from zephyr.engine.options import add_engine_options, add_on_bad_record_option
 
 __all__ = ["add_cli"]
 
@@ -16,16 +20,7 @@ ENGINES = ("auto", "native", "tiktoken", "tokenizers")
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register the token-store subcommands on the ``zephyr`` argparse parser."""
-    p = subparsers.add_parser(
-        "tokenize",
-        help="tokenize document files into a token store",
-        description="Tokenize INPUT_GLOB (jsonl[.gz|.zst], parquet, vortex; one store shard per file) into the "
-        "token store OUTPUT. Reruns skip completed shards.",
-        epilog="""examples:
-  zephyr tokenize 'data/*.jsonl.zst' stores/web
-  zephyr tokenize 'gs://bucket/docs/*.parquet' gs://bucket/stores/web --validation-fraction 0.01 --backend ray
-  zephyr tokenize 'data/*.jsonl' stores/web --tokenizer path/to/tokenizer.json --encoder tokenizers""",
-    )
+    p = add_command(subparsers, "tokenize", _run_tokenize)
     p.add_argument("input_glob", nargs="+", metavar="INPUT_GLOB", help="input file glob(s)")
     p.add_argument("output", metavar="OUTPUT", help="token store: a directory or a bucket URL (gs://, s3://)")
     p.add_argument(
@@ -56,47 +51,38 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--engine", dest="encoder", choices=ENGINES, help=argparse.SUPPRESS)
     p.add_argument("--no-resume", action="store_true", help="rewrite shards even when complete")
-    from zephyr.engine.options import add_engine_options, add_on_bad_record_option
-
     add_on_bad_record_option(p)
     add_engine_options(p)
-    p.set_defaults(func=_run_tokenize)
 
-    p = _store_command(
-        subparsers,
-        "inspect",
-        "summarise a token store",
-        "Print counts, a document-length histogram and decoded samples. A bucket store is read by byte ranges (its "
-        "offsets and the sampled documents), not copied.",
-        "  zephyr inspect stores/web\n  zephyr inspect stores/web --samples 5 --max-chars 200",
-    )
+    p = _store_command(subparsers, "inspect", _run_inspect)
     p.add_argument("--samples", type=int, default=3, help="documents to decode and show")
     p.add_argument("--max-chars", type=int, default=400, help="characters shown per sample")
     p.add_argument("--no-decode", action="store_true", help="show ids instead of loading the tokenizer")
-    p.set_defaults(func=_run_inspect)
 
-    p = _store_command(
-        subparsers,
-        "verify",
-        "check a token store's files against its manifest",
-        "Check offsets, counts, file sizes, digests (every 512-byte chunk too) and id range; exit 1 on any "
-        "problem. A bucket store is streamed once where it is, not copied.",
-        "  zephyr verify stores/web\n  zephyr verify gs://bucket/stores/web --no-ids",
-    )
+    p = _store_command(subparsers, "verify", _run_verify)
     p.add_argument("--no-ids", action="store_true", help="skip the scan of every id against vocab_size")
-    p.set_defaults(func=_run_verify)
 
 
 def _store_command(
-    subparsers: argparse._SubParsersAction, name: str, help: str, description: str, examples: str
+    subparsers: argparse._SubParsersAction, name: str, run: Callable[[argparse.Namespace], int]
 ) -> argparse.ArgumentParser:
     """A subcommand that reads one token store, named by its STORE argument."""
-    parser = subparsers.add_parser(name, help=help, description=description, epilog=f"examples:\n{examples}")
+    parser = add_command(subparsers, name, run)
     parser.add_argument("store", metavar="STORE", help="token store directory or bucket URL")
     return parser
 
 
 def _run_tokenize(args: argparse.Namespace) -> int:
+    """tokenize document files into a token store
+
+    Tokenize INPUT_GLOB (jsonl[.gz|.zst], parquet, vortex; one store shard per file) into the token store
+    OUTPUT. Reruns skip completed shards.
+
+    examples:
+      zephyr tokenize 'data/*.jsonl.zst' stores/web
+      zephyr tokenize 'gs://bucket/docs/*.parquet' gs://bucket/stores/web --validation-fraction 0.01 --backend ray
+      zephyr tokenize 'data/*.jsonl' stores/web --tokenizer path/to/tokenizer.json --encoder tokenizers
+    """
     from zephyr.engine.context import execution
     from zephyr.engine.options import engine_overrides
     from zephyr.errors import RefusedError, StorageError, ZephyrError
@@ -141,6 +127,15 @@ def _run_tokenize(args: argparse.Namespace) -> int:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
+    """summarise a token store
+
+    Print counts, a document-length histogram and decoded samples. A bucket store is read by byte ranges
+    (its offsets and the sampled documents), not copied.
+
+    examples:
+      zephyr inspect stores/web
+      zephyr inspect stores/web --samples 5 --max-chars 200
+    """
     from .store_check import inspect_store
 
     try:
@@ -152,6 +147,15 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
+    """check a token store's files against its manifest
+
+    Check offsets, counts, file sizes, digests (every 512-byte chunk too) and id range; exit 1 on any
+    problem. A bucket store is streamed once where it is, not copied.
+
+    examples:
+      zephyr verify stores/web
+      zephyr verify gs://bucket/stores/web --no-ids
+    """
     from .store_check import verify_store
 
     report = verify_store(args.store, check_ids=not args.no_ids)

@@ -6,29 +6,17 @@ import argparse
 import json
 import sys
 
+from zephyr.commands import add_command
+
 __all__ = ["add_cli"]
-
-_EPILOG = """examples:
-  zephyr train zephyr/train/example.yaml
-  zephyr train run.yaml steps=200 optimizer.learning_rate=1e-3 output_dir=runs/lr1e-3
-  zephyr train run.yaml 'data.train={web: [stores/web, 0.7], code: [stores/code, 0.3]}'
-
-Overrides are dotted keys into the YAML with YAML values. The run resumes from the newest
-complete checkpoint in OUTPUT_DIR/checkpoints unless resume=false."""
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register ``zephyr train`` on the ``zephyr`` argparse parser."""
-    p = subparsers.add_parser(
-        "train",
-        help="train a Llama-style model on token-store mixtures (JAX)",
-        description="Train (or resume) the model described by CONFIG.yaml; metrics go to OUTPUT_DIR/metrics.jsonl.",
-        epilog=_EPILOG,
-    )
+    p = add_command(subparsers, "train", _run_train)
     p.add_argument("config", metavar="CONFIG.yaml", help="training config (see zephyr.train.config.TrainConfig)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="override config values, e.g. steps=100")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
-    p.set_defaults(func=_run_train)
 
 
 def _missing_stores(config) -> list[str]:
@@ -50,6 +38,18 @@ def _missing_stores(config) -> list[str]:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    """train a Llama-style model on token-store mixtures (JAX)
+
+    Train (or resume) the model described by CONFIG.yaml; metrics go to OUTPUT_DIR/metrics.jsonl.
+
+    examples:
+      zephyr train zephyr/train/example.yaml
+      zephyr train run.yaml steps=200 optimizer.learning_rate=1e-3 output_dir=runs/lr1e-3
+      zephyr train run.yaml 'data.train={web: [stores/web, 0.7], code: [stores/code, 0.3]}'
+
+    Overrides are dotted keys into the YAML with YAML values. The run resumes from the newest
+    complete checkpoint in OUTPUT_DIR/checkpoints unless resume=false.
+    """
     from zephyr.train.config import ConfigError, config_to_dict, load_config
 
     try:

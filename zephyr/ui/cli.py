@@ -6,26 +6,14 @@ import argparse
 import sys
 from typing import Any
 
+from zephyr.commands import add_command
+
 __all__ = ["add_cli", "main"]
-
-_EXAMPLES = """examples:
-  zephyr ui out/nemotron_cc                   # after `make run`; then open http://127.0.0.1:8265
-  zephyr ui out/nemotron_cc --port 9000       # another port
-  zephyr ui gs://bucket/out                   # a bucket root, read through the region guard
-  zephyr ui out --host 0.0.0.0                # reachable from other machines (no authentication: trusted networks only)
-
-Every page has a JSON twin under /api (e.g. /api/runs, /api/documents?dataset=...&filter=...)."""
 
 
 def add_cli(subparsers: Any) -> None:
     """Register `zephyr ui ROOT [--host] [--port]`."""
-    parser = subparsers.add_parser(
-        "ui",
-        help="a local web UI over a recipe output root or any folder of Zephyr outputs",
-        description="Serve Zephyr's web UI: runs (live), documents, removed documents and why, token stores, "
-        "ablations. Open http://HOST:PORT in a browser.",
-        epilog=_EXAMPLES,
-    )
+    parser = add_command(subparsers, "ui", main)
     parser.add_argument(
         "root", nargs="?", default="out", help="output root: a local folder or gs://, s3:// URL (default: out)"
     )
@@ -33,11 +21,22 @@ def add_cli(subparsers: Any) -> None:
         "--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1: this machine only)"
     )
     parser.add_argument("--port", type=int, default=8265, help="port (default 8265)")
-    parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `zephyr ui`: check the UI's packages, open the root (a folder or bucket URL) and serve the app."""
+    """a local web UI over a recipe output root or any folder of Zephyr outputs
+
+    Serve Zephyr's web UI: runs (live), documents, removed documents and why, token stores, ablations.
+    Open http://HOST:PORT in a browser.
+
+    examples:
+      zephyr ui out/nemotron_cc              # after `make run`; then open http://127.0.0.1:8265
+      zephyr ui out/nemotron_cc --port 9000  # another port
+      zephyr ui gs://bucket/out              # a bucket root, read through the region guard
+      zephyr ui out --host 0.0.0.0           # reachable from other machines (no authentication: trusted networks only)
+
+    Every page has a JSON twin under /api (e.g. /api/runs, /api/documents?dataset=...&filter=...).
+    """
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
