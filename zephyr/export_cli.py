@@ -1,12 +1,4 @@
-"""export a token store (Megatron .bin/.idx) or a trained model (Hugging Face)
-
-Write Zephyr outputs in formats other tools read: `zephyr export megatron STORE OUT` and
-`zephyr export hf CHECKPOINT OUT`.
-
-examples:
-  zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
-  zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory
-"""
+"""`zephyr export megatron STORE OUT` and `zephyr export hf CHECKPOINT OUT`: formats other tools read."""
 
 from __future__ import annotations
 
@@ -17,10 +9,21 @@ from zephyr.commands import add_command
 
 __all__ = ["add_cli"]
 
+# `zephyr export` runs nothing itself (its kinds do), so its help is here rather than in a function's docstring
+_HELP = """export a token store (Megatron .bin/.idx) or a trained model (Hugging Face)
+
+Write Zephyr outputs in formats other tools read: `zephyr export megatron STORE OUT` and
+`zephyr export hf CHECKPOINT OUT`.
+
+examples:
+  zephyr export megatron stores/web out/web_text_document       # writes .bin and .idx
+  zephyr export hf runs/tiny out/tiny-hf                         # a transformers Llama directory
+"""
+
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """Register `zephyr export megatron STORE OUT` and `zephyr export hf RUN OUT`."""
-    parser = add_command(subparsers, "export", None, doc=__doc__)  # the module's docstring is its help
+    parser = add_command(subparsers, "export", None, doc=_HELP)
     kinds = parser.add_subparsers(dest="export_kind", metavar="KIND", required=True)
     megatron = add_command(kinds, "megatron", _run_megatron)
     megatron.add_argument("store", metavar="STORE", help="token store directory or bucket URL")

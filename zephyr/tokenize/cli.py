@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from zephyr.commands import add_command
-from zephyr.engine.options import add_engine_options, add_on_bad_record_option
+from zephyr.engine.options import add_engine_options, add_on_bad_record_option, engine_overrides
 
 __all__ = ["add_cli"]
 
@@ -84,7 +84,6 @@ def _run_tokenize(args: argparse.Namespace) -> int:
       zephyr tokenize 'data/*.jsonl' stores/web --tokenizer path/to/tokenizer.json --encoder tokenizers
     """
     from zephyr.engine.context import execution
-    from zephyr.engine.options import engine_overrides
     from zephyr.errors import RefusedError, StorageError, ZephyrError
 
     from .pipeline import tokenize_dataset
