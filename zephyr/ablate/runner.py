@@ -240,9 +240,8 @@ def plan_ablation(config: AblationConfig) -> AblationPlan:
     eval_paths = {name: str(Path(p).absolute()) for name, p in config.eval.items()}
     runs = []
     for mix in resolved:
-        store_ids = {
-            p: (stores.store_summary(p).config_hash, stores.store_summary(p).tokens) for p, _ in mix.components.values()
-        }
+        read = {p: stores.store_summary(p) for p, _ in mix.components.values()}  # one manifest read per store
+        store_ids = {p: (summary.config_hash, summary.tokens) for p, summary in read.items()}
         for size in sizes:
             for seed in _seeds_of(config, size, mix.name):
                 runs.append(_run_spec(config, out, mix, size, seed, eval_paths, eos_id, store_ids))
