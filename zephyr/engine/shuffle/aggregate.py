@@ -144,7 +144,8 @@ def key_hash(key: Any) -> int:
 def key_hashes(keys: pa.Array) -> np.ndarray:
     """Per key of a normalized key column (`key_column`): its target hash, as `key_hash` gives it."""
     if pa.types.is_int64(keys.type):
-        hashes = fmix64(keys.fill_null(0).to_numpy().view(np.uint64).copy())  # in place: a copy
+        # fmix64 mixes in place, so on a copy: to_numpy is a read-only view of the Arrow buffer
+        hashes = fmix64(keys.fill_null(0).to_numpy().view(np.uint64).copy())
     else:  # str and bytes by their (UTF-8) bytes
         data = keys.cast(pa.large_binary()).fill_null(b"").to_pylist()
         hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, data), np.uint64, len(keys))
